@@ -5,6 +5,8 @@
 //! sockets, no tokio, no clock reads, so it can be fuzzed and benchmarked
 //! alone. `link` is the async QUIC shell on top.
 
+pub mod codec;
+pub mod link;
 pub mod model;
 
 /// Types generated from the `.proto` files by prost.

@@ -1,0 +1,1 @@
+//! QUIC link layer (quinn, mutual TLS): carries records between a child and its parent.
