@@ -1,1 +1,8 @@
-//! benches
+//! Canopy's benchmarks and measuring tools: `wire-cost` (bytes per sample
+//! on a recorded trace), criterion benches of the codec, and their shared
+//! helpers.
+#![allow(clippy::print_stdout)]
+
+pub mod simtrace;
+pub mod trace;
+pub mod wire;

@@ -1,6 +1,72 @@
 //! The sans-I/O frame codec: quantise, delta, frame build/parse, zstd.
+//!
+//! ```text
+//! observations --Sender--> Changeset --LinkEncoder--> record bytes
+//!     (quantise, retire)      |          (dictionary, deltas, zstd stream)
+//!                        SeriesTable
+//! record bytes --RecordSplitter--> payload --LinkDecoder--> RxFrame + state
+//! ```
+//! A record on the wire:
+//! ```text
+//! +-------------------+-------------------------------------------------+
+//! | len (LEB128 u32)  | zstd stream block: protobuf `Frame` (frame.proto)|
+//! +-------------------+-------------------------------------------------+
+//! ```
+//! Pure functions and state machines only: no sockets, no tokio, no clock.
 
+pub mod decoder;
+pub mod encoder;
+pub mod quantise;
 pub mod record;
+pub mod sender;
+pub mod table;
+pub mod zstream;
+
+#[cfg(test)]
+mod tests;
+
+pub use decoder::{LinkDecoder, RxFrame, RxSection, RxSeries, RxSource};
+pub use encoder::LinkEncoder;
+pub use quantise::{Bounds, Emit, Encoding, Quantiser};
+pub use record::{RecordSplitter, write_record};
+pub use sender::{BoundsPolicy, Sender};
+pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesTable, SourceEntry};
+
+/// Tunables of the codec, shared by both ends of a link.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CodecConfig {
+    /// zstd compression level.
+    pub zstd_level: i32,
+    /// zstd window of the sender, log2 bytes: how much past the stream sees.
+    pub window_log: u32,
+    /// Largest window a receiver accepts, log2 bytes (bounds its memory).
+    pub window_log_max: u32,
+    /// Interval between keyframes, ms (every new link starts with one).
+    pub keyframe_interval_ms: i64,
+    /// Hard cap on one frame's decompressed size, bytes.
+    pub max_frame_bytes: usize,
+    /// Most series one link may define.
+    pub max_series: usize,
+    /// Most sources one link may define.
+    pub max_sources: usize,
+    /// Most bytes of labels (names plus values) one series may carry.
+    pub max_label_bytes: usize,
+}
+
+impl Default for CodecConfig {
+    fn default() -> Self {
+        Self {
+            zstd_level: 3,
+            window_log: 20,
+            window_log_max: 23,
+            keyframe_interval_ms: 60_000,
+            max_frame_bytes: 16 << 20,
+            max_series: 4 << 20,
+            max_sources: 1 << 20,
+            max_label_bytes: 4096,
+        }
+    }
+}
 
 /// Everything that can go wrong turning bytes into frames or frames into bytes.
 #[derive(Debug, thiserror::Error)]
@@ -17,4 +83,62 @@ pub enum CodecError {
     /// A length prefix that never ends (more than 5 continuation bytes).
     #[error("malformed record length prefix")]
     BadRecordPrefix,
+    /// The frame decompresses to more than the cap.
+    #[error("frame decompresses to more than {max} bytes")]
+    FrameTooLarge {
+        /// Configured cap.
+        max: usize,
+    },
+    /// zstd refused the bytes (corrupt stream, window too large, ...).
+    #[error("zstd: {0}")]
+    Zstd(String),
+    /// The decompressed bytes are not a valid frame.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// A frame arrived out of sequence.
+    #[error("frame out of order: expected seq {expected}, got {got}")]
+    OutOfOrder {
+        /// Sequence number the receiver expected.
+        expected: u64,
+        /// Sequence number the frame carried.
+        got: u64,
+    },
+    /// The first frame on a link was not a keyframe.
+    #[error("link must start with a keyframe")]
+    NeedKeyframe,
+    /// An update or retirement names a series the link never defined.
+    #[error("unknown series id {id}")]
+    UnknownSeries {
+        /// The id.
+        id: u32,
+    },
+    /// A section or definition names a source the link never defined.
+    #[error("unknown source id {id}")]
+    UnknownSource {
+        /// The id.
+        id: u32,
+    },
+    /// A series or source definition is invalid.
+    #[error("bad definition of id {id}: {why}")]
+    BadDefinition {
+        /// The id.
+        id: u32,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The link defines more series than allowed.
+    #[error("more than {max} series on one link")]
+    TooManySeries {
+        /// Configured cap.
+        max: usize,
+    },
+    /// The link defines more sources than allowed.
+    #[error("more than {max} sources on one link")]
+    TooManySources {
+        /// Configured cap.
+        max: usize,
+    },
+    /// An earlier frame was rejected; the link must be reset.
+    #[error("link state lost after an earlier error; reconnect")]
+    Poisoned,
 }

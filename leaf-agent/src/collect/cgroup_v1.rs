@@ -1,0 +1,299 @@
+//! Slurm jobs from cgroup v1: `<root>/<controller>/slurm*/uid_<uid>/job_<id>/`.
+//!
+//! Slurm's Debian build (multiple-slurmd support) names its root
+//! `slurm_<NodeName>`, upstream builds name it `slurm`; both match `slurm*`,
+//! and several roots (several slurmd on one host) are scanned. A job present
+//! under several roots (a multi-node job on two slurmd of the same host) is
+//! reported once, summed, so no two observations share a label set.
+//!
+//! Metrics (label `job_id`, `uid`): `canopy_job_cpu_seconds_total` (counter,
+//! `cpuacct.usage`), `canopy_job_memory_bytes` (`memory.usage_in_bytes`, page
+//! cache included as the kernel charges it), `canopy_job_memory_rss_bytes` and
+//! `canopy_job_memory_cache_bytes` (`memory.stat` `total_rss`/`total_cache`),
+//! `canopy_job_memory_allocated_bytes` (`memory.limit_in_bytes`, when limited),
+//! `canopy_job_cpus_allocated` (`cpuset.cpus`). User, account and partition
+//! come later from scheduler attribution.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::{Collector, Observation};
+use crate::error::LeafError;
+
+/// Limits at or above this are "unlimited" (the kernel prints
+/// `PAGE_COUNTER_MAX` pages, 9223372036854771712 with 4 KiB pages).
+const UNLIMITED: u64 = 1 << 62;
+
+/// What the cgroup files say about one job on this host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobCgroup {
+    /// Slurm job id, from `job_<id>`.
+    pub job_id: u64,
+    /// Owner uid, from `uid_<uid>`.
+    pub uid: u32,
+    /// `cpuacct.usage`: CPU time of all steps, nanoseconds.
+    pub cpu_usage_ns: Option<u64>,
+    /// `memory.usage_in_bytes`.
+    pub memory_usage_bytes: Option<u64>,
+    /// `memory.stat` `total_rss`.
+    pub memory_rss_bytes: Option<u64>,
+    /// `memory.stat` `total_cache`.
+    pub memory_cache_bytes: Option<u64>,
+    /// `memory.limit_in_bytes`, `None` when unlimited.
+    pub memory_limit_bytes: Option<u64>,
+    /// Number of CPUs in `cpuset.cpus`.
+    pub cpus: Option<u32>,
+}
+
+/// Parses a cgroup file holding one unsigned integer (`cpuacct.usage`,
+/// `memory.usage_in_bytes`, `memory.limit_in_bytes`).
+pub fn parse_u64_file(format: &'static str, text: &str) -> Result<u64, LeafError> {
+    let t = text.trim();
+    t.parse()
+        .map_err(|_| LeafError::parse(format, 1, format!("not an unsigned integer: {t:?}")))
+}
+
+/// Counts the CPUs of a cpu list such as `0-3,8,10-11` (`cpuset.cpus`).
+pub fn parse_cpu_list(text: &str) -> Result<u32, LeafError> {
+    const FORMAT: &str = "cpuset.cpus";
+    let mut count: u32 = 0;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let bad = || LeafError::parse(FORMAT, 1, format!("bad range {part:?}"));
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>(), b.parse::<u32>()),
+            None => (part.parse::<u32>(), part.parse::<u32>()),
+        };
+        let (lo, hi) = (lo.map_err(|_| bad())?, hi.map_err(|_| bad())?);
+        if hi < lo {
+            return Err(bad());
+        }
+        count = count.saturating_add(hi - lo + 1);
+    }
+    Ok(count)
+}
+
+/// Parses `memory.stat`, returning (`total_rss`, `total_cache`) in bytes.
+pub fn parse_memory_stat(text: &str) -> Result<(Option<u64>, Option<u64>), LeafError> {
+    const FORMAT: &str = "memory.stat";
+    let (mut rss, mut cache) = (None, None);
+    for (i, line) in text.lines().enumerate() {
+        let Some((key, val)) = line.split_once(' ') else {
+            continue;
+        };
+        let slot = match key {
+            "total_rss" => &mut rss,
+            "total_cache" => &mut cache,
+            _ => continue,
+        };
+        *slot = Some(super::field(FORMAT, i + 1, key, Some(val.trim()))?);
+    }
+    Ok((rss, cache))
+}
+
+/// The job id of a `job_<id>` directory name.
+pub fn parse_job_dir(name: &str) -> Option<u64> {
+    name.strip_prefix("job_")?.parse().ok()
+}
+
+/// The uid of a `uid_<uid>` directory name.
+pub fn parse_uid_dir(name: &str) -> Option<u32> {
+    name.strip_prefix("uid_")?.parse().ok()
+}
+
+/// Subdirectories of `dir` as (name, path), sorted by name; a missing `dir`
+/// is empty (the cgroup went away, or the controller is not mounted).
+fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut v = Vec::new();
+    for entry in rd {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        if let Ok(name) = entry.file_name().into_string() {
+            v.push((name, entry.path()));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
+    move |e| LeafError::io(p, e)
+}
+
+/// Every `slurm*/uid_*/job_*` directory under one controller, as
+/// (uid, job id, path).
+fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+    let mut out = Vec::new();
+    for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {
+        if !root.starts_with("slurm") {
+            continue;
+        }
+        for (u, upath) in subdirs(&root_path).map_err(io_err(&root_path))? {
+            let Some(uid) = parse_uid_dir(&u) else {
+                continue;
+            };
+            for (j, jpath) in subdirs(&upath).map_err(io_err(&upath))? {
+                if let Some(job) = parse_job_dir(&j) {
+                    out.push((uid, job, jpath));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads an optional file: `Ok(None)` when it is gone (a job ending between
+/// the directory scan and the read is normal).
+fn read_opt(path: &Path) -> Result<Option<String>, LeafError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(LeafError::io(path, e)),
+    }
+}
+
+fn add(slot: &mut Option<u64>, v: Option<u64>) {
+    if let Some(v) = v {
+        *slot = Some(slot.unwrap_or(0).saturating_add(v));
+    }
+}
+
+/// Scans the Slurm jobs under a cgroup v1 root (normally `/sys/fs/cgroup`).
+///
+/// Returns the jobs found, ordered by job id, and the errors met on the way
+/// (an unreadable job file costs that value, not the whole scan).
+pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
+    let mut jobs: BTreeMap<u64, JobCgroup> = BTreeMap::new();
+    let mut errors = Vec::new();
+    let controllers = ["cpuacct", "memory", "cpuset"];
+    for ctl in controllers {
+        let dirs = match job_dirs(&cgroup_root.join(ctl)) {
+            Ok(d) => d,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for (uid, job_id, dir) in dirs {
+            let job = jobs.entry(job_id).or_insert_with(|| JobCgroup {
+                job_id,
+                uid,
+                ..JobCgroup::default()
+            });
+            if let Err(e) = read_job_files(ctl, &dir, job) {
+                errors.push(e);
+            }
+        }
+    }
+    (jobs.into_values().collect(), errors)
+}
+
+/// Adds one controller's files of one job directory into `job`.
+fn read_job_files(ctl: &str, dir: &Path, job: &mut JobCgroup) -> Result<(), LeafError> {
+    let num = |file: &'static str| -> Result<Option<u64>, LeafError> {
+        read_opt(&dir.join(file))?
+            .map(|t| parse_u64_file(file, &t))
+            .transpose()
+    };
+    match ctl {
+        "cpuacct" => add(&mut job.cpu_usage_ns, num("cpuacct.usage")?),
+        "memory" => {
+            add(&mut job.memory_usage_bytes, num("memory.usage_in_bytes")?);
+            add(
+                &mut job.memory_limit_bytes,
+                num("memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
+            );
+            if let Some(t) = read_opt(&dir.join("memory.stat"))? {
+                let (rss, cache) = parse_memory_stat(&t)?;
+                add(&mut job.memory_rss_bytes, rss);
+                add(&mut job.memory_cache_bytes, cache);
+            }
+        }
+        "cpuset" => {
+            if let Some(t) = read_opt(&dir.join("cpuset.cpus"))? {
+                let n = parse_cpu_list(&t)?;
+                job.cpus = Some(job.cpus.unwrap_or(0).saturating_add(n));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Appends the observations for scanned jobs.
+pub fn observations(node: &str, jobs: &[JobCgroup], out: &mut Vec<Observation>) {
+    for j in jobs {
+        let (id, uid) = (j.job_id.to_string(), j.uid.to_string());
+        let l = [("job_id", id.as_str()), ("uid", uid.as_str())];
+        if let Some(ns) = j.cpu_usage_ns {
+            out.push(Observation::counter(
+                "canopy_job_cpu_seconds_total",
+                node,
+                &l,
+                ns as f64 / 1e9,
+            ));
+        }
+        let gauges = [
+            ("canopy_job_memory_bytes", j.memory_usage_bytes),
+            ("canopy_job_memory_rss_bytes", j.memory_rss_bytes),
+            ("canopy_job_memory_cache_bytes", j.memory_cache_bytes),
+            ("canopy_job_memory_allocated_bytes", j.memory_limit_bytes),
+            ("canopy_job_cpus_allocated", j.cpus.map(u64::from)),
+        ];
+        for (name, v) in gauges {
+            if let Some(v) = v {
+                out.push(Observation::gauge(name, node, &l, v as f64));
+            }
+        }
+    }
+}
+
+/// Scans `<cgroup_root>/{cpuacct,memory,cpuset}/slurm*/uid_*/job_*` each tick.
+#[derive(Debug)]
+pub struct SlurmCgroupV1Collector {
+    node: String,
+    root: PathBuf,
+    said_absent: bool,
+}
+
+impl SlurmCgroupV1Collector {
+    /// A collector for `node` scanning the cgroup v1 tree under `cgroup_root`.
+    pub fn new(node: &str, cgroup_root: &Path) -> Self {
+        SlurmCgroupV1Collector {
+            node: node.to_string(),
+            root: cgroup_root.to_path_buf(),
+            said_absent: false,
+        }
+    }
+}
+
+impl Collector for SlurmCgroupV1Collector {
+    fn name(&self) -> &'static str {
+        "slurm_cgroup_v1"
+    }
+
+    /// Appends every job found; if some file could not be read, the jobs that
+    /// could are still appended and the first error is returned.
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        if !self.said_absent && !self.root.join("cpuacct").is_dir() {
+            self.said_absent = true;
+            tracing::info!(
+                root = %self.root.display(),
+                "no cgroup v1 cpuacct hierarchy; no per-job CPU from cgroup v1"
+            );
+        }
+        let (jobs, errors) = scan_jobs(&self.root);
+        observations(&self.node, &jobs, out);
+        match errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

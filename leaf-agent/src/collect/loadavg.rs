@@ -1,0 +1,84 @@
+//! `/proc/loadavg`: load averages.
+//!
+//! Metrics (gauges): `canopy_node_load1`, `canopy_node_load5`, `canopy_node_load15`.
+
+use std::path::{Path, PathBuf};
+
+use super::{Collector, Observation, field, read_text};
+use crate::error::LeafError;
+
+const FORMAT: &str = "/proc/loadavg";
+
+/// Parsed `/proc/loadavg`: the 1, 5 and 15 minute load averages.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoadAvg {
+    /// 1-minute load average.
+    pub load1: f64,
+    /// 5-minute load average.
+    pub load5: f64,
+    /// 15-minute load average.
+    pub load15: f64,
+}
+
+/// Parses the text of `/proc/loadavg` (`0.50 0.61 0.29 1/86 8656`).
+pub fn parse_loadavg(text: &str) -> Result<LoadAvg, LeafError> {
+    let mut it = text.split_ascii_whitespace();
+    let mut next = |what: &str| -> Result<f64, LeafError> {
+        let v: f64 = field(FORMAT, 1, what, it.next())?;
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(LeafError::parse(
+                FORMAT,
+                1,
+                format!("{what}: out of range: {v}"),
+            ))
+        }
+    };
+    Ok(LoadAvg {
+        load1: next("load1")?,
+        load5: next("load5")?,
+        load15: next("load15")?,
+    })
+}
+
+/// Appends the observations for a parsed `/proc/loadavg`.
+pub fn observations(node: &str, l: &LoadAvg, out: &mut Vec<Observation>) {
+    out.push(Observation::gauge("canopy_node_load1", node, &[], l.load1));
+    out.push(Observation::gauge("canopy_node_load5", node, &[], l.load5));
+    out.push(Observation::gauge(
+        "canopy_node_load15",
+        node,
+        &[],
+        l.load15,
+    ));
+}
+
+/// Reads `<proc_root>/loadavg` each tick.
+#[derive(Debug)]
+pub struct LoadAvgCollector {
+    node: String,
+    path: PathBuf,
+}
+
+impl LoadAvgCollector {
+    /// A collector for `node` reading `<proc_root>/loadavg`.
+    pub fn new(node: &str, proc_root: &Path) -> Self {
+        LoadAvgCollector {
+            node: node.to_string(),
+            path: proc_root.join("loadavg"),
+        }
+    }
+}
+
+impl Collector for LoadAvgCollector {
+    fn name(&self) -> &'static str {
+        "proc_loadavg"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        let l = parse_loadavg(&read_text(&self.path)?)?;
+        observations(&self.node, &l, out);
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! `/proc/meminfo`: node memory.
+//!
+//! Metrics (gauges, bytes): `canopy_node_memory_total_bytes`,
+//! `canopy_node_memory_available_bytes`, `canopy_node_memory_free_bytes`,
+//! `canopy_node_memory_cached_bytes`, `canopy_node_memory_buffers_bytes`,
+//! `canopy_node_memory_swap_total_bytes`, `canopy_node_memory_swap_free_bytes`.
+
+use std::path::{Path, PathBuf};
+
+use super::{Collector, Observation, field, read_text};
+use crate::error::LeafError;
+
+const FORMAT: &str = "/proc/meminfo";
+
+/// Parsed `/proc/meminfo`, in bytes. Only `MemTotal` is required; a field the
+/// kernel does not print is `None` and its series is not reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    /// `MemTotal`.
+    pub total: u64,
+    /// `MemAvailable` (kernels since 3.14).
+    pub available: Option<u64>,
+    /// `MemFree`.
+    pub free: Option<u64>,
+    /// `Cached` (page cache, without swap cache).
+    pub cached: Option<u64>,
+    /// `Buffers`.
+    pub buffers: Option<u64>,
+    /// `SwapTotal`.
+    pub swap_total: Option<u64>,
+    /// `SwapFree`.
+    pub swap_free: Option<u64>,
+}
+
+/// Parses the text of `/proc/meminfo` (`Key:   123 kB` lines; kB means KiB).
+pub fn parse_meminfo(text: &str) -> Result<MemInfo, LeafError> {
+    let mut total = None;
+    let mut m = MemInfo::default();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((key, rest)) = line.split_once(':') else {
+            return Err(LeafError::parse(FORMAT, n, "no ':' after the key"));
+        };
+        let slot = match key {
+            "MemTotal" => &mut total,
+            "MemAvailable" => &mut m.available,
+            "MemFree" => &mut m.free,
+            "Cached" => &mut m.cached,
+            "Buffers" => &mut m.buffers,
+            "SwapTotal" => &mut m.swap_total,
+            "SwapFree" => &mut m.swap_free,
+            _ => continue,
+        };
+        let mut it = rest.split_ascii_whitespace();
+        let v: u64 = field(FORMAT, n, key, it.next())?;
+        let bytes = match it.next() {
+            Some("kB") => v.checked_mul(1024),
+            None => Some(v),
+            Some(u) => return Err(LeafError::parse(FORMAT, n, format!("unknown unit {u:?}"))),
+        };
+        *slot = Some(bytes.ok_or_else(|| LeafError::parse(FORMAT, n, "value overflows u64"))?);
+    }
+    m.total = total.ok_or(LeafError::Missing {
+        format: FORMAT,
+        field: "MemTotal",
+    })?;
+    Ok(m)
+}
+
+/// Appends the observations for a parsed `/proc/meminfo`.
+pub fn observations(node: &str, m: &MemInfo, out: &mut Vec<Observation>) {
+    let fields = [
+        ("canopy_node_memory_total_bytes", Some(m.total)),
+        ("canopy_node_memory_available_bytes", m.available),
+        ("canopy_node_memory_free_bytes", m.free),
+        ("canopy_node_memory_cached_bytes", m.cached),
+        ("canopy_node_memory_buffers_bytes", m.buffers),
+        ("canopy_node_memory_swap_total_bytes", m.swap_total),
+        ("canopy_node_memory_swap_free_bytes", m.swap_free),
+    ];
+    for (name, v) in fields {
+        if let Some(v) = v {
+            out.push(Observation::gauge(name, node, &[], v as f64));
+        }
+    }
+}
+
+/// Reads `<proc_root>/meminfo` each tick.
+#[derive(Debug)]
+pub struct MemInfoCollector {
+    node: String,
+    path: PathBuf,
+}
+
+impl MemInfoCollector {
+    /// A collector for `node` reading `<proc_root>/meminfo`.
+    pub fn new(node: &str, proc_root: &Path) -> Self {
+        MemInfoCollector {
+            node: node.to_string(),
+            path: proc_root.join("meminfo"),
+        }
+    }
+}
+
+impl Collector for MemInfoCollector {
+    fn name(&self) -> &'static str {
+        "proc_meminfo"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        let m = parse_meminfo(&read_text(&self.path)?)?;
+        observations(&self.node, &m, out);
+        Ok(())
+    }
+}

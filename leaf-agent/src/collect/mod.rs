@@ -1,0 +1,128 @@
+//! Collectors: each turns one source (a `/proc` file, a cgroup tree, a simulated
+//! node) into [`Observation`]s.
+//!
+//! Every source module has two layers, kept apart on purpose:
+//! - `parse_*`: pure functions, text in, typed values out, no I/O. Tested on
+//!   fixture copies of the real files under `tests/data/`.
+//! - a thin reader (a type implementing [`Collector`]) that reads the real file
+//!   under a configurable root (`/proc`, `/sys/fs/cgroup`) and maps the typed
+//!   values to metric names and labels.
+//!
+//! A collector reports each series it sees on every call; a series that it no
+//! longer reports (a job that ended, a device that vanished) is retracted by the
+//! sampler, which turns the disappearance into a staleness marker.
+
+pub mod cgroup_v1;
+pub mod diskstats;
+pub mod loadavg;
+pub mod meminfo;
+pub mod netdev;
+pub mod stat;
+pub mod synthetic;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::str::FromStr;
+
+use canopy_proto::model::{Labels, MetricKind};
+
+use crate::error::LeafError;
+
+pub use cgroup_v1::SlurmCgroupV1Collector;
+pub use diskstats::DiskStatsCollector;
+pub use loadavg::LoadAvgCollector;
+pub use meminfo::MemInfoCollector;
+pub use netdev::NetDevCollector;
+pub use stat::StatCollector;
+pub use synthetic::SyntheticTicks;
+
+/// One value of one series, as a collector saw it at the current tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    /// The series: `__name__`, `node` and the metric's own labels.
+    pub labels: Labels,
+    /// Counter (monotonic `_total`) or gauge.
+    pub kind: MetricKind,
+    /// The value, in the metric's base unit (seconds, bytes, ratio).
+    pub value: f64,
+}
+
+impl Observation {
+    /// An observation of metric `name` on `node`, with extra `labels`
+    /// (labels with an empty value are dropped, as Prometheus does).
+    pub fn new(
+        name: &str,
+        kind: MetricKind,
+        node: &str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) -> Self {
+        let pairs = std::iter::once(("node", node)).chain(labels.iter().copied());
+        Observation {
+            labels: Labels::metric(name, pairs),
+            kind,
+            value,
+        }
+    }
+
+    /// A counter observation; see [`Observation::new`].
+    pub fn counter(name: &str, node: &str, labels: &[(&str, &str)], value: f64) -> Self {
+        Self::new(name, MetricKind::Counter, node, labels, value)
+    }
+
+    /// A gauge observation; see [`Observation::new`].
+    pub fn gauge(name: &str, node: &str, labels: &[(&str, &str)], value: f64) -> Self {
+        Self::new(name, MetricKind::Gauge, node, labels, value)
+    }
+}
+
+/// A source of observations, called once per sampler tick.
+///
+/// Implementations append to `out` and never clear it, so the sampler can run
+/// every collector into one buffer. On error a collector should have appended
+/// nothing, or only complete observations; the sampler logs the error (rate
+/// limited) and keeps the other collectors' output.
+pub trait Collector {
+    /// A short stable name for logs and self-metrics, e.g. `"proc_stat"`.
+    fn name(&self) -> &'static str;
+
+    /// Appends the current value of every series this collector sees to `out`.
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError>;
+}
+
+/// The collectors for a real host: the `/proc` node collectors under
+/// `proc_root` and the Slurm cgroup v1 job collector under `cgroup_root`
+/// (normally `/proc` and `/sys/fs/cgroup`).
+pub fn host_collectors(
+    node: &str,
+    proc_root: &Path,
+    cgroup_root: &Path,
+) -> Vec<Box<dyn Collector + Send>> {
+    vec![
+        Box::new(StatCollector::new(node, proc_root)),
+        Box::new(MemInfoCollector::new(node, proc_root)),
+        Box::new(LoadAvgCollector::new(node, proc_root)),
+        Box::new(NetDevCollector::new(node, proc_root)),
+        Box::new(DiskStatsCollector::new(node, proc_root)),
+        Box::new(SlurmCgroupV1Collector::new(node, cgroup_root)),
+    ]
+}
+
+/// Reads a whole text file, mapping the error to [`LeafError::Io`].
+pub(crate) fn read_text(path: &Path) -> Result<String, LeafError> {
+    std::fs::read_to_string(path).map_err(|e| LeafError::io(path, e))
+}
+
+/// Parses one whitespace-separated field as a number, with a precise error.
+pub(crate) fn field<T: FromStr>(
+    format: &'static str,
+    line: usize,
+    what: &str,
+    text: Option<&str>,
+) -> Result<T, LeafError> {
+    let text = text.ok_or_else(|| LeafError::parse(format, line, format!("no {what} field")))?;
+    text.parse()
+        .map_err(|_| LeafError::parse(format, line, format!("{what}: not a number: {text:?}")))
+}

@@ -1,0 +1,111 @@
+//! `/proc/net/dev`: per-interface traffic, loopback excluded.
+//!
+//! Metrics (counters, label `device`): `canopy_node_network_receive_bytes_total`,
+//! `canopy_node_network_transmit_bytes_total`,
+//! `canopy_node_network_receive_packets_total`,
+//! `canopy_node_network_transmit_packets_total`.
+
+use std::path::{Path, PathBuf};
+
+use super::{Collector, Observation, field, read_text};
+use crate::error::LeafError;
+
+const FORMAT: &str = "/proc/net/dev";
+
+/// Counters of one interface from `/proc/net/dev`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetDevStats {
+    /// Interface name, e.g. `eth0`, `ib0`.
+    pub device: String,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Packets transmitted.
+    pub tx_packets: u64,
+}
+
+/// Parses the text of `/proc/net/dev`: two header lines (they contain `|`),
+/// then `name: rx(8 columns) tx(8 columns)`. Large counters can touch the
+/// colon (`eth0:18446744073709551000`), so the split is on the colon, not on
+/// whitespace. Every interface is returned, `lo` included.
+pub fn parse_net_dev(text: &str) -> Result<Vec<NetDevStats>, LeafError> {
+    let mut devs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.contains('|') || line.trim().is_empty() {
+            continue;
+        }
+        let Some((name, rest)) = line.rsplit_once(':') else {
+            return Err(LeafError::parse(
+                FORMAT,
+                n,
+                "no ':' after the interface name",
+            ));
+        };
+        let cols: Vec<&str> = rest.split_ascii_whitespace().collect();
+        if cols.len() < 10 {
+            return Err(LeafError::parse(
+                FORMAT,
+                n,
+                format!("{} columns, want at least 10", cols.len()),
+            ));
+        }
+        let col = |i: usize, what: &str| field::<u64>(FORMAT, n, what, cols.get(i).copied());
+        devs.push(NetDevStats {
+            device: name.trim().to_string(),
+            rx_bytes: col(0, "receive bytes")?,
+            rx_packets: col(1, "receive packets")?,
+            tx_bytes: col(8, "transmit bytes")?,
+            tx_packets: col(9, "transmit packets")?,
+        });
+    }
+    Ok(devs)
+}
+
+/// Appends the observations for parsed `/proc/net/dev`, skipping `lo`.
+pub fn observations(node: &str, devs: &[NetDevStats], out: &mut Vec<Observation>) {
+    for d in devs.iter().filter(|d| d.device != "lo") {
+        let l = [("device", d.device.as_str())];
+        let series = [
+            ("canopy_node_network_receive_bytes_total", d.rx_bytes),
+            ("canopy_node_network_transmit_bytes_total", d.tx_bytes),
+            ("canopy_node_network_receive_packets_total", d.rx_packets),
+            ("canopy_node_network_transmit_packets_total", d.tx_packets),
+        ];
+        for (name, v) in series {
+            out.push(Observation::counter(name, node, &l, v as f64));
+        }
+    }
+}
+
+/// Reads `<proc_root>/net/dev` each tick.
+#[derive(Debug)]
+pub struct NetDevCollector {
+    node: String,
+    path: PathBuf,
+}
+
+impl NetDevCollector {
+    /// A collector for `node` reading `<proc_root>/net/dev`.
+    pub fn new(node: &str, proc_root: &Path) -> Self {
+        NetDevCollector {
+            node: node.to_string(),
+            path: proc_root.join("net").join("dev"),
+        }
+    }
+}
+
+impl Collector for NetDevCollector {
+    fn name(&self) -> &'static str {
+        "proc_net_dev"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        let devs = parse_net_dev(&read_text(&self.path)?)?;
+        observations(&self.node, &devs, out);
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! The receiving half of one link: records in, reconstructed values out.
+//!
+//! A state machine over the link's frames. It checks everything a hostile or
+//! broken peer could get wrong (sequence, sizes, unknown ids, bad
+//! definitions) and answers with a typed [`CodecError`]; after an error the
+//! link's state is no longer trustworthy (the zstd stream and the deltas
+//! depend on every earlier frame), so the decoder refuses further frames
+//! ([`CodecError::Poisoned`]) and the caller closes the link; the sender
+//! then reconnects and starts with a keyframe. Nothing else is lost: other
+//! links have their own decoders.
+
+use std::collections::HashMap;
+
+use prost::Message;
+
+use crate::model::Labels;
+use crate::schema::frame as pb;
+
+use super::encoder::{WireState, get_uvarint};
+use super::quantise::Encoding;
+use super::zstream::ZDecoder;
+use super::{CodecConfig, CodecError};
+
+/// A series as the receiver holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RxSeries {
+    /// Labels, `__name__` included.
+    pub labels: Labels,
+    /// Source id on this link.
+    pub source: u32,
+    /// Wire encoding.
+    pub encoding: Encoding,
+    /// Current value (`NaN` until the first value arrives).
+    pub value: f64,
+    wire: WireState,
+}
+
+/// A source as the receiver holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RxSource {
+    /// Node name.
+    pub name: String,
+    /// Sampling tick, ms.
+    pub tick_ms: u32,
+    /// Timestamp of the latest section seen for it, ms.
+    pub last_ts_ms: i64,
+}
+
+/// One source's updates at one timestamp, decoded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RxSection {
+    /// Source id on this link.
+    pub source: u32,
+    /// Timestamp, ms.
+    pub ts_ms: i64,
+    /// (series id, value) in wire order.
+    pub updates: Vec<(u32, f64)>,
+}
+
+/// What one frame changed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RxFrame {
+    /// Sequence number.
+    pub seq: u64,
+    /// Frame timestamp, ms.
+    pub ts_ms: i64,
+    /// The frame carried full state.
+    pub keyframe: bool,
+    /// Sources defined or redefined by this frame.
+    pub new_sources: Vec<u32>,
+    /// Series defined or redefined by this frame.
+    pub new_series: Vec<u32>,
+    /// Value updates; an empty section is a heartbeat.
+    pub sections: Vec<RxSection>,
+    /// Series that ended, with their labels and source (already forgotten).
+    pub retired: Vec<(u32, RxSeries)>,
+    /// Sources that ended (already forgotten).
+    pub retired_sources: Vec<(u32, RxSource)>,
+    /// Decompressed size of the frame, bytes.
+    pub raw_bytes: usize,
+}
+
+/// Decodes one link's frames.
+#[derive(Debug)]
+pub struct LinkDecoder {
+    cfg: CodecConfig,
+    z: ZDecoder,
+    next_seq: u64,
+    last_ts: i64,
+    started: bool,
+    poisoned: bool,
+    series: HashMap<u32, RxSeries>,
+    sources: HashMap<u32, RxSource>,
+    raw: Vec<u8>,
+}
+
+impl LinkDecoder {
+    /// A decoder for a new link.
+    pub fn new(cfg: &CodecConfig) -> Result<Self, CodecError> {
+        Ok(Self {
+            cfg: cfg.clone(),
+            z: ZDecoder::new(cfg.window_log_max)?,
+            next_seq: 0,
+            last_ts: 0,
+            started: false,
+            poisoned: false,
+            series: HashMap::new(),
+            sources: HashMap::new(),
+            raw: Vec::new(),
+        })
+    }
+
+    /// The series with id `id` on this link.
+    pub fn series(&self, id: u32) -> Option<&RxSeries> {
+        self.series.get(&id)
+    }
+
+    /// Every live series on this link (unordered).
+    pub fn series_iter(&self) -> impl Iterator<Item = (u32, &RxSeries)> {
+        self.series.iter().map(|(k, v)| (*k, v))
+    }
+
+    /// Number of live series.
+    pub fn series_count(&self) -> usize {
+        self.series.len()
+    }
+
+    /// The source with id `id` on this link.
+    pub fn source(&self, id: u32) -> Option<&RxSource> {
+        self.sources.get(&id)
+    }
+
+    /// Every live source on this link (unordered).
+    pub fn sources_iter(&self) -> impl Iterator<Item = (u32, &RxSource)> {
+        self.sources.iter().map(|(k, v)| (*k, v))
+    }
+
+    /// True once a frame was rejected: the link must be reset.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Decodes one record payload (without its length prefix).
+    pub fn decode(&mut self, payload: &[u8]) -> Result<RxFrame, CodecError> {
+        if self.poisoned {
+            return Err(CodecError::Poisoned);
+        }
+        let r = self.decode_inner(payload);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn decode_inner(&mut self, payload: &[u8]) -> Result<RxFrame, CodecError> {
+        let (claimed, used) =
+            get_uvarint(payload).ok_or_else(|| CodecError::Malformed("bad frame length".into()))?;
+        if claimed > self.cfg.max_frame_bytes as u64 {
+            return Err(CodecError::FrameTooLarge {
+                max: self.cfg.max_frame_bytes,
+            });
+        }
+        let mut raw = std::mem::take(&mut self.raw);
+        let res = self
+            .z
+            .decompress_frame(&payload[used..], &mut raw, self.cfg.max_frame_bytes)
+            .and_then(|()| {
+                if raw.len() as u64 != claimed {
+                    return Err(CodecError::Malformed(format!(
+                        "frame decompressed to {} bytes, header says {claimed}",
+                        raw.len()
+                    )));
+                }
+                pb::Frame::decode(raw.as_slice()).map_err(|e| CodecError::Malformed(e.to_string()))
+            });
+        let raw_bytes = raw.len();
+        self.raw = raw;
+        let f = res?;
+        if f.seq != self.next_seq {
+            return Err(CodecError::OutOfOrder {
+                expected: self.next_seq,
+                got: f.seq,
+            });
+        }
+        if !self.started && !f.keyframe {
+            return Err(CodecError::NeedKeyframe);
+        }
+        let ts = self.last_ts.wrapping_add(f.ts_delta_ms);
+        let mut out = RxFrame {
+            seq: f.seq,
+            ts_ms: ts,
+            keyframe: f.keyframe,
+            raw_bytes,
+            ..RxFrame::default()
+        };
+        for s in f.sources {
+            let id = s.id;
+            self.define_source(s)?;
+            out.new_sources.push(id);
+        }
+        for d in f.series {
+            let id = d.id;
+            self.define_series(d)?;
+            out.new_series.push(id);
+        }
+        if f.keyframe {
+            for s in self.series.values_mut() {
+                s.wire.known = false;
+            }
+        }
+        let mut seen_in_keyframe: Vec<u32> = Vec::new();
+        for sec in f.sections {
+            let rs = self.apply_section(sec, ts)?;
+            if f.keyframe {
+                seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
+            }
+            out.sections.push(rs);
+        }
+        if f.keyframe {
+            // A keyframe is the whole state: what it omits is gone.
+            seen_in_keyframe.sort_unstable();
+            let stale: Vec<u32> = self
+                .series
+                .keys()
+                .copied()
+                .filter(|k| seen_in_keyframe.binary_search(k).is_err())
+                .collect();
+            for id in stale {
+                if let Some(s) = self.series.remove(&id) {
+                    out.retired.push((id, s));
+                }
+            }
+        }
+        for id in f.retired {
+            let s = self
+                .series
+                .remove(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            out.retired.push((id, s));
+        }
+        for id in f.retired_sources {
+            let s = self
+                .sources
+                .remove(&id)
+                .ok_or(CodecError::UnknownSource { id })?;
+            out.retired_sources.push((id, s));
+        }
+        self.next_seq += 1;
+        self.last_ts = ts;
+        self.started = true;
+        Ok(out)
+    }
+
+    fn define_source(&mut self, s: pb::SourceDef) -> Result<(), CodecError> {
+        if s.name.len() > self.cfg.max_label_bytes {
+            return Err(CodecError::BadDefinition {
+                id: s.id,
+                why: "source name too long",
+            });
+        }
+        if !self.sources.contains_key(&s.id) && self.sources.len() >= self.cfg.max_sources {
+            return Err(CodecError::TooManySources {
+                max: self.cfg.max_sources,
+            });
+        }
+        let last = self.sources.get(&s.id).map_or(0, |x| x.last_ts_ms);
+        self.sources.insert(
+            s.id,
+            RxSource {
+                name: s.name,
+                tick_ms: s.tick_ms,
+                last_ts_ms: last,
+            },
+        );
+        Ok(())
+    }
+
+    fn define_series(&mut self, d: pb::SeriesDef) -> Result<(), CodecError> {
+        let id = d.id;
+        let bad = |why| CodecError::BadDefinition { id, why };
+        if !self.sources.contains_key(&d.source) {
+            return Err(CodecError::UnknownSource { id: d.source });
+        }
+        let bytes: usize = d.labels.iter().map(|l| l.name.len() + l.value.len()).sum();
+        if bytes > self.cfg.max_label_bytes || d.labels.len() > 64 {
+            return Err(bad("labels too large"));
+        }
+        let encoding = match pb::Encoding::try_from(d.encoding) {
+            Ok(pb::Encoding::Gauge) if d.mantissa_bits <= 52 => Encoding::Gauge {
+                mantissa_bits: d.mantissa_bits as u8,
+            },
+            Ok(pb::Encoding::CounterInt) => Encoding::CounterInt,
+            Ok(pb::Encoding::CounterFloat) if d.scale > 0 => {
+                Encoding::CounterFloat { scale: d.scale }
+            }
+            _ => return Err(bad("invalid encoding")),
+        };
+        if !self.series.contains_key(&id) && self.series.len() >= self.cfg.max_series {
+            return Err(CodecError::TooManySeries {
+                max: self.cfg.max_series,
+            });
+        }
+        let labels = Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)));
+        let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
+        self.series.insert(
+            id,
+            RxSeries {
+                labels,
+                source: d.source,
+                encoding,
+                value,
+                wire: WireState::default(),
+            },
+        );
+        Ok(())
+    }
+
+    fn apply_section(&mut self, sec: pb::Section, frame_ts: i64) -> Result<RxSection, CodecError> {
+        let src = self
+            .sources
+            .get_mut(&sec.source)
+            .ok_or(CodecError::UnknownSource { id: sec.source })?;
+        let ts = frame_ts.wrapping_add(sec.ts_offset_ms);
+        src.last_ts_ms = src.last_ts_ms.max(ts);
+        if sec.id_deltas.len() != sec.value_deltas.len()
+            || sec.special_ids.len() != sec.special_bits.len()
+        {
+            return Err(CodecError::Malformed(
+                "section column lengths differ".into(),
+            ));
+        }
+        let mut rs = RxSection {
+            source: sec.source,
+            ts_ms: ts,
+            updates: Vec::with_capacity(sec.id_deltas.len() + sec.special_ids.len()),
+        };
+        let mut prev: i64 = -1;
+        for (gap, d) in sec.id_deltas.iter().zip(&sec.value_deltas) {
+            let id64 = prev + 1 + i64::from(*gap);
+            let id = u32::try_from(id64)
+                .map_err(|_| CodecError::Malformed("series id out of range".into()))?;
+            prev = id64;
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            let w = s.wire.apply(*d, s.encoding.is_counter());
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+        }
+        for (id, bits) in sec.special_ids.iter().zip(&sec.special_bits) {
+            let s = self
+                .series
+                .get_mut(id)
+                .ok_or(CodecError::UnknownSeries { id: *id })?;
+            s.wire.known = false;
+            s.value = f64::from_bits(*bits);
+            rs.updates.push((*id, s.value));
+        }
+        Ok(rs)
+    }
+}

@@ -1,0 +1,335 @@
+//! The sending half of one link: changesets in, records out.
+//!
+//! Per link it keeps what the receiver holds (each series' last wire value
+//! and last counter increment), the sequence number, and the zstd stream.
+//! Value deltas are taken in the integer wire domain (see `quantise`);
+//! counters send the change of their increment (delta of delta), so a
+//! counter that advances steadily costs a zero.
+
+use prost::Message;
+
+use crate::schema::frame as pb;
+
+use super::quantise::Encoding;
+use super::record::write_record;
+use super::table::{Changeset, SeriesTable};
+use super::zstream::ZEncoder;
+use super::{CodecConfig, CodecError};
+
+/// Per-series state of one link, indexed by handle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WireState {
+    /// Receiver holds `last` (else the next value goes absolute).
+    pub known: bool,
+    /// Last wire value sent.
+    pub last: i64,
+    /// Last counter increment sent (delta-of-delta predictor).
+    pub inc: i64,
+}
+
+impl WireState {
+    /// The delta to transmit for new wire value `w`, updating the state.
+    /// Mirrors [`WireState::apply`] exactly.
+    pub fn encode(&mut self, w: i64, counter: bool) -> i64 {
+        let d = if !self.known {
+            self.inc = 0;
+            w
+        } else {
+            let inc = w.wrapping_sub(self.last);
+            if counter {
+                let d = inc.wrapping_sub(self.inc);
+                self.inc = inc;
+                d
+            } else {
+                inc
+            }
+        };
+        self.known = true;
+        self.last = w;
+        d
+    }
+
+    /// The wire value a received delta stands for, updating the state.
+    pub fn apply(&mut self, d: i64, counter: bool) -> i64 {
+        let w = if !self.known {
+            self.inc = 0;
+            d
+        } else if counter {
+            self.inc = self.inc.wrapping_add(d);
+            self.last.wrapping_add(self.inc)
+        } else {
+            self.last.wrapping_add(d)
+        };
+        self.known = true;
+        self.last = w;
+        w
+    }
+}
+
+/// Encodes one link's frames.
+#[derive(Debug)]
+pub struct LinkEncoder {
+    cfg: CodecConfig,
+    z: ZEncoder,
+    seq: u64,
+    last_ts: i64,
+    last_keyframe_ts: Option<i64>,
+    force_keyframe: bool,
+    state: Vec<WireState>,
+    scratch: Vec<u8>,
+    frame: pb::Frame,
+}
+
+impl LinkEncoder {
+    /// A new link: its first frame will be a keyframe with every definition.
+    pub fn new(cfg: &CodecConfig) -> Result<Self, CodecError> {
+        Ok(Self {
+            cfg: cfg.clone(),
+            z: ZEncoder::new(cfg.zstd_level, cfg.window_log)?,
+            seq: 0,
+            last_ts: 0,
+            last_keyframe_ts: None,
+            force_keyframe: false,
+            state: Vec::new(),
+            scratch: Vec::new(),
+            frame: pb::Frame::default(),
+        })
+    }
+
+    /// Makes the next frame a keyframe (the receiver asked to resync).
+    pub fn request_keyframe(&mut self) {
+        self.force_keyframe = true;
+    }
+
+    /// Sequence number the next frame will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Encodes one tick and appends the record (length prefix included) to
+    /// `out`. `table` must already hold this tick's values.
+    pub fn encode(
+        &mut self,
+        table: &SeriesTable,
+        cs: &Changeset,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        let first = self.last_keyframe_ts.is_none();
+        let keyframe = first
+            || self.force_keyframe
+            || self
+                .last_keyframe_ts
+                .is_some_and(|k| cs.ts_ms.saturating_sub(k) >= self.cfg.keyframe_interval_ms);
+        if self.state.len() < table.capacity() {
+            self.state.resize(table.capacity(), WireState::default());
+        }
+        let mut f = std::mem::take(&mut self.frame);
+        clear_frame(&mut f);
+        f.seq = self.seq;
+        f.ts_delta_ms = cs.ts_ms.wrapping_sub(self.last_ts);
+        f.keyframe = keyframe;
+
+        // Definitions: everything on a new link, else what changed.
+        if first {
+            for (h, s) in table.sources() {
+                f.sources.push(source_def(h, s));
+            }
+            for (h, _) in table.iter() {
+                f.series.push(series_def(table, h));
+            }
+        } else {
+            for &h in &cs.new_sources {
+                if let Some(s) = table.source(h) {
+                    f.sources.push(source_def(h, s));
+                }
+            }
+            for &h in &cs.defs {
+                if table.get(h).is_some() {
+                    f.series.push(series_def(table, h));
+                }
+            }
+        }
+        for d in &f.series {
+            // A (re)definition makes the series' next value absolute.
+            self.state[d.id as usize].known = false;
+        }
+
+        if keyframe {
+            for st in &mut self.state {
+                st.known = false;
+            }
+            self.keyframe_sections(table, cs, &mut f)?;
+            self.last_keyframe_ts = Some(cs.ts_ms);
+            self.force_keyframe = false;
+        } else {
+            for sec in &cs.sections {
+                let mut updates: Vec<(u32, f64)> = sec.updates.clone();
+                updates.sort_unstable_by_key(|u| u.0);
+                let ps = self.section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                f.sections.push(ps);
+            }
+        }
+        for &h in &cs.retired {
+            if let Some(st) = self.state.get_mut(h as usize) {
+                st.known = false;
+            }
+            // A keyframe is the whole state: what it omits is retired by
+            // omission, and a new link never knew it.
+            if !keyframe {
+                f.retired.push(h);
+            }
+        }
+        if !first {
+            f.retired_sources.extend_from_slice(&cs.retired_sources);
+        }
+
+        self.scratch.clear();
+        f.encode(&mut self.scratch)
+            .map_err(|e| CodecError::Malformed(e.to_string()))?;
+        // Payload: the frame's decompressed length, then its zstd block. The
+        // receiver checks the length exactly (truncation) and against its cap
+        // before decompressing (bombs).
+        let mut z = Vec::with_capacity(self.scratch.len() / 2 + 16);
+        put_uvarint(&mut z, self.scratch.len() as u64);
+        self.z.compress_frame(&self.scratch, &mut z)?;
+        write_record(out, &z);
+        self.seq += 1;
+        self.last_ts = cs.ts_ms;
+        self.frame = f;
+        Ok(())
+    }
+
+    fn keyframe_sections(
+        &mut self,
+        table: &SeriesTable,
+        cs: &Changeset,
+        f: &mut pb::Frame,
+    ) -> Result<(), CodecError> {
+        let mut by_source: Vec<Vec<(u32, f64)>> = Vec::new();
+        for (h, s) in table.iter() {
+            let i = s.source as usize;
+            if by_source.len() <= i {
+                by_source.resize_with(i + 1, Vec::new);
+            }
+            by_source[i].push((h, s.value));
+        }
+        for (sh, src) in table.sources() {
+            let ts = cs
+                .sections
+                .iter()
+                .find(|s| s.source == sh)
+                .map_or(src.last_ts_ms, |s| s.ts_ms);
+            let empty = Vec::new();
+            let ups = by_source.get(sh as usize).unwrap_or(&empty);
+            let ps = self.section(table, sh, ts - cs.ts_ms, ups)?;
+            f.sections.push(ps);
+        }
+        Ok(())
+    }
+
+    fn section(
+        &mut self,
+        table: &SeriesTable,
+        source: u32,
+        ts_offset_ms: i64,
+        updates: &[(u32, f64)],
+    ) -> Result<pb::Section, CodecError> {
+        let mut s = pb::Section {
+            source,
+            ts_offset_ms,
+            ..Default::default()
+        };
+        let mut prev: i64 = -1;
+        for &(h, v) in updates {
+            let Some(entry) = table.get(h) else {
+                continue; // removed in this tick: its retirement says it all
+            };
+            let st = &mut self.state[h as usize];
+            match entry.encoding.to_wire(v) {
+                Some(w) => {
+                    let gap = i64::from(h) - prev - 1;
+                    prev = i64::from(h);
+                    s.id_deltas.push(
+                        i32::try_from(gap).map_err(|_| CodecError::TooManySeries { max: 0 })?,
+                    );
+                    s.value_deltas
+                        .push(st.encode(w, is_counter(entry.encoding)));
+                }
+                None => {
+                    st.known = false;
+                    s.special_ids.push(h);
+                    s.special_bits.push(v.to_bits());
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// Appends `n` as LEB128.
+pub(crate) fn put_uvarint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// Reads a LEB128 u64 from the front of `buf`: (value, bytes used).
+pub(crate) fn get_uvarint(buf: &[u8]) -> Option<(u64, usize)> {
+    let mut n: u64 = 0;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        n |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((n, i + 1));
+        }
+    }
+    None
+}
+
+fn is_counter(e: Encoding) -> bool {
+    e.is_counter()
+}
+
+fn clear_frame(f: &mut pb::Frame) {
+    f.sources.clear();
+    f.series.clear();
+    f.sections.clear();
+    f.retired.clear();
+    f.retired_sources.clear();
+}
+
+fn source_def(h: u32, s: &super::table::SourceEntry) -> pb::SourceDef {
+    pb::SourceDef {
+        id: h,
+        name: s.name.clone(),
+        tick_ms: s.tick_ms,
+    }
+}
+
+fn series_def(table: &SeriesTable, h: u32) -> pb::SeriesDef {
+    // Callers pass only live handles.
+    let Some(s) = table.get(h) else {
+        return pb::SeriesDef::default();
+    };
+    let (encoding, mantissa_bits, scale) = match s.encoding {
+        Encoding::Gauge { mantissa_bits } => (pb::Encoding::Gauge, u32::from(mantissa_bits), 0),
+        Encoding::CounterInt => (pb::Encoding::CounterInt, 0, 0),
+        Encoding::CounterFloat { scale } => (pb::Encoding::CounterFloat, 0, scale),
+    };
+    pb::SeriesDef {
+        id: h,
+        source: s.source,
+        labels: s
+            .labels
+            .iter()
+            .map(|(n, v)| pb::Label {
+                name: n.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        encoding: encoding as i32,
+        mantissa_bits,
+        scale,
+    }
+}

@@ -1,0 +1,387 @@
+//! Lossy, bounded quantisation: what value a sender transmits for a true value.
+//!
+//! Three wire encodings, each mapping an f64 to an integer *wire value* whose
+//! successive differences are small (so they cost a byte or two), and back:
+//!
+//! * [`Encoding::Gauge`]: the f64 rounded to `mantissa_bits` significant bits.
+//!   The wire value is the rounded IEEE-754 bit pattern shifted right, which is
+//!   monotone in the value, so a small relative change is a small integer
+//!   change. Error `<= 2^-(bits+1) * |v|`; zero is exactly zero.
+//! * [`Encoding::CounterInt`]: an integer-valued counter, sent exactly.
+//! * [`Encoding::CounterFloat`]: a float counter on the grid `k / scale`;
+//!   `k = round(v * scale)`. Error `<= 1/(2*scale)`, never accumulates (the
+//!   absolute value is quantised, so each tick's rounding residual is carried
+//!   into the next rather than summed), and the decoded value `k / scale` is a
+//!   correctly rounded division, hence monotone in `k`: the reconstructed
+//!   counter never decreases unless the true one did.
+//!
+//! Values the grid cannot carry (NaN, infinities, subnormals, out of range)
+//! go as raw bits ("specials"), exactly.
+//!
+//! [`Quantiser`] holds one series' sender-side state and decides, per tick,
+//! whether the value changed beyond its bound (only then is anything sent).
+
+use crate::model::MetricKind;
+
+/// Default relative error bound for gauges.
+pub const DEFAULT_GAUGE_EPSILON: f64 = 1e-3;
+/// Default grid steps per unit for float counters (resolution 1e-3).
+pub const DEFAULT_COUNTER_SCALE: u32 = 1000;
+
+/// Largest integer an f64 holds exactly.
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+
+/// How one series' values are represented on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// Relative-error gauge keeping this many significant mantissa bits (0..=52).
+    Gauge {
+        /// Significant bits kept after the leading one.
+        mantissa_bits: u8,
+    },
+    /// Integer-valued counter, exact.
+    CounterInt,
+    /// Float counter on the absolute grid `k / scale`.
+    CounterFloat {
+        /// Grid steps per unit (the resolution is `1 / scale`).
+        scale: u32,
+    },
+}
+
+impl Encoding {
+    /// The integer wire value for `v`, or `None` when `v` must go as raw bits.
+    ///
+    /// For a value already on this encoding's grid the result is exact, so a
+    /// relay can decode and re-encode without drifting.
+    pub fn to_wire(self, v: f64) -> Option<i64> {
+        if !v.is_finite() {
+            return None;
+        }
+        match self {
+            Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
+            Encoding::CounterInt => (v.fract() == 0.0 && v.abs() <= MAX_EXACT).then_some(v as i64),
+            Encoding::CounterFloat { scale } => {
+                let k = (v * f64::from(scale)).round();
+                (k.abs() <= MAX_EXACT).then_some(k as i64)
+            }
+        }
+    }
+
+    /// The value a wire value stands for. Total: any i64 maps to some f64
+    /// (hostile input yields a strange value, never a panic).
+    pub fn from_wire(self, w: i64) -> f64 {
+        match self {
+            Encoding::Gauge { mantissa_bits } => {
+                if w == 0 {
+                    return 0.0;
+                }
+                let shift = 52 - u32::from(mantissa_bits.min(52));
+                let mag = f64::from_bits(w.unsigned_abs().wrapping_shl(shift));
+                if w < 0 { -mag } else { mag }
+            }
+            Encoding::CounterInt => w as f64,
+            Encoding::CounterFloat { scale } => w as f64 / f64::from(scale.max(1)),
+        }
+    }
+
+    /// True for the two counter encodings.
+    pub fn is_counter(self) -> bool {
+        !matches!(self, Encoding::Gauge { .. })
+    }
+}
+
+/// Rounds `|v|` to `bits` mantissa bits and returns the signed grid index.
+fn gauge_index(v: f64, bits: u8) -> Option<i64> {
+    if v == 0.0 {
+        return Some(0);
+    }
+    let a = v.abs();
+    if a < f64::MIN_POSITIVE {
+        return None; // subnormal: too little precision for a relative bound
+    }
+    let shift = 52 - u32::from(bits.min(52));
+    let raw = a.to_bits();
+    let rounded = if shift == 0 {
+        raw
+    } else {
+        (raw + (1u64 << (shift - 1))) >> shift
+    };
+    if rounded << shift >= f64::INFINITY.to_bits() {
+        return None; // rounding overflowed into infinity
+    }
+    // `rounded` < 2^63 >> shift, so the cast is lossless.
+    let idx = rounded as i64;
+    Some(if v < 0.0 { -idx } else { idx })
+}
+
+/// Mantissa bits needed so that rounding keeps relative error `<= epsilon`.
+///
+/// Rounding to `b` bits errs by at most `2^-(b+1)` relative, so this is the
+/// smallest `b` with `2^-(b+1) <= epsilon` (52, i.e. exact, for epsilon 0).
+pub fn gauge_bits_for(epsilon: f64) -> u8 {
+    let mut b: u8 = 0;
+    while b < 52 && 2f64.powi(-(i32::from(b) + 1)) > epsilon {
+        b += 1;
+    }
+    b
+}
+
+/// Error bounds a sender applies, per series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// Gauges: `|sent - true| <= gauge_epsilon * |true|`.
+    pub gauge_epsilon: f64,
+    /// Float counters: grid steps per unit; error `<= 1/scale`.
+    pub counter_scale: u32,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            gauge_epsilon: DEFAULT_GAUGE_EPSILON,
+            counter_scale: DEFAULT_COUNTER_SCALE,
+        }
+    }
+}
+
+/// What a sender transmits after observing a value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Emit {
+    /// The quantised value, exactly as the receiver will reconstruct it.
+    pub value: f64,
+    /// The series' encoding changed (integer counter turned float): the
+    /// definition must be re-sent before this value.
+    pub redefined: bool,
+}
+
+/// One series' sender-side quantisation state.
+///
+/// Invariant: `held` is what every receiver currently holds for the series
+/// (the last emitted value), and it satisfies the series' error bound for the
+/// last observed true value.
+#[derive(Clone, Debug)]
+pub struct Quantiser {
+    encoding: Encoding,
+    epsilon: f64,
+    scale: u32,
+    held: Option<f64>,
+}
+
+impl Quantiser {
+    /// A fresh quantiser for a series of `kind` under `bounds`.
+    pub fn new(kind: MetricKind, bounds: Bounds) -> Self {
+        let encoding = match kind {
+            MetricKind::Gauge => Encoding::Gauge {
+                mantissa_bits: gauge_bits_for(bounds.gauge_epsilon),
+            },
+            MetricKind::Counter => Encoding::CounterInt,
+        };
+        Self {
+            encoding,
+            epsilon: bounds.gauge_epsilon,
+            scale: bounds.counter_scale.max(1),
+            held: None,
+        }
+    }
+
+    /// The series' current wire encoding.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// The value receivers hold, if anything was emitted yet.
+    pub fn held(&self) -> Option<f64> {
+        self.held
+    }
+
+    /// Observes the true value `v` for this tick; returns what to send, or
+    /// `None` when the held value still satisfies the bound (nothing to send).
+    pub fn observe(&mut self, v: f64) -> Option<Emit> {
+        let mut redefined = false;
+        if self.encoding == Encoding::CounterInt
+            && v.is_finite()
+            && Encoding::CounterInt.to_wire(v).is_none()
+        {
+            // First non-integral (or huge) value: this counter is a float one
+            // from now on. Monotone across the switch: the held integer n has
+            // n*scale exact, so round(v*scale) >= n*scale for v >= n.
+            self.encoding = Encoding::CounterFloat { scale: self.scale };
+            redefined = self.held.is_some();
+        }
+        let q = self.quantise(v);
+        let changed = match self.held {
+            None => true,
+            Some(h) if h.to_bits() == q.to_bits() => false,
+            Some(h) => match self.encoding {
+                Encoding::Gauge { .. } => {
+                    // Deadband: keep the held value while it is within the
+                    // bound of the true one (both finite; else bits decide).
+                    !(h.is_finite() && v.is_finite() && (v - h).abs() <= self.epsilon * v.abs())
+                }
+                _ => true,
+            },
+        };
+        if !changed && !redefined {
+            return None;
+        }
+        self.held = Some(q);
+        Some(Emit {
+            value: q,
+            redefined,
+        })
+    }
+
+    /// Forces the next observation to be sent (e.g. the series was retired
+    /// and comes back).
+    pub fn forget(&mut self) {
+        self.held = None;
+    }
+
+    /// The on-grid value for `v`, or `v` itself when it must go as raw bits.
+    pub fn quantise(&self, v: f64) -> f64 {
+        match self.encoding.to_wire(v) {
+            Some(w) => self.encoding.from_wire(w),
+            None => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn bits_for_default_epsilon() {
+        assert_eq!(gauge_bits_for(1e-3), 9);
+        assert_eq!(gauge_bits_for(0.0), 52);
+        assert_eq!(gauge_bits_for(0.5), 0);
+    }
+
+    #[test]
+    fn gauge_zero_and_specials() {
+        let e = Encoding::Gauge { mantissa_bits: 9 };
+        assert_eq!(e.to_wire(0.0), Some(0));
+        assert_eq!(e.to_wire(-0.0), Some(0));
+        assert_eq!(e.from_wire(0), 0.0);
+        assert_eq!(e.to_wire(f64::NAN), None);
+        assert_eq!(e.to_wire(f64::INFINITY), None);
+        assert_eq!(e.to_wire(5e-320), None);
+        assert_eq!(e.to_wire(f64::MAX), None, "rounds up into infinity");
+    }
+
+    #[test]
+    fn integer_counter_turns_float_once_and_stays_monotone() {
+        let mut q = Quantiser::new(MetricKind::Counter, Bounds::default());
+        assert_eq!(q.observe(1235.0).map(|e| e.value), Some(1235.0));
+        assert_eq!(q.encoding(), Encoding::CounterInt);
+        let e = q.observe(1235.0004).expect("first float value is sent");
+        assert!(e.redefined);
+        assert!(e.value >= 1235.0);
+        assert_eq!(
+            q.encoding(),
+            Encoding::CounterFloat {
+                scale: DEFAULT_COUNTER_SCALE
+            }
+        );
+        assert!(q.observe(1235.0004).is_none());
+    }
+
+    #[test]
+    fn hostile_wire_values_do_not_panic() {
+        for e in [
+            Encoding::Gauge { mantissa_bits: 9 },
+            Encoding::Gauge { mantissa_bits: 52 },
+            Encoding::CounterInt,
+            Encoding::CounterFloat { scale: 1000 },
+        ] {
+            for w in [i64::MIN, i64::MAX, -1, 1] {
+                let _ = e.from_wire(w);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn gauge_relative_bound_holds(v in prop::num::f64::NORMAL, eps in 1e-6f64..0.2) {
+            let b = gauge_bits_for(eps);
+            let e = Encoding::Gauge { mantissa_bits: b };
+            if let Some(w) = e.to_wire(v) {
+                let r = e.from_wire(w);
+                prop_assert!((r - v).abs() <= eps * v.abs(), "v={v} r={r} eps={eps}");
+                prop_assert_eq!(e.to_wire(r), Some(w), "re-encoding is exact");
+            }
+        }
+
+        #[test]
+        fn gauge_index_is_monotone(a in -1e12f64..1e12, b in -1e12f64..1e12) {
+            let e = Encoding::Gauge { mantissa_bits: 9 };
+            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+            let (wl, wh) = (e.to_wire(lo), e.to_wire(hi));
+            if let (Some(wl), Some(wh)) = (wl, wh) {
+                prop_assert!(wl <= wh);
+            }
+        }
+
+        #[test]
+        fn float_counter_bound_and_exact_reencode(v in 0f64..1e9, scale in 1u32..100_000) {
+            let e = Encoding::CounterFloat { scale };
+            let w = e.to_wire(v).expect("in range");
+            let r = e.from_wire(w);
+            prop_assert!((r - v).abs() <= 0.5 / f64::from(scale) + v * 1e-15);
+            prop_assert_eq!(e.to_wire(r), Some(w));
+        }
+
+        #[test]
+        fn quantised_gauge_stream_within_bound(vals in prop::collection::vec(
+            prop_oneof![Just(0.0), -1e6f64..1e6, 0.9f64..1.1], 1..200)) {
+            let bounds = Bounds::default();
+            let mut q = Quantiser::new(MetricKind::Gauge, bounds);
+            let mut held = f64::NAN;
+            for v in vals {
+                if let Some(e) = q.observe(v) { held = e.value; }
+                prop_assert!((held - v).abs() <= bounds.gauge_epsilon * v.abs(), "v={v} held={held}");
+                if v == 0.0 { prop_assert_eq!(held, 0.0); }
+            }
+        }
+
+        #[test]
+        fn quantised_counter_within_q_and_monotone(
+            incs in prop::collection::vec(prop_oneof![Just(0.0), 0f64..5.0, 0f64..0.0009], 1..300),
+            int_start in 0u32..3,
+            reset_at in prop::option::of(0usize..300),
+        ) {
+            let bounds = Bounds::default();
+            let q_res = 1.0 / f64::from(bounds.counter_scale);
+            let mut q = Quantiser::new(MetricKind::Counter, bounds);
+            let mut v = f64::from(int_start);
+            let mut held: Option<f64> = None;
+            for (i, inc) in incs.iter().enumerate() {
+                let reset = reset_at == Some(i) && v > 2.0 * q_res;
+                let prev_true = v;
+                if reset { v = 0.0 } else { v += inc }
+                let before = held;
+                if let Some(e) = q.observe(v) { held = Some(e.value); }
+                let h = held.expect("first observation is always sent");
+                prop_assert!((h - v).abs() <= q_res, "v={v} held={h}");
+                if let Some(b) = before {
+                    if reset {
+                        prop_assert!(h < b, "reset kept: {b} -> {h} (true {prev_true} -> {v})");
+                    } else {
+                        prop_assert!(h >= b, "never decreases: {b} -> {h}");
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn integer_counters_are_exact(vals in prop::collection::vec(0u64..(1u64 << 53), 1..100)) {
+            let mut q = Quantiser::new(MetricKind::Counter, Bounds::default());
+            let mut held = None;
+            for v in vals {
+                if let Some(e) = q.observe(v as f64) { held = Some(e.value); }
+                prop_assert_eq!(held, Some(v as f64));
+            }
+        }
+    }
+}

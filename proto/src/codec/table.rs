@@ -1,0 +1,200 @@
+//! The sender's view of its series and sources, and one tick's changes.
+//!
+//! A [`SeriesTable`] is shared by every link a sender has (a node with R
+//! parents quantises once and sends the same values on every link); each
+//! [`LinkEncoder`](super::encoder::LinkEncoder) keeps only what it last sent.
+//! Handles are the wire ids: a new link learns them from its first keyframe.
+
+use crate::model::Labels;
+
+use super::quantise::Encoding;
+
+/// A series as the sender holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeriesEntry {
+    /// Labels, `__name__` included.
+    pub labels: Labels,
+    /// Handle of the source (node) the series belongs to.
+    pub source: u32,
+    /// Current wire encoding.
+    pub encoding: Encoding,
+    /// Current (quantised) value: what a keyframe carries.
+    pub value: f64,
+}
+
+/// A source (node) as the sender holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// Node name.
+    pub name: String,
+    /// Sampling tick, ms.
+    pub tick_ms: u32,
+    /// Timestamp of its latest tick, ms.
+    pub last_ts_ms: i64,
+}
+
+/// Every live series and source of one sender, by handle.
+///
+/// Handles of removed entries are reused only after [`SeriesTable::end_tick`],
+/// so one frame never names the same handle for two series.
+#[derive(Clone, Debug, Default)]
+pub struct SeriesTable {
+    series: Vec<Option<SeriesEntry>>,
+    free: Vec<u32>,
+    pending_free: Vec<u32>,
+    sources: Vec<Option<SourceEntry>>,
+    free_sources: Vec<u32>,
+    pending_free_sources: Vec<u32>,
+    live: usize,
+}
+
+impl SeriesTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a source, returning its handle.
+    pub fn add_source(&mut self, name: &str, tick_ms: u32) -> u32 {
+        let e = SourceEntry {
+            name: name.to_string(),
+            tick_ms,
+            last_ts_ms: 0,
+        };
+        alloc(&mut self.sources, &mut self.free_sources, e)
+    }
+
+    /// Removes a source (its series must be removed by the caller).
+    pub fn remove_source(&mut self, h: u32) {
+        if let Some(slot) = self.sources.get_mut(h as usize)
+            && slot.take().is_some()
+        {
+            self.pending_free_sources.push(h);
+        }
+    }
+
+    /// The source behind handle `h`.
+    pub fn source(&self, h: u32) -> Option<&SourceEntry> {
+        self.sources.get(h as usize).and_then(Option::as_ref)
+    }
+
+    /// Mutable access to a source.
+    pub fn source_mut(&mut self, h: u32) -> Option<&mut SourceEntry> {
+        self.sources.get_mut(h as usize).and_then(Option::as_mut)
+    }
+
+    /// Live sources with their handles, in handle order.
+    pub fn sources(&self) -> impl Iterator<Item = (u32, &SourceEntry)> {
+        self.sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+    }
+
+    /// Adds a series, returning its handle.
+    pub fn insert(&mut self, entry: SeriesEntry) -> u32 {
+        self.live += 1;
+        alloc(&mut self.series, &mut self.free, entry)
+    }
+
+    /// Removes a series; its handle is reusable after `end_tick`.
+    pub fn remove(&mut self, h: u32) -> Option<SeriesEntry> {
+        let e = self.series.get_mut(h as usize)?.take()?;
+        self.live -= 1;
+        self.pending_free.push(h);
+        Some(e)
+    }
+
+    /// The series behind handle `h`.
+    pub fn get(&self, h: u32) -> Option<&SeriesEntry> {
+        self.series.get(h as usize).and_then(Option::as_ref)
+    }
+
+    /// Mutable access to a series.
+    pub fn get_mut(&mut self, h: u32) -> Option<&mut SeriesEntry> {
+        self.series.get_mut(h as usize).and_then(Option::as_mut)
+    }
+
+    /// Live series with their handles, in handle order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &SeriesEntry)> {
+        self.series
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+    }
+
+    /// Number of live series.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when no series is live.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// One past the largest handle ever used (sizes per-link state).
+    pub fn capacity(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Makes handles removed during this tick reusable. Call after every link
+    /// has encoded the tick's changeset.
+    pub fn end_tick(&mut self) {
+        self.free.append(&mut self.pending_free);
+        self.free_sources.append(&mut self.pending_free_sources);
+    }
+}
+
+fn alloc<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
+    if let Some(h) = free.pop() {
+        slots[h as usize] = Some(v);
+        h
+    } else {
+        slots.push(Some(v));
+        (slots.len() - 1) as u32
+    }
+}
+
+/// Updates of one source at one timestamp.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChangeSection {
+    /// Source handle.
+    pub source: u32,
+    /// Timestamp of this tick of the source, ms.
+    pub ts_ms: i64,
+    /// (series handle, quantised value), in any order.
+    pub updates: Vec<(u32, f64)>,
+}
+
+/// Everything that changed in one tick, as the table's owner saw it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changeset {
+    /// Frame timestamp, ms.
+    pub ts_ms: i64,
+    /// Sources added since the last tick.
+    pub new_sources: Vec<u32>,
+    /// Series added, or whose encoding changed, since the last tick.
+    pub defs: Vec<u32>,
+    /// Per-source updates; a section without updates is a heartbeat.
+    pub sections: Vec<ChangeSection>,
+    /// Series removed this tick (the table no longer holds them).
+    pub retired: Vec<u32>,
+    /// Sources removed this tick.
+    pub retired_sources: Vec<u32>,
+}
+
+impl Changeset {
+    /// An empty changeset at `ts_ms`.
+    pub fn new(ts_ms: i64) -> Self {
+        Self {
+            ts_ms,
+            ..Self::default()
+        }
+    }
+
+    /// Number of value updates across sections.
+    pub fn update_count(&self) -> usize {
+        self.sections.iter().map(|s| s.updates.len()).sum()
+    }
+}

@@ -1,0 +1,417 @@
+//! Codec suite: round trips, bounds end to end, resync, hostile input.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{Labels, MetricKind, stale_nan};
+
+/// A sender plus one link, and a receiver, wired back to back.
+struct Pair {
+    tx: Sender,
+    enc: LinkEncoder,
+    dec: LinkDecoder,
+    split: RecordSplitter,
+    wire: Vec<u8>,
+    cfg: CodecConfig,
+}
+
+impl Pair {
+    fn new(cfg: CodecConfig) -> Self {
+        Self {
+            tx: Sender::new(BoundsPolicy::default()),
+            enc: LinkEncoder::new(&cfg).expect("encoder"),
+            dec: LinkDecoder::new(&cfg).expect("decoder"),
+            split: RecordSplitter::new(cfg.max_frame_bytes),
+            wire: Vec::new(),
+            cfg,
+        }
+    }
+
+    /// Sends one tick of `(labels, kind, value)` from source "n1"; returns
+    /// the decoded frame.
+    fn tick(&mut self, ts: i64, obs: &[(Labels, MetricKind, f64)]) -> RxFrame {
+        let src = self.tx.source("n1", 1000);
+        self.tx.begin_tick(ts);
+        self.tx.tick_source(src, ts);
+        for (l, k, v) in obs {
+            self.tx.observe(src, l, *k, *v);
+        }
+        let (table, cs) = self.tx.finish_tick();
+        let mut rec = Vec::new();
+        self.enc.encode(table, cs, &mut rec).expect("encode");
+        self.tx.end_tick();
+        self.wire.extend_from_slice(&rec);
+        self.split.push(&rec);
+        let payload = self.split.pop().expect("split").expect("one record");
+        self.dec.decode(&payload).expect("decode")
+    }
+
+    /// The receiver's value of `labels`.
+    fn rx_value(&self, labels: &Labels) -> Option<f64> {
+        self.dec
+            .series_iter()
+            .find(|(_, s)| &s.labels == labels)
+            .map(|(_, s)| s.value)
+    }
+
+    /// Starts a new link (new encoder and decoder) on the same sender.
+    fn relink(&mut self) {
+        self.enc = LinkEncoder::new(&self.cfg).expect("encoder");
+        self.dec = LinkDecoder::new(&self.cfg).expect("decoder");
+    }
+}
+
+fn g(name: &str, i: usize) -> Labels {
+    Labels::metric(name, [("node", "n1".to_string()), ("i", i.to_string())])
+}
+
+fn within_bound(kind: MetricKind, truth: f64, got: f64) -> bool {
+    if truth.is_nan() {
+        return got.is_nan();
+    }
+    match kind {
+        MetricKind::Gauge => (got - truth).abs() <= 1e-3 * truth.abs() || got == truth,
+        MetricKind::Counter => (got - truth).abs() <= 1e-3 || got == truth,
+    }
+}
+
+#[test]
+fn unchanged_series_cost_nothing_after_first_frame() {
+    let mut p = Pair::new(CodecConfig::default());
+    let obs: Vec<_> = (0..100)
+        .map(|i| (g("m", i), MetricKind::Gauge, i as f64))
+        .collect();
+    let f0 = p.tick(1_000, &obs);
+    assert!(f0.keyframe);
+    assert_eq!(f0.new_series.len(), 100);
+    let f1 = p.tick(2_000, &obs);
+    assert!(!f1.keyframe);
+    assert_eq!(f1.sections.len(), 1, "heartbeat section");
+    assert!(f1.sections[0].updates.is_empty());
+    assert_eq!(f1.ts_ms, 2_000);
+}
+
+#[test]
+fn disappearing_series_is_retired_and_can_return() {
+    let mut p = Pair::new(CodecConfig::default());
+    let a = g("job_cpu", 1);
+    let b = g("job_cpu", 2);
+    p.tick(
+        0,
+        &[
+            (a.clone(), MetricKind::Counter, 5.0),
+            (b.clone(), MetricKind::Counter, 7.0),
+        ],
+    );
+    let f = p.tick(1000, &[(a.clone(), MetricKind::Counter, 6.0)]);
+    assert_eq!(f.retired.len(), 1);
+    assert_eq!(f.retired[0].1.labels, b);
+    let f = p.tick(
+        2000,
+        &[
+            (a.clone(), MetricKind::Counter, 6.0),
+            (b.clone(), MetricKind::Counter, 1.0),
+        ],
+    );
+    assert_eq!(f.new_series.len(), 1);
+    assert_eq!(p.rx_value(&b), Some(1.0));
+}
+
+#[test]
+fn specials_travel_exactly() {
+    let mut p = Pair::new(CodecConfig::default());
+    let l = g("m", 0);
+    for (t, v) in [
+        (0, 1.0),
+        (1, f64::NAN),
+        (2, 2.0),
+        (3, f64::INFINITY),
+        (4, stale_nan()),
+        (5, 3.0),
+    ] {
+        p.tick(t * 1000, &[(l.clone(), MetricKind::Gauge, v)]);
+        let got = p.rx_value(&l).expect("present");
+        assert_eq!(got.to_bits(), v.to_bits(), "at {t}");
+    }
+}
+
+#[test]
+fn periodic_keyframe_and_new_link_resync() {
+    let cfg = CodecConfig {
+        keyframe_interval_ms: 5_000,
+        ..CodecConfig::default()
+    };
+    let mut p = Pair::new(cfg);
+    let mut kf = 0;
+    for t in 0..20 {
+        let obs: Vec<_> = (0..10)
+            .map(|i| (g("c", i), MetricKind::Counter, (t * (i + 1)) as f64 * 1.37))
+            .collect();
+        if p.tick(t as i64 * 1000, &obs).keyframe {
+            kf += 1;
+        }
+        if t == 12 {
+            p.relink();
+        }
+    }
+    assert_eq!(kf, 5, "t=0,5,10 periodic, 13 new link, 18 periodic");
+    for i in 0..10 {
+        let truth = (19 * (i + 1)) as f64 * 1.37;
+        let got = p.rx_value(&g("c", i)).expect("present after resync");
+        assert!((got - truth).abs() <= 1e-3, "{got} vs {truth}");
+    }
+}
+
+fn encode_n(cfg: &CodecConfig, n: usize) -> Vec<Vec<u8>> {
+    let mut tx = Sender::new(BoundsPolicy::default());
+    let mut enc = LinkEncoder::new(cfg).expect("encoder");
+    let src = tx.source("n1", 1000);
+    let mut out = Vec::new();
+    for t in 0..n {
+        tx.begin_tick(t as i64 * 1000);
+        tx.tick_source(src, t as i64 * 1000);
+        tx.observe(src, &g("m", 0), MetricKind::Gauge, t as f64);
+        let (table, cs) = tx.finish_tick();
+        let mut rec = Vec::new();
+        enc.encode(table, cs, &mut rec).expect("encode");
+        tx.end_tick();
+        let (len, pre) = record::read_prefix(&rec, 1 << 20)
+            .expect("prefix")
+            .expect("complete");
+        out.push(rec[pre..pre + len].to_vec());
+    }
+    out
+}
+
+#[test]
+fn out_of_order_frames_are_rejected_and_poison_the_link() {
+    let cfg = CodecConfig::default();
+    let frames = encode_n(&cfg, 3);
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    dec.decode(&frames[0]).expect("first");
+    let err = dec.decode(&frames[2]).expect_err("skipped one");
+    // The zstd stream itself may notice first; either way it is an error.
+    assert!(
+        matches!(
+            err,
+            CodecError::OutOfOrder {
+                expected: 1,
+                got: 2
+            } | CodecError::Zstd(_)
+                | CodecError::Malformed(_)
+        ),
+        "{err:?}"
+    );
+    assert!(matches!(dec.decode(&frames[1]), Err(CodecError::Poisoned)));
+}
+
+#[test]
+fn link_must_start_with_keyframe() {
+    let cfg = CodecConfig::default();
+    let frames = encode_n(&cfg, 2);
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    assert!(dec.decode(&frames[1]).is_err());
+}
+
+/// Compresses a raw protobuf frame as a sender would, for hand-built frames.
+fn compress(cfg: &CodecConfig, f: &crate::schema::frame::Frame) -> Vec<u8> {
+    use prost::Message;
+    let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
+    let raw = f.encode_to_vec();
+    let mut out = Vec::new();
+    encoder::put_uvarint(&mut out, raw.len() as u64);
+    z.compress_frame(&raw, &mut out).expect("compress");
+    out
+}
+
+#[test]
+fn unknown_series_id_is_rejected() {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig::default();
+    let f = pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: "n".into(),
+            tick_ms: 1000,
+        }],
+        sections: vec![pb::Section {
+            source: 0,
+            id_deltas: vec![41],
+            value_deltas: vec![1],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    assert!(matches!(
+        dec.decode(&compress(&cfg, &f)),
+        Err(CodecError::UnknownSeries { id: 41 })
+    ));
+}
+
+#[test]
+fn decompression_bomb_is_rejected_without_allocating_it() {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig {
+        max_frame_bytes: 64 << 10,
+        ..CodecConfig::default()
+    };
+    // A frame whose labels decompress to 1 MiB: tiny on the wire.
+    let f = pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: "x".repeat(1 << 20),
+            tick_ms: 1000,
+        }],
+        ..Default::default()
+    };
+    let bomb = compress(&cfg, &f);
+    assert!(
+        bomb.len() < 4096,
+        "bomb is small on the wire: {}",
+        bomb.len()
+    );
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    assert!(matches!(
+        dec.decode(&bomb),
+        Err(CodecError::FrameTooLarge { max }) if max == 64 << 10
+    ));
+}
+
+#[test]
+fn frame_larger_than_its_header_says_is_rejected() {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig {
+        max_frame_bytes: 64 << 10,
+        ..CodecConfig::default()
+    };
+    let f = pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: "x".repeat(1 << 20),
+            tick_ms: 1000,
+        }],
+        ..Default::default()
+    };
+    let honest = compress(&cfg, &f);
+    // Rewrite the length header to claim 10 bytes: the cap still holds.
+    let (_, used) = encoder::get_uvarint(&honest).expect("header");
+    let mut liar = vec![10u8];
+    liar.extend_from_slice(&honest[used..]);
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    assert!(matches!(
+        dec.decode(&liar),
+        Err(CodecError::FrameTooLarge { .. })
+    ));
+}
+
+#[test]
+fn oversized_labels_and_bad_encodings_are_rejected() {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig::default();
+    let src = pb::SourceDef {
+        id: 0,
+        name: "n".into(),
+        tick_ms: 1000,
+    };
+    for def in [
+        pb::SeriesDef {
+            id: 1,
+            encoding: 0,
+            ..Default::default()
+        },
+        pb::SeriesDef {
+            id: 1,
+            encoding: 1,
+            mantissa_bits: 60,
+            ..Default::default()
+        },
+        pb::SeriesDef {
+            id: 1,
+            encoding: 3,
+            scale: 0,
+            ..Default::default()
+        },
+        pb::SeriesDef {
+            id: 1,
+            encoding: 2,
+            labels: vec![pb::Label {
+                name: "a".into(),
+                value: "v".repeat(10_000),
+            }],
+            ..Default::default()
+        },
+    ] {
+        let f = pb::Frame {
+            keyframe: true,
+            sources: vec![src.clone()],
+            series: vec![def],
+            ..Default::default()
+        };
+        let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+        assert!(matches!(
+            dec.decode(&compress(&cfg, &f)),
+            Err(CodecError::BadDefinition { .. })
+        ));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Garbage never panics the decoder.
+    #[test]
+    fn garbage_is_an_error_not_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let mut dec = LinkDecoder::new(&CodecConfig::default()).expect("decoder");
+        let _ = dec.decode(&bytes);
+    }
+
+    /// Truncating any frame yields an error (or a shorter valid prefix), never a panic.
+    #[test]
+    fn truncated_frames_are_rejected(cut in 0usize..200) {
+        let cfg = CodecConfig::default();
+        let frames = encode_n(&cfg, 1);
+        let f = &frames[0];
+        let cut = cut.min(f.len().saturating_sub(1));
+        let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+        prop_assert!(dec.decode(&f[..cut]).is_err());
+    }
+
+    /// Every reconstructed value is within its bound at every tick, for
+    /// gauges and counters, across series appearing and disappearing,
+    /// and through a new link at a random tick.
+    #[test]
+    fn round_trip_within_bounds(
+        steps in prop::collection::vec(
+            prop::collection::vec((0usize..12, prop_oneof![Just(0.0), -1e9f64..1e9, 0f64..10.0]), 0..12),
+            1..40),
+        relink_at in 0usize..40,
+    ) {
+        let mut p = Pair::new(CodecConfig { keyframe_interval_ms: 7_000, ..CodecConfig::default() });
+        let mut counters = [0f64; 12];
+        for (t, step) in steps.iter().enumerate() {
+            let mut obs = Vec::new();
+            let mut used = [false; 12];
+            for &(i, v) in step {
+                if used[i] { continue; }
+                used[i] = true;
+                if i < 6 {
+                    obs.push((g("gauge", i), MetricKind::Gauge, v));
+                } else {
+                    counters[i] += v.abs().min(1e6);
+                    obs.push((g("counter", i), MetricKind::Counter, counters[i]));
+                }
+            }
+            if t == relink_at { p.relink(); }
+            p.tick(t as i64 * 1000, &obs);
+            prop_assert_eq!(p.dec.series_count(), obs.len());
+            for (l, k, v) in &obs {
+                let got = p.rx_value(l).expect("present");
+                prop_assert!(within_bound(*k, *v, got), "{l}: true {v} got {got}");
+            }
+        }
+    }
+}

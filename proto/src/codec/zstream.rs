@@ -1,0 +1,129 @@
+//! One zstd stream per link direction, flushed once per frame.
+//!
+//! Each frame is a flushed block of a single long-lived zstd stream, so a
+//! frame is compressed against everything sent before it on the link (the
+//! series ids that change every tick, the last keyframe): a streaming encoder
+//! sees all of the past on its link, never the future. Both ends start a new
+//! stream on every new link.
+//!
+//! The decompressor writes into a buffer capped at `max_out` bytes; a frame
+//! that would decompress to more is rejected before anything beyond the cap is
+//! allocated (decompression bombs), and the window size a peer may demand is
+//! capped too, bounding per-link memory.
+
+use zstd::stream::raw::{CParameter, DParameter, Decoder, Encoder, InBuffer, Operation, OutBuffer};
+
+use super::CodecError;
+
+/// Compressing side of a link's zstd stream.
+pub struct ZEncoder {
+    inner: Encoder<'static>,
+}
+
+impl std::fmt::Debug for ZEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ZEncoder")
+    }
+}
+
+impl ZEncoder {
+    /// A new stream at `level` with a `2^window_log` byte window.
+    pub fn new(level: i32, window_log: u32) -> Result<Self, CodecError> {
+        let mut inner = Encoder::new(level).map_err(|e| CodecError::Zstd(e.to_string()))?;
+        inner
+            .set_parameter(CParameter::WindowLog(window_log))
+            .map_err(|e| CodecError::Zstd(e.to_string()))?;
+        Ok(Self { inner })
+    }
+
+    /// Compresses `input` and flushes, appending the bytes to `out`.
+    pub fn compress_frame(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let mut inb = InBuffer::around(input);
+        loop {
+            out.reserve(input.len() / 2 + 64);
+            let start = out.len();
+            let mut outb = OutBuffer::around_pos(out, start);
+            self.inner
+                .run(&mut inb, &mut outb)
+                .map_err(|e| CodecError::Zstd(e.to_string()))?;
+            if inb.pos() == input.len() {
+                break;
+            }
+        }
+        loop {
+            out.reserve(256);
+            let start = out.len();
+            let mut outb = OutBuffer::around_pos(out, start);
+            let remaining = self
+                .inner
+                .flush(&mut outb)
+                .map_err(|e| CodecError::Zstd(e.to_string()))?;
+            if remaining == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Decompressing side of a link's zstd stream.
+pub struct ZDecoder {
+    inner: Decoder<'static>,
+}
+
+impl std::fmt::Debug for ZDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ZDecoder")
+    }
+}
+
+impl ZDecoder {
+    /// A new stream that refuses windows above `2^window_log_max` bytes.
+    pub fn new(window_log_max: u32) -> Result<Self, CodecError> {
+        let mut inner = Decoder::new().map_err(|e| CodecError::Zstd(e.to_string()))?;
+        inner
+            .set_parameter(DParameter::WindowLogMax(window_log_max))
+            .map_err(|e| CodecError::Zstd(e.to_string()))?;
+        Ok(Self { inner })
+    }
+
+    /// Decompresses one frame's bytes into `out` (cleared first), refusing
+    /// to produce more than `max_out` bytes.
+    pub fn decompress_frame(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        max_out: usize,
+    ) -> Result<(), CodecError> {
+        out.clear();
+        let mut inb = InBuffer::around(input);
+        loop {
+            if out.len() >= max_out {
+                // Output is full: anything left (input or data buffered
+                // inside zstd) would exceed the cap.
+                let mut probe = [0u8; 1];
+                let mut pb = OutBuffer::around(&mut probe[..]);
+                self.inner
+                    .run(&mut inb, &mut pb)
+                    .map_err(|e| CodecError::Zstd(e.to_string()))?;
+                if pb.pos() > 0 || inb.pos() < input.len() {
+                    return Err(CodecError::FrameTooLarge { max: max_out });
+                }
+                return Ok(());
+            }
+            let want = (max_out - out.len()).min(64 * 1024);
+            let start = out.len();
+            // Expose exactly `want` bytes to zstd, so it cannot write past the cap.
+            out.resize(start + want, 0);
+            let mut outb = OutBuffer::around(&mut out[start..]);
+            self.inner
+                .run(&mut inb, &mut outb)
+                .map_err(|e| CodecError::Zstd(e.to_string()))?;
+            let n = outb.pos();
+            out.truncate(start + n);
+            if inb.pos() == input.len() && n < want {
+                // All input consumed and zstd had room to spare: done.
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::Value as J;
+use tower::ServiceExt;
+
+use super::{ApiState, router};
+use crate::promql::{Engine, EngineOpts};
+use crate::store::{Appender, Labels, LiveStore, LiveStoreConfig, SharedStore};
+
+fn app() -> axum::Router {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    for i in 0..=60 {
+        let t = i * 10_000;
+        s.append(
+            None,
+            &Labels::metric("req_total", [("job", "a")]),
+            t,
+            i as f64 * 10.0,
+        )
+        .unwrap();
+        s.append(None, &Labels::metric("temp", [("job", "b")]), t, 1.5)
+            .unwrap();
+    }
+    let mut st = ApiState::new(
+        Arc::new(SharedStore::new(s)),
+        Arc::new(Engine::new(EngineOpts::default())),
+    );
+    st.now_ms = Arc::new(|| 600_000);
+    router(st)
+}
+
+async fn call(req: Request<Body>) -> (StatusCode, J) {
+    let resp = app().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+async fn get(uri: &str) -> (StatusCode, J) {
+    call(Request::get(uri).body(Body::empty()).unwrap()).await
+}
+
+#[tokio::test]
+async fn instant_query_vector_shape() {
+    let (st, j) = get("/api/v1/query?query=temp&time=300").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(j["status"], "success");
+    assert_eq!(j["data"]["resultType"], "vector");
+    assert_eq!(j["data"]["result"][0]["metric"]["job"], "b");
+    assert_eq!(j["data"]["result"][0]["value"][0], 300);
+    assert_eq!(j["data"]["result"][0]["value"][1], "1.5");
+}
+
+#[tokio::test]
+async fn post_form_and_rfc3339() {
+    let req = Request::post("/api/v1/query")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(
+            "query=rate(req_total%5B1m%5D)&time=1970-01-01T00:05:00Z",
+        ))
+        .unwrap();
+    let (st, j) = call(req).await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"]["result"][0]["value"][1], "1");
+    assert!(j["data"]["result"][0]["metric"].get("__name__").is_none());
+}
+
+#[tokio::test]
+async fn range_query_matrix() {
+    let (st, j) = get("/api/v1/query_range?query=temp&start=0&end=60&step=15s").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(j["data"]["resultType"], "matrix");
+    assert_eq!(
+        j["data"]["result"][0]["values"].as_array().map(Vec::len),
+        Some(5)
+    );
+}
+
+#[tokio::test]
+async fn scalar_and_special_values() {
+    let (_, j) = get("/api/v1/query?query=1%2F0&time=1").await;
+    assert_eq!(j["data"]["resultType"], "scalar");
+    assert_eq!(j["data"]["result"][1], "+Inf");
+    let (_, j) = get("/api/v1/query?query=0%2F0&time=1.5").await;
+    assert_eq!(j["data"]["result"][0], 1.5);
+    assert_eq!(j["data"]["result"][1], "NaN");
+}
+
+#[tokio::test]
+async fn errors_map_to_prometheus_types() {
+    let (st, j) = get("/api/v1/query?query=sum(").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(j["errorType"], "bad_data");
+    let (st, j) = get("/api/v1/query_range?query=up&start=10&end=0&step=1").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(j["errorType"], "bad_data");
+    let (st, j) = get("/api/v1/query?query=temp%20%2B%20on()%20group_left%20req_total%20or%20(temp%20*%20on()%20req_total)&time=300").await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    let (st, j) =
+        get("/api/v1/query?query=label_replace(temp,%22x%22,%22y%22,%22job%22,%22(%22)&time=300")
+            .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(j["errorType"], "execution");
+    let deep = format!(
+        "/api/v1/query?query={}1{}",
+        "(".repeat(5000),
+        ")".repeat(5000)
+    );
+    let (st, _) = get(&deep).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (st, _) = get("/api/v1/query_range?query=temp&start=0&end=100000000&step=1").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn series_labels_values() {
+    let (st, j) = get("/api/v1/series?match[]=temp&match[]=%7Bjob%3D~%22a%7Cz%22%7D").await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"].as_array().map(Vec::len), Some(2));
+    let (st, _) = get("/api/v1/series").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    let (_, j) = get("/api/v1/labels").await;
+    assert_eq!(j["data"], serde_json::json!(["__name__", "job"]));
+    let (_, j) = get("/api/v1/label/__name__/values").await;
+    assert_eq!(j["data"], serde_json::json!(["req_total", "temp"]));
+    let (_, j) = get("/api/v1/label/job/values?match[]=temp").await;
+    assert_eq!(j["data"], serde_json::json!(["b"]));
+}
+
+#[tokio::test]
+async fn misc_endpoints() {
+    for uri in [
+        "/api/v1/metadata",
+        "/api/v1/status/buildinfo",
+        "/api/v1/query_exemplars?query=up",
+    ] {
+        let (st, j) = get(uri).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(j["status"], "success");
+    }
+}
+
+#[tokio::test]
+async fn body_limit_enforced() {
+    let big = format!("query={}", "a".repeat(2 << 20));
+    let req = Request::post("/api/v1/query")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(big))
+        .unwrap();
+    let resp = app().oneshot(req).await.unwrap();
+    assert!(resp.status().is_client_error());
+}

@@ -1,0 +1,306 @@
+//! Aggregation operators and classic-bucket `histogram_quantile`.
+
+use std::collections::HashMap;
+
+use promql_parser::parser::{AggregateExpr, Call, LabelModifier};
+
+use super::PromqlError;
+use super::eval::Evaluator;
+use super::functions::{avg, kahan_inc, quantile, variance};
+use super::value::{Value, VectorSample, format_value};
+use crate::store::Labels;
+use canopy_proto::model::METRIC_NAME;
+
+/// The grouping labels of `l` under `modifier`.
+fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels {
+    match modifier {
+        None => Labels::default(),
+        Some(LabelModifier::Include(by)) => {
+            Labels::from_pairs(l.iter().filter(|(n, _)| by.labels.iter().any(|b| b == n)))
+        }
+        Some(LabelModifier::Exclude(wo)) => Labels::from_pairs(
+            l.iter()
+                .filter(|(n, _)| *n != METRIC_NAME && !wo.labels.iter().any(|b| b == n)),
+        ),
+    }
+}
+
+/// Groups samples by key, in order of first appearance.
+fn group(
+    v: Vec<VectorSample>,
+    key: impl Fn(&VectorSample) -> Labels,
+) -> Vec<(Labels, Vec<VectorSample>)> {
+    let mut idx: HashMap<Labels, usize> = HashMap::new();
+    let mut out: Vec<(Labels, Vec<VectorSample>)> = Vec::new();
+    for s in v {
+        let k = key(&s);
+        match idx.get(&k) {
+            Some(&i) => out[i].1.push(s),
+            None => {
+                idx.insert(k.clone(), out.len());
+                out.push((k, vec![s]));
+            }
+        }
+    }
+    out
+}
+
+fn int_param(p: f64) -> Result<i64, PromqlError> {
+    if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&p) {
+        return Err(PromqlError::Execution(format!(
+            "Scalar value {} overflows int64",
+            format_value(p)
+        )));
+    }
+    Ok(p as i64)
+}
+
+/// A stable hash of a label set in [0, 1), for `limit_ratio`.
+fn label_fraction(l: &Labels) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (n, v) in l.iter() {
+        for b in n.bytes().chain([0xff]).chain(v.bytes()).chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Evaluates an aggregation at `t`.
+pub(crate) fn eval(
+    ev: &mut Evaluator<'_>,
+    a: &AggregateExpr,
+    t: i64,
+) -> Result<Value, PromqlError> {
+    let op = a.op.to_string();
+    let op = op.as_str();
+    let mut num_param = f64::NAN;
+    let mut str_param = String::new();
+    if let Some(p) = &a.param {
+        if op == "count_values" {
+            str_param = ev.eval_string(p, t)?;
+        } else {
+            num_param = ev.eval_scalar(p, t)?;
+        }
+    }
+    let v = ev.eval_vector(&a.expr, t)?;
+    let m = &a.modifier;
+    match op {
+        "topk" | "bottomk" | "limitk" => {
+            let k = int_param(num_param)?;
+            if k < 1 {
+                return Ok(Value::Vector(Vec::new()));
+            }
+            let k = usize::try_from(k).unwrap_or(usize::MAX);
+            let mut out = Vec::new();
+            for (_, mut g) in group(v, |s| group_key(&s.labels, m)) {
+                if op != "limitk" {
+                    let top = op == "topk";
+                    g.sort_by(|x, y| match (x.v.is_nan(), y.v.is_nan()) {
+                        (true, true) => std::cmp::Ordering::Equal,
+                        (true, false) => std::cmp::Ordering::Greater,
+                        (false, true) => std::cmp::Ordering::Less,
+                        _ if top => y.v.total_cmp(&x.v),
+                        _ => x.v.total_cmp(&y.v),
+                    });
+                }
+                g.truncate(k);
+                out.extend(g);
+            }
+            return Ok(Value::Vector(out));
+        }
+        "limit_ratio" => {
+            let r = num_param.clamp(-1.0, 1.0);
+            if num_param.is_nan() {
+                return Err(PromqlError::Execution("Ratio value is NaN".into()));
+            }
+            let out = v
+                .into_iter()
+                .filter(|s| {
+                    let f = label_fraction(&s.labels);
+                    (r >= 0.0 && f < r) || (r < 0.0 && f >= 1.0 + r)
+                })
+                .collect();
+            return Ok(Value::Vector(out));
+        }
+        "count_values" => {
+            if str_param.is_empty() {
+                return Err(PromqlError::Execution(format!(
+                    "invalid label name {str_param:?}"
+                )));
+            }
+            let mut out = Vec::new();
+            for (k, g) in group(v, |s| {
+                let mut k = group_key(&s.labels, m);
+                k.set(&str_param, &format_value(s.v));
+                k
+            }) {
+                out.push(VectorSample {
+                    labels: k,
+                    t,
+                    v: g.len() as f64,
+                    drop_name: false,
+                });
+            }
+            return Ok(Value::Vector(out));
+        }
+        _ => {}
+    }
+    let mut out = Vec::new();
+    for (k, g) in group(v, |s| group_key(&s.labels, m)) {
+        let vals = || g.iter().map(|s| s.v);
+        let r = match op {
+            "sum" => {
+                let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
+                if s.is_infinite() { s } else { s + c }
+            }
+            "avg" => avg(vals()),
+            "count" => g.len() as f64,
+            "group" => 1.0,
+            "min" => vals().fold(f64::NAN, |a, v| if v < a || a.is_nan() { v } else { a }),
+            "max" => vals().fold(f64::NAN, |a, v| if v > a || a.is_nan() { v } else { a }),
+            "stddev" => stdvar(&g).sqrt(),
+            "stdvar" => stdvar(&g),
+            "quantile" => {
+                let mut xs: Vec<f64> = vals().collect();
+                quantile(num_param, &mut xs)
+            }
+            other => {
+                return Err(PromqlError::Execution(format!(
+                    "aggregation {other} is not supported"
+                )));
+            }
+        };
+        // Grouping by a not-yet-removed name keeps the removal pending.
+        let drop_name = k.get(METRIC_NAME).is_some() && g.iter().any(|s| s.drop_name);
+        out.push(VectorSample {
+            labels: k,
+            t,
+            v: r,
+            drop_name,
+        });
+    }
+    Ok(Value::Vector(out))
+}
+
+fn stdvar(g: &[VectorSample]) -> f64 {
+    variance(g.iter().map(|s| s.v))
+}
+
+/// Relative float equality as Prometheus' `almost.Equal`.
+pub(crate) fn almost_equal(a: f64, b: f64, eps: f64) -> bool {
+    const MIN_NORMAL: f64 = 2.2250738585072014e-308;
+    if a.is_nan() && b.is_nan() {
+        return true;
+    }
+    if a == b {
+        return true;
+    }
+    let diff = (a - b).abs();
+    if a == 0.0 || b == 0.0 || a.abs() + b.abs() < MIN_NORMAL {
+        return diff < eps * MIN_NORMAL;
+    }
+    diff / (a.abs() + b.abs()).min(f64::MAX) < eps
+}
+
+/// The q-quantile of classic cumulative buckets `(upper bound, count)`.
+pub(crate) fn bucket_quantile(q: f64, mut b: Vec<(f64, f64)>) -> f64 {
+    if q.is_nan() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    if b.last().is_none_or(|l| l.0 != f64::INFINITY) {
+        return f64::NAN;
+    }
+    let mut c: Vec<(f64, f64)> = Vec::with_capacity(b.len());
+    for (ub, n) in b {
+        match c.last_mut() {
+            Some(l) if l.0 == ub => l.1 += n,
+            _ => c.push((ub, n)),
+        }
+    }
+    let mut prev = c[0].1;
+    for x in c.iter_mut().skip(1) {
+        if x.1 == prev {
+            continue;
+        }
+        if almost_equal(prev, x.1, 1e-12) || x.1 < prev {
+            x.1 = prev;
+            continue;
+        }
+        prev = x.1;
+    }
+    if c.len() < 2 {
+        return f64::NAN;
+    }
+    let obs = c[c.len() - 1].1;
+    if obs == 0.0 || obs.is_nan() {
+        return f64::NAN;
+    }
+    let mut rank = q * obs;
+    let i = c[..c.len() - 1].partition_point(|x| x.1 < rank);
+    if i == c.len() - 1 {
+        return c[c.len() - 2].0;
+    }
+    if i == 0 && c[0].0 <= 0.0 {
+        return c[0].0;
+    }
+    let (mut start, end, mut count) = (0.0, c[i].0, c[i].1);
+    if i > 0 {
+        start = c[i - 1].0;
+        count -= c[i - 1].1;
+        rank -= c[i - 1].1;
+    }
+    start + (end - start) * (rank / count)
+}
+
+/// `histogram_quantile(q, v)` over classic `le` buckets.
+pub(crate) fn histogram_quantile(
+    ev: &mut Evaluator<'_>,
+    c: &Call,
+    t: i64,
+) -> Result<Value, PromqlError> {
+    let (Some(qa), Some(va)) = (c.args.args.first(), c.args.args.get(1)) else {
+        return Err(PromqlError::Execution(
+            "histogram_quantile needs 2 arguments".into(),
+        ));
+    };
+    let q = ev.eval_scalar(qa, t)?;
+    let v = ev.eval_vector(va, t)?;
+    let mut idx: HashMap<Labels, usize> = HashMap::new();
+    let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
+    for s in v {
+        let Some(ub) = s
+            .labels
+            .get("le")
+            .and_then(|x| x.trim().parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let mut k = s.labels.clone();
+        k.remove("le");
+        let i = *idx.entry(k.clone()).or_insert_with(|| {
+            groups.push((k, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push((ub, s.v));
+    }
+    Ok(Value::Vector(
+        groups
+            .into_iter()
+            .map(|(labels, b)| VectorSample {
+                labels,
+                t,
+                v: bucket_quantile(q, b),
+                drop_name: true,
+            })
+            .collect(),
+    ))
+}

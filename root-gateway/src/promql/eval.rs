@@ -1,0 +1,431 @@
+//! The evaluator: one step at a time, selectors served from a per-query cache.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use canopy_proto::model::is_stale_nan;
+use promql_parser::parser::value::ValueType;
+use promql_parser::parser::{Expr, MatrixSelector, SubqueryExpr, VectorSelector};
+
+use super::prepass::{self, Windows, adjust, dur_ms};
+use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_labels};
+use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
+use crate::store::{Labels, Querier, Series};
+
+/// Evaluation state of one query.
+pub(crate) struct Evaluator<'a> {
+    pub(crate) opts: &'a EngineOpts,
+    q: &'a dyn Querier,
+    cancel: Cancel<'a>,
+    /// Start and end of the query (for `@ start()` / `@ end()`).
+    pub(crate) qstart: i64,
+    pub(crate) qend: i64,
+    windows: Windows,
+    cache: HashMap<usize, Rc<Vec<Series>>>,
+    calls: u32,
+    /// Samples held during the current step, checked against the limit.
+    cur_samples: usize,
+    /// Step of a range query (0 for an instant query), for `step()`.
+    pub(crate) step_ms: i64,
+}
+
+impl<'a> Evaluator<'a> {
+    fn new(
+        opts: &'a EngineOpts,
+        q: &'a dyn Querier,
+        cancel: Cancel<'a>,
+        expr: &Expr,
+        start: i64,
+        end: i64,
+    ) -> Self {
+        let mut windows = Windows::new();
+        prepass::windows(expr, start, end, start, end, opts.lookback_ms, &mut windows);
+        Evaluator {
+            opts,
+            q,
+            cancel,
+            qstart: start,
+            qend: end,
+            windows,
+            cache: HashMap::new(),
+            calls: 0,
+            cur_samples: 0,
+            step_ms: 0,
+        }
+    }
+
+    /// Accounts for `n` more samples held in this step.
+    pub(crate) fn hold(&mut self, n: usize) -> Result<(), PromqlError> {
+        self.cur_samples = self.cur_samples.saturating_add(n);
+        if self.cur_samples > self.opts.max_samples {
+            return Err(PromqlError::TooManySamples {
+                limit: self.opts.max_samples,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_cancel(&mut self) -> Result<(), PromqlError> {
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls.is_multiple_of(32) && (self.cancel)() {
+            return Err(PromqlError::Timeout);
+        }
+        Ok(())
+    }
+
+    /// Evaluates `e` at time `t` (ms).
+    pub(crate) fn eval(&mut self, e: &Expr, t: i64) -> Result<Value, PromqlError> {
+        self.check_cancel()?;
+        match e {
+            Expr::NumberLiteral(n) => Ok(Value::Scalar { t, v: n.val }),
+            Expr::StringLiteral(s) => Ok(Value::String {
+                t,
+                s: s.val.clone(),
+            }),
+            Expr::Paren(p) => self.eval(&p.expr, t),
+            Expr::Unary(u) => match self.eval(&u.expr, t)? {
+                Value::Scalar { t, v } => Ok(Value::Scalar { t, v: -v }),
+                Value::Vector(mut vec) => {
+                    for s in &mut vec {
+                        s.v = -s.v;
+                        s.drop_name = true;
+                    }
+                    Ok(Value::Vector(vec))
+                }
+                other => Err(PromqlError::Execution(format!(
+                    "unary expression only allowed on scalar or vector, got {}",
+                    other.type_name()
+                ))),
+            },
+            Expr::VectorSelector(vs) => Ok(Value::Vector(self.vector_select(vs, t)?)),
+            Expr::MatrixSelector(ms) => Ok(Value::Matrix(self.matrix_select(ms, t)?)),
+            Expr::Subquery(sq) => Ok(Value::Matrix(self.subquery(sq, t)?)),
+            Expr::Call(c) => functions::call(self, c, t),
+            Expr::Aggregate(a) => aggregate::eval(self, a, t),
+            Expr::Binary(b) => binary::eval(self, b, t),
+            Expr::Extension(_) => Err(PromqlError::Execution(
+                "extension expressions are not supported".into(),
+            )),
+        }
+    }
+
+    /// Evaluates `e` and requires an instant vector.
+    pub(crate) fn eval_vector(
+        &mut self,
+        e: &Expr,
+        t: i64,
+    ) -> Result<Vec<VectorSample>, PromqlError> {
+        match self.eval(e, t)? {
+            Value::Vector(v) => Ok(v),
+            other => Err(PromqlError::Execution(format!(
+                "expected instant vector, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// Evaluates `e` and requires a range vector.
+    pub(crate) fn eval_matrix(&mut self, e: &Expr, t: i64) -> Result<Matrix, PromqlError> {
+        match self.eval(e, t)? {
+            Value::Matrix(m) => Ok(m),
+            other => Err(PromqlError::Execution(format!(
+                "expected range vector, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// Evaluates `e` and requires a scalar.
+    pub(crate) fn eval_scalar(&mut self, e: &Expr, t: i64) -> Result<f64, PromqlError> {
+        match self.eval(e, t)? {
+            Value::Scalar { v, .. } => Ok(v),
+            other => Err(PromqlError::Execution(format!(
+                "expected scalar, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// Evaluates `e` and requires a string.
+    pub(crate) fn eval_string(&mut self, e: &Expr, t: i64) -> Result<String, PromqlError> {
+        match self.eval(e, t)? {
+            Value::String { s, .. } => Ok(s),
+            other => Err(PromqlError::Execution(format!(
+                "expected string, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    fn fetch(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+        range: i64,
+    ) -> Result<Rc<Vec<Series>>, PromqlError> {
+        let k = prepass::key(vs);
+        if let Some(s) = self.cache.get(&k) {
+            return Ok(Rc::clone(s));
+        }
+        let (lo, hi) = self
+            .windows
+            .get(&k)
+            .copied()
+            .unwrap_or((t.saturating_sub(range), t));
+        let matchers = prepass::matchers(vs)?;
+        let series = self
+            .q
+            .select(&matchers, lo, hi, self.opts.max_series_per_selector)?;
+        let rc = Rc::new(series);
+        self.cache.insert(k, Rc::clone(&rc));
+        Ok(rc)
+    }
+
+    /// An instant selector at `t`: the newest sample in the lookback window,
+    /// unless it is a staleness marker. `VectorSample::t` is the sample's time.
+    pub(crate) fn vector_select(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<VectorSample>, PromqlError> {
+        let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
+        let lookback = self.opts.lookback_ms;
+        let all = self.fetch(vs, tt, lookback)?;
+        let mut out = Vec::new();
+        for s in all.iter() {
+            let idx = s.samples.partition_point(|p| p.ts_ms <= tt);
+            let Some(p) = idx.checked_sub(1).and_then(|i| s.samples.get(i)) else {
+                continue;
+            };
+            if p.ts_ms <= tt - lookback || is_stale_nan(p.value) {
+                continue;
+            }
+            out.push(VectorSample {
+                labels: s.labels.clone(),
+                t: p.ts_ms,
+                v: p.value,
+                drop_name: false,
+            });
+        }
+        self.hold(out.len())?;
+        Ok(out)
+    }
+
+    /// A range selector at `t`: samples in `(t - range, t]`, staleness markers left out.
+    pub(crate) fn matrix_select(
+        &mut self,
+        ms: &MatrixSelector,
+        t: i64,
+    ) -> Result<Matrix, PromqlError> {
+        let vs = &ms.vs;
+        let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
+        let range = dur_ms(&ms.range);
+        let all = self.fetch(vs, tt, range)?;
+        let lo = tt.saturating_sub(range);
+        let mut out = Vec::new();
+        let mut n = 0;
+        for s in all.iter() {
+            let a = s.samples.partition_point(|p| p.ts_ms <= lo);
+            let b = s.samples.partition_point(|p| p.ts_ms <= tt);
+            let points: Vec<Point> = s.samples[a..b.max(a)]
+                .iter()
+                .filter(|p| !is_stale_nan(p.value))
+                .map(|p| Point {
+                    t: p.ts_ms,
+                    v: p.value,
+                })
+                .collect();
+            if points.is_empty() {
+                continue;
+            }
+            n += points.len();
+            out.push(RangeSeries {
+                labels: s.labels.clone(),
+                points,
+                drop_name: false,
+            });
+        }
+        self.hold(n)?;
+        Ok(out)
+    }
+
+    /// A subquery at `t`: the inner expression at each step-aligned time in
+    /// `(t - range, t]`.
+    fn subquery(&mut self, sq: &SubqueryExpr, t: i64) -> Result<Matrix, PromqlError> {
+        let tt = adjust(&sq.at, &sq.offset, t, self.qstart, self.qend);
+        let step = sq
+            .step
+            .as_ref()
+            .map_or(self.opts.default_subquery_step_ms, dur_ms);
+        if step <= 0 {
+            return Err(PromqlError::Execution(
+                "subquery step must be positive".into(),
+            ));
+        }
+        let range = dur_ms(&sq.range);
+        let lo = tt.saturating_sub(range);
+        let mut start = step * (lo / step);
+        if start <= lo {
+            start += step;
+        }
+        if tt >= start && (tt - start) / step >= self.opts.max_points_per_series {
+            return Err(PromqlError::Execution(format!(
+                "subquery would evaluate more than {} steps",
+                self.opts.max_points_per_series
+            )));
+        }
+        let mut index: HashMap<Labels, usize> = HashMap::new();
+        let mut out: Matrix = Vec::new();
+        let mut it = start;
+        while it <= tt {
+            let samples = match self.eval(&sq.expr, it)? {
+                Value::Vector(v) => v,
+                Value::Scalar { v, .. } => vec![VectorSample {
+                    labels: Labels::default(),
+                    t: it,
+                    v,
+                    drop_name: false,
+                }],
+                other => {
+                    return Err(PromqlError::Execution(format!(
+                        "subquery is only allowed on instant vector, got {}",
+                        other.type_name()
+                    )));
+                }
+            };
+            self.hold(samples.len())?;
+            for s in samples {
+                let i = *index.entry(s.labels.clone()).or_insert_with(|| {
+                    out.push(RangeSeries {
+                        labels: s.labels.clone(),
+                        points: Vec::new(),
+                        drop_name: s.drop_name,
+                    });
+                    out.len() - 1
+                });
+                out[i].points.push(Point { t: it, v: s.v });
+            }
+            it += step;
+        }
+        Ok(out)
+    }
+}
+
+fn dup_error() -> PromqlError {
+    PromqlError::Execution("vector cannot contain metrics with the same labelset".into())
+}
+
+/// Applies delayed name removal and checks for duplicates.
+fn finish(v: Value, t: i64) -> Result<Value, PromqlError> {
+    match v {
+        Value::Vector(mut vec) => {
+            let mut seen = std::collections::HashSet::new();
+            for s in &mut vec {
+                finish_labels(&mut s.labels, s.drop_name);
+                s.drop_name = false;
+                s.t = t;
+                if !seen.insert(s.labels.clone()) {
+                    return Err(dup_error());
+                }
+            }
+            Ok(Value::Vector(vec))
+        }
+        Value::Matrix(mut m) => {
+            for s in &mut m {
+                finish_labels(&mut s.labels, s.drop_name);
+                s.drop_name = false;
+            }
+            m.sort_by(|a, b| a.labels.cmp(&b.labels));
+            if m.windows(2).any(|w| w[0].labels == w[1].labels) {
+                return Err(dup_error());
+            }
+            Ok(Value::Matrix(m))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Runs an instant query.
+pub(crate) fn instant(
+    opts: &EngineOpts,
+    q: &dyn Querier,
+    expr: &Expr,
+    ts: i64,
+    cancel: Cancel<'_>,
+) -> Result<Value, PromqlError> {
+    let mut ev = Evaluator::new(opts, q, cancel, expr, ts, ts);
+    let v = ev.eval(expr, ts)?;
+    finish(v, ts)
+}
+
+/// Runs a range query.
+pub(crate) fn range(
+    opts: &EngineOpts,
+    q: &dyn Querier,
+    expr: &Expr,
+    start: i64,
+    end: i64,
+    step: i64,
+    cancel: Cancel<'_>,
+) -> Result<Matrix, PromqlError> {
+    match expr.value_type() {
+        ValueType::Scalar | ValueType::Vector => {}
+        other => {
+            return Err(PromqlError::BadRequest(format!(
+                "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
+                match other {
+                    ValueType::Matrix => "range vector",
+                    ValueType::String => "string",
+                    _ => "unknown",
+                }
+            )));
+        }
+    }
+    let mut ev = Evaluator::new(opts, q, cancel, expr, start, end);
+    ev.step_ms = step;
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut out: Matrix = Vec::new();
+    let mut total = 0usize;
+    let mut t = start;
+    while t <= end {
+        ev.cur_samples = 0;
+        let samples = match finish(ev.eval(expr, t)?, t)? {
+            Value::Scalar { v, .. } => vec![VectorSample {
+                labels: Labels::default(),
+                t,
+                v,
+                drop_name: false,
+            }],
+            Value::Vector(v) => v,
+            other => {
+                return Err(PromqlError::Execution(format!(
+                    "unexpected {} in range query",
+                    other.type_name()
+                )));
+            }
+        };
+        total += samples.len();
+        if total > opts.max_samples {
+            return Err(PromqlError::TooManySamples {
+                limit: opts.max_samples,
+            });
+        }
+        for s in samples {
+            let i = *index.entry(s.labels.clone()).or_insert_with(|| {
+                out.push(RangeSeries {
+                    labels: s.labels.clone(),
+                    points: Vec::new(),
+                    drop_name: false,
+                });
+                out.len() - 1
+            });
+            out[i].points.push(Point { t, v: s.v });
+        }
+        t = match t.checked_add(step) {
+            Some(n) => n,
+            None => break,
+        };
+    }
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(out)
+}

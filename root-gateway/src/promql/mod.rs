@@ -1,0 +1,184 @@
+//! Canopy's PromQL engine (Prometheus 3.x semantics).
+//!
+//! Queries are parsed with `promql-parser`, checked ([`prepass`]), then
+//! evaluated step by step against a [`Querier`]: each selector's data is
+//! fetched once per query for the whole time window the query needs. The
+//! engine reads no clock: the caller passes evaluation times and a
+//! cancellation check.
+//!
+//! Limits (all typed errors): samples held per step and in the result,
+//! series per selector, points per series of a range query, subquery steps,
+//! query length and nesting depth.
+
+mod aggregate;
+mod binary;
+mod eval;
+mod functions;
+mod prepass;
+pub mod testscript;
+mod value;
+
+use crate::store::{Querier, StoreError};
+
+pub use value::{Matrix, Point, RangeSeries, Value, VectorSample, format_value};
+
+/// Errors from parsing or evaluating a query.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PromqlError {
+    /// The query text does not parse or is not valid PromQL.
+    #[error("{0}")]
+    Parse(String),
+    /// A query parameter is invalid (time range, step, ...).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Evaluation failed (duplicate series, bad function argument, ...).
+    #[error("{0}")]
+    Execution(String),
+    /// The query would hold more samples than allowed.
+    #[error(
+        "query processing would load too many samples into memory in query execution (limit {limit})"
+    )]
+    TooManySamples {
+        /// The configured maximum.
+        limit: usize,
+    },
+    /// The caller's cancellation check fired.
+    #[error("query timed out in query execution")]
+    Timeout,
+    /// The store refused the selection.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Typed engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineOpts {
+    /// How far back an instant selector looks for a sample (default 5 m).
+    pub lookback_ms: i64,
+    /// Step of subqueries written without one (default 1 m).
+    pub default_subquery_step_ms: i64,
+    /// Maximum samples held at once (default 50 000 000).
+    pub max_samples: usize,
+    /// Maximum series one selector may match (default 500 000).
+    pub max_series_per_selector: usize,
+    /// Maximum points per series in a range query (default 11 000).
+    pub max_points_per_series: i64,
+    /// Maximum query text length in bytes (default 64 KiB).
+    pub max_query_len: usize,
+    /// Maximum expression nesting depth (default 128).
+    pub max_depth: usize,
+}
+
+impl Default for EngineOpts {
+    fn default() -> Self {
+        EngineOpts {
+            lookback_ms: 5 * 60 * 1000,
+            default_subquery_step_ms: 60 * 1000,
+            max_samples: 50_000_000,
+            max_series_per_selector: 500_000,
+            max_points_per_series: 11_000,
+            max_query_len: 64 * 1024,
+            max_depth: 128,
+        }
+    }
+}
+
+/// The PromQL engine: stateless apart from its settings, shareable.
+#[derive(Clone, Debug, Default)]
+pub struct Engine {
+    opts: EngineOpts,
+}
+
+/// A cancellation check: returns true when the query must stop (deadline
+/// passed, client gone). Called cooperatively during evaluation.
+pub type Cancel<'a> = &'a (dyn Fn() -> bool + Sync);
+
+fn never() -> bool {
+    false
+}
+
+impl Engine {
+    /// An engine with the given settings.
+    pub fn new(opts: EngineOpts) -> Self {
+        Engine { opts }
+    }
+
+    /// The engine's settings.
+    pub fn opts(&self) -> &EngineOpts {
+        &self.opts
+    }
+
+    /// Evaluates `query` at `ts_ms`.
+    pub fn instant(&self, q: &dyn Querier, query: &str, ts_ms: i64) -> Result<Value, PromqlError> {
+        self.instant_with_cancel(q, query, ts_ms, &never)
+    }
+
+    /// Evaluates `query` at `ts_ms`, stopping with [`PromqlError::Timeout`]
+    /// when `cancel` returns true.
+    pub fn instant_with_cancel(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        ts_ms: i64,
+        cancel: Cancel<'_>,
+    ) -> Result<Value, PromqlError> {
+        let expr = prepass::parse(query, &self.opts)?;
+        eval::instant(&self.opts, q, &expr, ts_ms, cancel)
+    }
+
+    /// Evaluates `query` at every `step_ms` from `start_ms` to `end_ms`.
+    pub fn range(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        start_ms: i64,
+        end_ms: i64,
+        step_ms: i64,
+    ) -> Result<Matrix, PromqlError> {
+        self.range_with_cancel(q, query, start_ms, end_ms, step_ms, &never)
+    }
+
+    /// [`Engine::range`] with a cancellation check.
+    pub fn range_with_cancel(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        start_ms: i64,
+        end_ms: i64,
+        step_ms: i64,
+        cancel: Cancel<'_>,
+    ) -> Result<Matrix, PromqlError> {
+        if step_ms <= 0 {
+            return Err(PromqlError::BadRequest(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
+            ));
+        }
+        if end_ms < start_ms {
+            return Err(PromqlError::BadRequest(
+                "end timestamp must not be before start time".into(),
+            ));
+        }
+        if (end_ms - start_ms) / step_ms >= self.opts.max_points_per_series {
+            return Err(PromqlError::BadRequest(format!(
+                "exceeded maximum resolution of {} points per timeseries. Try decreasing the query resolution (?step=XX)",
+                self.opts.max_points_per_series
+            )));
+        }
+        let expr = prepass::parse(query, &self.opts)?;
+        eval::range(&self.opts, q, &expr, start_ms, end_ms, step_ms, cancel)
+    }
+}
+
+/// Parses a series selector (as in `match[]`) into store matchers.
+pub fn parse_selector(
+    s: &str,
+    opts: &EngineOpts,
+) -> Result<Vec<crate::store::Matcher>, PromqlError> {
+    match prepass::parse(s, opts)? {
+        promql_parser::parser::Expr::VectorSelector(vs) => prepass::matchers(&vs),
+        _ => Err(PromqlError::Parse(format!(
+            "invalid series selector {s:?}: not a vector selector"
+        ))),
+    }
+}

@@ -1,0 +1,533 @@
+//! A runner for Prometheus' PromQL `.test` scripts (`load` / `eval` / `clear`).
+//!
+//! Runs each eval's main query on a [`MemStore`] with the production
+//! [`Engine`]. Evals that need a feature Canopy does not have yet (native
+//! histograms, start timestamps, annotations, syntax the parser does not
+//! know) are counted as skipped, each with its reason.
+
+mod notation;
+
+use std::collections::BTreeMap;
+
+use canopy_proto::model::is_stale_nan;
+use notation::{Item, duration_ms, go_number, metric, values, word};
+
+use super::aggregate::almost_equal;
+use super::{Engine, EngineOpts, PromqlError, RangeSeries, Value};
+use crate::store::{Appender, Labels, MemStore};
+
+/// One failed eval.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// 1-based line of the eval command.
+    pub line: usize,
+    /// The PromQL expression.
+    pub expr: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// The outcome of a script.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Evals that passed.
+    pub passed: usize,
+    /// Evals that failed.
+    pub failed: usize,
+    /// Evals skipped (feature not built yet).
+    pub skipped: usize,
+    /// Details of each failure.
+    pub failures: Vec<Failure>,
+    /// Skip reasons with counts.
+    pub skip_reasons: BTreeMap<String, usize>,
+}
+
+impl Report {
+    fn skip(&mut self, why: &str) {
+        self.skipped += 1;
+        *self.skip_reasons.entry(why.to_string()).or_default() += 1;
+    }
+
+    fn fail(&mut self, line: usize, expr: &str, message: String) {
+        self.failed += 1;
+        self.failures.push(Failure {
+            line,
+            expr: expr.to_string(),
+            message,
+        });
+    }
+}
+
+#[derive(Default)]
+struct Expect {
+    fail: bool,
+    fail_msg: Option<String>,
+    fail_regex: Option<String>,
+    ordered: bool,
+    annotations: bool,
+    range_vector: Option<(i64, i64, i64)>,
+    string: Option<String>,
+    scalar: Option<f64>,
+    series: Vec<(Labels, Vec<Item>)>,
+    hist: bool,
+    bad_line: Option<String>,
+}
+
+enum Kind {
+    Instant(i64),
+    Range(i64, i64, i64),
+}
+
+/// Runs a whole script and reports per-eval results.
+pub fn run_script(text: &str) -> Report {
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|l| {
+            let t = l.trim();
+            if t.starts_with('#') {
+                String::new()
+            } else {
+                t.to_string()
+            }
+        })
+        .collect();
+    let engine = Engine::new(EngineOpts {
+        max_samples: 10_000,
+        ..EngineOpts::default()
+    });
+    let mut store = MemStore::new();
+    let mut report = Report::default();
+    let mut unsupported_segment: Option<&'static str> = None;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = &lines[i];
+        if line.is_empty() {
+            i += 1;
+            continue;
+        }
+        let (cmd, rest) = word(line);
+        let cmd_l = cmd.to_ascii_lowercase();
+        let start = i;
+        i += 1;
+        let mut body = Vec::new();
+        while i < lines.len() && !lines[i].is_empty() {
+            body.push((i, lines[i].as_str()));
+            i += 1;
+        }
+        if cmd_l == "clear" {
+            store.clear();
+            unsupported_segment = None;
+            i = start + 1;
+        } else if cmd_l.starts_with("load") {
+            if cmd_l == "load_with_nhcb" {
+                unsupported_segment = Some("native histograms");
+            }
+            let interval = duration_ms(rest).unwrap_or(0);
+            let mut batch: Vec<(Labels, Vec<Item>)> = Vec::new();
+            for (_, l) in &body {
+                if l.contains("{{") {
+                    unsupported_segment = Some("native histograms");
+                    continue;
+                }
+                if word(l).0.ends_with("@st") {
+                    unsupported_segment = Some("start timestamps");
+                    continue;
+                }
+                let Some((labels, rest)) = metric(l) else {
+                    continue;
+                };
+                let Some(vals) = values(rest) else { continue };
+                match batch.iter_mut().find(|(b, _)| *b == labels) {
+                    Some(slot) => slot.1 = vals,
+                    None => batch.push((labels, vals)),
+                }
+            }
+            for (labels, vals) in batch {
+                for (k, v) in vals.iter().enumerate() {
+                    if let Item::Float(f) = v {
+                        let _ = store.append(None, &labels, k as i64 * interval, *f);
+                    }
+                }
+            }
+        } else if cmd_l.starts_with("eval") {
+            // A scalar expectation ends the body; re-read what follows it.
+            let mut exp = Expect::default();
+            let mut consumed = 0;
+            for (idx, l) in &body {
+                consumed = *idx;
+                if parse_expect_line(l, &mut exp) {
+                    break;
+                }
+            }
+            if exp.scalar.is_some() {
+                i = consumed + 1;
+            }
+            run_eval(
+                &engine,
+                &store,
+                &mut report,
+                start + 1,
+                &cmd_l,
+                rest,
+                exp,
+                unsupported_segment,
+            );
+        } else {
+            report.fail(start + 1, line, format!("invalid command {cmd:?}"));
+        }
+    }
+    report
+}
+
+/// Reads one body line into `exp`; true when it was a scalar (ends the body).
+fn parse_expect_line(l: &str, exp: &mut Expect) -> bool {
+    let (w, rest) = word(l);
+    if w == "expect" {
+        let (kind, tail) = word(rest);
+        match kind {
+            "fail" => {
+                exp.fail = true;
+                let t = tail.trim();
+                if let Some(m) = t.strip_prefix("msg:") {
+                    exp.fail_msg = Some(m.trim().to_string());
+                } else if let Some(r) = t.strip_prefix("regex:") {
+                    exp.fail_regex = Some(r.trim().to_string());
+                }
+            }
+            "ordered" => exp.ordered = true,
+            "warn" | "info" => exp.annotations = true,
+            "no_warn" | "no_info" => {}
+            "range" => {
+                let parts: Vec<&str> = tail.split_whitespace().collect();
+                match parts.as_slice() {
+                    ["vector", "from", a, "to", b, "step", s] => {
+                        match (duration_ms(a), duration_ms(b), duration_ms(s)) {
+                            (Some(a), Some(b), Some(s)) => exp.range_vector = Some((a, b, s)),
+                            _ => exp.bad_line = Some(l.to_string()),
+                        }
+                    }
+                    _ => exp.bad_line = Some(l.to_string()),
+                }
+            }
+            "string" => match notation::quoted(tail.trim()) {
+                Some((s, _)) => exp.string = Some(s),
+                None => exp.bad_line = Some(l.to_string()),
+            },
+            _ => exp.bad_line = Some(l.to_string()),
+        }
+        return false;
+    }
+    if let Some(f) = go_number(l.trim()) {
+        exp.scalar = Some(f);
+        return true;
+    }
+    if l.contains("{{") {
+        exp.hist = true;
+        return false;
+    }
+    match metric(l).and_then(|(lb, r)| values(r).map(|v| (lb, v))) {
+        Some(s) => exp.series.push(s),
+        None => exp.bad_line = Some(l.to_string()),
+    }
+    false
+}
+
+fn parse_header(cmd: &str, rest: &str) -> Option<(Kind, String)> {
+    let (w, r) = word(rest);
+    match w {
+        "instant" => {
+            let (a, r2) = word(r);
+            if a == "at" {
+                let (ts, expr) = word(r2);
+                Some((Kind::Instant(duration_ms(ts)?), expr.to_string()))
+            } else {
+                Some((Kind::Instant(0), r.to_string()))
+            }
+        }
+        "range" if !cmd.ends_with("ordered") => {
+            let (f, r) = word(r);
+            let (s, r) = word(r);
+            let (to, r) = word(r);
+            let (e, r) = word(r);
+            let (st, r) = word(r);
+            let (step, expr) = word(r);
+            if f != "from" || to != "to" || st != "step" {
+                return None;
+            }
+            let (s, e, step) = (duration_ms(s)?, duration_ms(e)?, duration_ms(step)?);
+            if e < s {
+                return None;
+            }
+            Some((Kind::Range(s, e, step), expr.to_string()))
+        }
+        _ => None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_eval(
+    engine: &Engine,
+    store: &MemStore,
+    report: &mut Report,
+    line: usize,
+    cmd: &str,
+    rest: &str,
+    mut exp: Expect,
+    unsupported: Option<&'static str>,
+) {
+    let Some((kind, expr)) = parse_header(cmd, rest) else {
+        report.fail(line, rest, "cannot parse eval command".into());
+        return;
+    };
+    match cmd {
+        "eval_fail" => exp.fail = true,
+        "eval_ordered" => exp.ordered = true,
+        "eval_warn" | "eval_info" => exp.annotations = true,
+        _ => {}
+    }
+    if let Some(why) = unsupported {
+        return report.skip(why);
+    }
+    if exp.hist {
+        return report.skip("native histograms");
+    }
+    if exp.annotations {
+        return report.skip("annotations");
+    }
+    if let Some(b) = exp.bad_line {
+        return report.fail(line, &expr, format!("cannot parse expectation line {b:?}"));
+    }
+    let lower = expr.to_ascii_lowercase();
+    if lower.contains("anchored") || lower.contains("smoothed") {
+        return report.skip("syntax the parser does not support");
+    }
+    if promql_parser::parser::parse(&expr).is_err() {
+        return report.skip("syntax the parser does not support");
+    }
+    let result = match kind {
+        Kind::Instant(t) => {
+            let t = exp.range_vector.map_or(t, |(_, t2, _)| t2);
+            engine.instant(store, &expr, t)
+        }
+        Kind::Range(s, e, step) => engine.range(store, &expr, s, e, step).map(Value::Matrix),
+    };
+    if exp.fail {
+        match result {
+            Err(e) => {
+                let msg = e.to_string();
+                if let Some(m) = &exp.fail_msg
+                    && msg.trim() != m
+                {
+                    return report.fail(
+                        line,
+                        &expr,
+                        format!("error {msg:?}, expected message {m:?}"),
+                    );
+                }
+                if let Some(r) = &exp.fail_regex {
+                    let ok = super::prepass::regex_matcher(&format!(".*(?:{r}).*"))
+                        .map(|m| m.is_match(&msg))
+                        .unwrap_or(false);
+                    if !ok {
+                        return report.fail(
+                            line,
+                            &expr,
+                            format!("error {msg:?} does not match {r:?}"),
+                        );
+                    }
+                }
+                report.passed += 1;
+            }
+            Ok(_) => report.fail(line, &expr, "expected an error, got a result".into()),
+        }
+        return;
+    }
+    let value = match result {
+        Ok(v) => v,
+        Err(e) => return report.fail(line, &expr, format!("unexpected error: {e}")),
+    };
+    let verdict = match kind {
+        Kind::Instant(_) => match exp.range_vector {
+            Some((a, _, s)) => compare_matrix(&value, &exp, a, s, None),
+            None => compare_instant(&value, &exp),
+        },
+        Kind::Range(s, e, step) => compare_matrix(&value, &exp, s, step, Some(e)),
+    };
+    match verdict {
+        Ok(()) => report.passed += 1,
+        Err(m) => report.fail(line, &expr, m),
+    }
+}
+
+fn feq(a: f64, b: f64) -> bool {
+    if is_stale_nan(a) || is_stale_nan(b) {
+        return is_stale_nan(a) && is_stale_nan(b);
+    }
+    almost_equal(a, b, 1e-6)
+}
+
+fn compare_instant(v: &Value, exp: &Expect) -> Result<(), String> {
+    if let Some(s) = &exp.string {
+        return match v {
+            Value::String { s: got, .. } if got == s => Ok(()),
+            other => Err(format!("expected string {s:?}, got {other:?}")),
+        };
+    }
+    if let Some(x) = exp.scalar {
+        return match v {
+            Value::Scalar { v: got, .. } if feq(*got, x) => Ok(()),
+            other => Err(format!("expected scalar {x}, got {}", brief(other))),
+        };
+    }
+    let Value::Vector(got) = v else {
+        return Err(format!("expected a vector, got {}", brief(v)));
+    };
+    let mut want = Vec::new();
+    for (l, items) in &exp.series {
+        let vals: Vec<f64> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Float(f) => Some(*f),
+                Item::Omitted => None,
+            })
+            .collect();
+        if vals.len() != 1 {
+            return Err(format!("expected series {l} must have exactly one value"));
+        }
+        want.push((l, vals[0]));
+    }
+    if got.len() != want.len() {
+        return Err(format!(
+            "expected {} samples, got {}: {}",
+            want.len(),
+            got.len(),
+            brief(v)
+        ));
+    }
+    for (k, s) in got.iter().enumerate() {
+        let Some(pos) = want.iter().position(|(l, _)| **l == s.labels) else {
+            return Err(format!("unexpected sample {} {}", s.labels, s.v));
+        };
+        if exp.ordered && pos != k {
+            return Err(format!(
+                "sample {} at position {k}, expected at {pos}",
+                s.labels
+            ));
+        }
+        if !feq(want[pos].1, s.v) {
+            return Err(format!(
+                "{}: expected {}, got {}",
+                s.labels, want[pos].1, s.v
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn compare_matrix(
+    v: &Value,
+    exp: &Expect,
+    start: i64,
+    step: i64,
+    end: Option<i64>,
+) -> Result<(), String> {
+    let got: &[RangeSeries] = match v {
+        Value::Matrix(m) => m,
+        Value::Vector(vec) if vec.is_empty() => &[],
+        other => return Err(format!("expected a matrix, got {}", brief(other))),
+    };
+    if exp.scalar.is_some() {
+        return Err("a scalar expectation for a range query".into());
+    }
+    if got.windows(2).any(|w| w[0].labels > w[1].labels) {
+        return Err("matrix not sorted by labels".into());
+    }
+    if got.len() != exp.series.len() {
+        return Err(format!(
+            "expected {} series, got {}: {}",
+            exp.series.len(),
+            got.len(),
+            brief(v)
+        ));
+    }
+    for s in got {
+        let Some((_, items)) = exp.series.iter().find(|(l, _)| *l == s.labels) else {
+            return Err(format!("unexpected series {}", s.labels));
+        };
+        if let Some(e) = end
+            && step > 0
+            && items.len() as i64 > (e - start) / step + 1
+        {
+            return Err(format!("{}: more expected values than steps", s.labels));
+        }
+        let want: Vec<(i64, f64)> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(k, it)| match it {
+                Item::Float(f) => Some((start + k as i64 * step, *f)),
+                Item::Omitted => None,
+            })
+            .collect();
+        if want.len() != s.points.len() {
+            return Err(format!(
+                "{}: expected {} points, got {}: {:?}",
+                s.labels,
+                want.len(),
+                s.points.len(),
+                s.points
+            ));
+        }
+        for ((t, f), p) in want.iter().zip(&s.points) {
+            if *t != p.t || !feq(*f, p.v) {
+                return Err(format!(
+                    "{}: expected {f}@{t}, got {}@{}",
+                    s.labels, p.v, p.t
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn brief(v: &Value) -> String {
+    let s = match v {
+        Value::Vector(vec) => vec
+            .iter()
+            .map(|s| format!("{} {}", s.labels, s.v))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Matrix(m) => m
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:?}",
+                    s.labels,
+                    s.points.iter().map(|p| (p.t, p.v)).collect::<Vec<_>>()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => format!("{other:?}"),
+    };
+    let mut s = format!("{} [{s}]", v.type_name());
+    if s.len() > 400 {
+        let mut cut = 400;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// Errors are compared by their message in scripts.
+impl From<PromqlError> for Failure {
+    fn from(e: PromqlError) -> Self {
+        Failure {
+            line: 0,
+            expr: String::new(),
+            message: e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Value types the engine produces.
+
+use crate::store::Labels;
+use canopy_proto::model::METRIC_NAME;
+
+/// One point of a range series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Timestamp in ms.
+    pub t: i64,
+    /// Value.
+    pub v: f64,
+}
+
+/// One element of an instant vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VectorSample {
+    /// Labels of the element.
+    pub labels: Labels,
+    /// Timestamp in ms: the evaluation time (or, inside `timestamp()`, the
+    /// sample's own time).
+    pub t: i64,
+    /// Value.
+    pub v: f64,
+    /// `__name__` is to be removed when the query finishes (delayed name
+    /// removal, as Prometheus 3 does).
+    pub drop_name: bool,
+}
+
+/// One series of a range vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeSeries {
+    /// Labels.
+    pub labels: Labels,
+    /// Points, oldest first.
+    pub points: Vec<Point>,
+    /// See [`VectorSample::drop_name`].
+    pub drop_name: bool,
+}
+
+/// A range vector: series sorted by labels when returned from a query.
+pub type Matrix = Vec<RangeSeries>;
+
+/// The result of an expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A scalar at time `t`.
+    Scalar {
+        /// Evaluation time in ms.
+        t: i64,
+        /// Value.
+        v: f64,
+    },
+    /// A string at time `t`.
+    String {
+        /// Evaluation time in ms.
+        t: i64,
+        /// Value.
+        s: String,
+    },
+    /// An instant vector.
+    Vector(Vec<VectorSample>),
+    /// A range vector.
+    Matrix(Matrix),
+}
+
+impl Value {
+    /// The Prometheus type name ("scalar", "string", "vector", "matrix").
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Scalar { .. } => "scalar",
+            Value::String { .. } => "string",
+            Value::Vector(_) => "vector",
+            Value::Matrix(_) => "matrix",
+        }
+    }
+}
+
+/// Formats a float the way Prometheus' JSON API does (`strconv.FormatFloat(v, 'f', -1, 64)`).
+pub fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Removes `__name__` where it is flagged for removal.
+pub(crate) fn finish_labels(labels: &mut Labels, drop_name: bool) {
+    if drop_name {
+        labels.remove(METRIC_NAME);
+        labels.remove("__type__");
+        labels.remove("__unit__");
+    }
+}

@@ -1,0 +1,195 @@
+//! Compact change-point chunks.
+//!
+//! Layout of one chunk (bytes, appended in place):
+//!
+//! ```text
+//! first sample:  ts (zigzag varint, absolute) | value (8 bytes LE)
+//! next samples:  dod (zigzag varint: delta-of-delta of ts) | xor-value
+//! xor-value:     0x00                          value equal to previous
+//!                hdr | n bytes                 hdr = trailing_zero_bytes << 4 | n
+//! ```
+//!
+//! Timestamps of a regular tick cost one byte, an unchanged value one byte.
+//! Chunks are sealed after [`CHUNK_SAMPLES`] samples so retention can drop
+//! whole chunks.
+
+use canopy_proto::model::Sample;
+
+/// Samples per chunk before a new one is started.
+pub const CHUNK_SAMPLES: usize = 240;
+
+/// A sealed or open chunk of change points.
+#[derive(Clone, Debug, Default)]
+pub struct Chunk {
+    bytes: Vec<u8>,
+    count: usize,
+    first_ts: i64,
+    last_ts: i64,
+    last_delta: i64,
+    last_bits: u64,
+}
+
+fn put_varint(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn get_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut z: u64 = 0;
+    let mut shift = 0u32;
+    loop {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        if shift >= 64 {
+            return None;
+        }
+        z |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    Some(((z >> 1) as i64) ^ -((z & 1) as i64))
+}
+
+impl Chunk {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Timestamp of the first sample.
+    pub fn first_ts(&self) -> i64 {
+        self.first_ts
+    }
+
+    /// Timestamp of the newest sample.
+    pub fn last_ts(&self) -> i64 {
+        self.last_ts
+    }
+
+    /// Value of the newest sample.
+    pub fn last_value(&self) -> f64 {
+        f64::from_bits(self.last_bits)
+    }
+
+    /// True when the chunk should be sealed.
+    pub fn is_full(&self) -> bool {
+        self.count >= CHUNK_SAMPLES
+    }
+
+    /// Encoded size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Appends a sample; the caller guarantees `ts >= last_ts`.
+    pub fn push(&mut self, ts: i64, v: f64) {
+        let bits = v.to_bits();
+        if self.count == 0 {
+            put_varint(&mut self.bytes, ts);
+            self.bytes.extend_from_slice(&bits.to_le_bytes());
+            self.first_ts = ts;
+            self.last_delta = 0;
+        } else {
+            let delta = ts.wrapping_sub(self.last_ts);
+            put_varint(&mut self.bytes, delta.wrapping_sub(self.last_delta));
+            self.last_delta = delta;
+            let x = bits ^ self.last_bits;
+            if x == 0 {
+                self.bytes.push(0);
+            } else {
+                let lead = x.leading_zeros() / 8;
+                let trail = x.trailing_zeros() / 8;
+                let n = 8 - lead - trail;
+                self.bytes.push(((trail as u8) << 4) | n as u8);
+                let shifted = (x >> (trail * 8)).to_le_bytes();
+                self.bytes.extend_from_slice(&shifted[..n as usize]);
+            }
+        }
+        self.last_ts = ts;
+        self.last_bits = bits;
+        self.count += 1;
+    }
+
+    /// Decodes every sample, oldest first.
+    pub fn decode(&self, out: &mut Vec<Sample>) {
+        let buf = &self.bytes;
+        let mut pos = 0usize;
+        let mut ts = 0i64;
+        let mut delta = 0i64;
+        let mut bits = 0u64;
+        for i in 0..self.count {
+            if i == 0 {
+                let Some(t) = get_varint(buf, &mut pos) else {
+                    return;
+                };
+                let Some(raw) = buf.get(pos..pos + 8) else {
+                    return;
+                };
+                let mut b = [0u8; 8];
+                b.copy_from_slice(raw);
+                pos += 8;
+                ts = t;
+                bits = u64::from_le_bytes(b);
+            } else {
+                let Some(dod) = get_varint(buf, &mut pos) else {
+                    return;
+                };
+                delta = delta.wrapping_add(dod);
+                ts = ts.wrapping_add(delta);
+                let Some(&hdr) = buf.get(pos) else { return };
+                pos += 1;
+                if hdr != 0 {
+                    let n = usize::from(hdr & 0x0f);
+                    let trail = u32::from(hdr >> 4);
+                    let Some(raw) = buf.get(pos..pos + n) else {
+                        return;
+                    };
+                    let mut b = [0u8; 8];
+                    b[..n].copy_from_slice(raw);
+                    pos += n;
+                    bits ^= u64::from_le_bytes(b) << (trail * 8);
+                }
+            }
+            out.push(Sample {
+                ts_ms: ts,
+                value: f64::from_bits(bits),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_compact() {
+        let mut c = Chunk::default();
+        let vals = [1.0, 1.0, 2.5, -3.0, f64::NAN, 0.0, 1e300, 7.0];
+        for (i, v) in vals.iter().enumerate() {
+            c.push(1_000 + i as i64 * 1_000 + (i as i64 % 3), *v);
+        }
+        let mut out = Vec::new();
+        c.decode(&mut out);
+        assert_eq!(out.len(), vals.len());
+        for (i, s) in out.iter().enumerate() {
+            assert_eq!(s.value.to_bits(), vals[i].to_bits());
+            assert_eq!(s.ts_ms, 1_000 + i as i64 * 1_000 + (i as i64 % 3));
+        }
+        let mut steady = Chunk::default();
+        for i in 0..100 {
+            steady.push(i * 1000, 5.0);
+        }
+        assert!(steady.byte_len() < 220, "{}", steady.byte_len());
+    }
+}

@@ -1,0 +1,529 @@
+//! [`LiveStore`]: change-only fabric series, explicit samples, `up`, retention.
+//!
+//! A fabric series stores only its change points (in [`Chunk`]s). Reading
+//! it re-creates what a Prometheus scraping every tick would have stored:
+//! the change point, then the same value at each tick of its source while
+//! the source's heartbeats cover that tick, until the next change point or
+//! a retirement (a staleness-marker change point). When the source goes
+//! silent past its deadline a staleness marker follows the last covered
+//! tick. Deadlines are checked in [`LiveStore::maintain`], with a `now` the
+//! caller passes in.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
+
+use super::chunk::Chunk;
+use super::{Appender, Labels, Matcher, Querier, Sample, Series, StoreError};
+
+/// Typed settings of a [`LiveStore`].
+#[derive(Clone, Debug)]
+pub struct LiveStoreConfig {
+    /// How long data is kept, in ms (default 2 h).
+    pub retention_ms: i64,
+    /// Maximum number of series held (default 1 000 000).
+    pub max_series: usize,
+    /// A source is dead after this many ticks without a heartbeat (default 3)...
+    pub deadline_ticks: u32,
+    /// ...or after this many ms, whichever is larger (default 5 000).
+    pub min_deadline_ms: i64,
+}
+
+impl Default for LiveStoreConfig {
+    fn default() -> Self {
+        LiveStoreConfig {
+            retention_ms: 2 * 3600 * 1000,
+            max_series: 1_000_000,
+            deadline_ticks: 3,
+            min_deadline_ms: 5_000,
+        }
+    }
+}
+
+/// Counters the store keeps about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Series currently held (the synthetic `up` series excluded).
+    pub series: usize,
+    /// Change points held.
+    pub change_points: usize,
+    /// Encoded bytes of all chunks.
+    pub chunk_bytes: usize,
+    /// New series refused because of the series limit.
+    pub rejected_series: u64,
+    /// Samples refused because they were out of order.
+    pub out_of_order: u64,
+    /// Sources declared dead by a missed deadline.
+    pub sources_died: u64,
+}
+
+/// One period during which a source's heartbeats arrived in time.
+#[derive(Clone, Copy, Debug)]
+struct Alive {
+    start: i64,
+    end: i64,
+    /// The source went silent past its deadline after `end`.
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Source {
+    name: String,
+    tick_ms: i64,
+    alive: Vec<Alive>,
+}
+
+impl Source {
+    /// The alive period that covers or follows `ts`.
+    fn period_from(&self, ts: i64) -> Option<&Alive> {
+        let i = self.alive.partition_point(|a| a.end < ts);
+        self.alive.get(i)
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    labels: Labels,
+    source: Option<usize>,
+    chunks: Vec<Chunk>,
+}
+
+impl Entry {
+    fn last(&self) -> Option<(i64, f64)> {
+        self.chunks
+            .last()
+            .filter(|c| c.len() > 0)
+            .map(|c| (c.last_ts(), c.last_value()))
+    }
+}
+
+/// The in-memory live store. See the module docs for the model.
+#[derive(Debug, Default)]
+pub struct LiveStore {
+    cfg: LiveStoreConfig,
+    entries: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    by_labels: HashMap<Labels, usize>,
+    by_name: HashMap<String, HashSet<usize>>,
+    sources: Vec<Source>,
+    source_ids: HashMap<String, usize>,
+    now_ms: i64,
+    stats: StoreStats,
+}
+
+impl LiveStore {
+    /// An empty store with the given settings.
+    pub fn new(cfg: LiveStoreConfig) -> Self {
+        LiveStore {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    /// The store's counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut s = self.stats;
+        s.series = self.by_labels.len();
+        s.change_points = 0;
+        s.chunk_bytes = 0;
+        for e in self.entries.iter().flatten() {
+            for c in &e.chunks {
+                s.change_points += c.len();
+                s.chunk_bytes += c.byte_len();
+            }
+        }
+        s
+    }
+
+    fn deadline(&self, src: &Source) -> i64 {
+        (src.tick_ms * i64::from(self.cfg.deadline_ticks)).max(self.cfg.min_deadline_ms)
+    }
+
+    fn source_id(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.source_ids.get(name) {
+            return i;
+        }
+        self.sources.push(Source {
+            name: name.to_string(),
+            tick_ms: 1000,
+            alive: Vec::new(),
+        });
+        let i = self.sources.len() - 1;
+        self.source_ids.insert(name.to_string(), i);
+        i
+    }
+
+    /// Checks heartbeat deadlines and applies retention. Call it regularly
+    /// (e.g. once per second) with the current time; nothing else reads a
+    /// clock.
+    pub fn maintain(&mut self, now_ms: i64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        for i in 0..self.sources.len() {
+            let dl = self.deadline(&self.sources[i]);
+            let src = &mut self.sources[i];
+            if let Some(last) = src.alive.last_mut()
+                && !last.closed
+                && now_ms - last.end > dl
+            {
+                last.closed = true;
+                self.stats.sources_died += 1;
+                tracing::info!(source = %src.name, last_heartbeat_ms = last.end, "source silent past its deadline, its series go stale");
+            }
+        }
+        let cutoff = self.now_ms - self.cfg.retention_ms;
+        for src in &mut self.sources {
+            let keep_from = src.alive.partition_point(|a| a.end < cutoff);
+            let keep_from = keep_from.min(src.alive.len().saturating_sub(1));
+            src.alive.drain(..keep_from);
+        }
+        let mut dead = Vec::new();
+        for (id, slot) in self.entries.iter_mut().enumerate() {
+            let Some(e) = slot else { continue };
+            while e.chunks.len() > 1 && e.chunks[1].first_ts() <= cutoff {
+                e.chunks.remove(0);
+            }
+            let Some((last_ts, last_v)) = e.last() else {
+                dead.push(id);
+                continue;
+            };
+            let live_until = if is_stale_nan(last_v) {
+                last_ts
+            } else {
+                match e.source.and_then(|s| self.sources.get(s)) {
+                    Some(src) => match src.alive.last() {
+                        Some(a) if !a.closed => i64::MAX,
+                        Some(a) => a.end.max(last_ts),
+                        None => last_ts,
+                    },
+                    None => last_ts,
+                }
+            };
+            if live_until < cutoff {
+                dead.push(id);
+            }
+        }
+        for id in dead {
+            if let Some(e) = self.entries[id].take() {
+                self.by_labels.remove(&e.labels);
+                if let Some(set) = self.by_name.get_mut(e.labels.name()) {
+                    set.remove(&id);
+                    if set.is_empty() {
+                        self.by_name.remove(e.labels.name());
+                    }
+                }
+                self.free.push(id);
+            }
+        }
+    }
+
+    fn entry_id(&mut self, labels: &Labels, create: bool) -> Result<Option<usize>, StoreError> {
+        if let Some(&id) = self.by_labels.get(labels) {
+            return Ok(Some(id));
+        }
+        if !create {
+            return Ok(None);
+        }
+        if labels.name().is_empty() {
+            return Err(StoreError::NoMetricName {
+                labels: labels.to_string(),
+            });
+        }
+        if self.by_labels.len() >= self.cfg.max_series {
+            self.stats.rejected_series += 1;
+            tracing::warn!(
+                limit = self.cfg.max_series,
+                "series limit reached, new series refused"
+            );
+            return Err(StoreError::TooManySeries {
+                limit: self.cfg.max_series,
+                labels: labels.to_string(),
+            });
+        }
+        let e = Entry {
+            labels: labels.clone(),
+            source: None,
+            chunks: Vec::new(),
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id] = Some(e);
+                id
+            }
+            None => {
+                self.entries.push(Some(e));
+                self.entries.len() - 1
+            }
+        };
+        self.by_labels.insert(labels.clone(), id);
+        self.by_name
+            .entry(labels.name().to_string())
+            .or_default()
+            .insert(id);
+        Ok(Some(id))
+    }
+
+    fn push_point(
+        &mut self,
+        id: usize,
+        src: Option<usize>,
+        ts: i64,
+        v: f64,
+    ) -> Result<(), StoreError> {
+        let period_start = src
+            .and_then(|s| self.sources.get(s))
+            .and_then(|s| s.alive.last())
+            .filter(|a| !a.closed)
+            .map(|a| a.start);
+        let Some(e) = self.entries.get_mut(id).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        if src.is_some() {
+            e.source = src;
+        }
+        if let Some((last_ts, last_v)) = e.last() {
+            let same = last_v.to_bits() == v.to_bits();
+            if ts < last_ts || (ts == last_ts && !same) {
+                self.stats.out_of_order += 1;
+                return Err(StoreError::OutOfOrder {
+                    labels: e.labels.to_string(),
+                    ts_ms: ts,
+                    newest_ms: last_ts,
+                });
+            }
+            if ts == last_ts {
+                return Ok(());
+            }
+            // Change-only: an unchanged value is implied while the source
+            // has been alive since the last change point.
+            if same
+                && src.is_some()
+                && !is_stale_nan(v)
+                && period_start.is_some_and(|p| p <= last_ts)
+            {
+                return Ok(());
+            }
+        }
+        if e.chunks.last().is_none_or(Chunk::is_full) {
+            e.chunks.push(Chunk::default());
+        }
+        if let Some(c) = e.chunks.last_mut() {
+            c.push(ts, v);
+        }
+        Ok(())
+    }
+
+    fn materialise(&self, e: &Entry, mint: i64, maxt: i64) -> Vec<Sample> {
+        let mut cps = Vec::new();
+        // Start at the last chunk that begins at or before mint: its points
+        // may imply samples inside the window.
+        let first = e
+            .chunks
+            .partition_point(|c| c.first_ts() <= mint)
+            .saturating_sub(1);
+        for c in &e.chunks[first..] {
+            if c.first_ts() > maxt {
+                break;
+            }
+            c.decode(&mut cps);
+        }
+        let src = e.source.and_then(|s| self.sources.get(s));
+        let mut out = Vec::new();
+        for (i, cp) in cps.iter().enumerate() {
+            if cp.ts_ms > maxt {
+                break;
+            }
+            let next = cps.get(i + 1).map_or(i64::MAX, |n| n.ts_ms);
+            if cp.ts_ms >= mint {
+                out.push(*cp);
+            }
+            if is_stale_nan(cp.value) || next <= mint {
+                continue;
+            }
+            let Some(src) = src else { continue };
+            let Some(period) = src.period_from(cp.ts_ms) else {
+                continue;
+            };
+            let tick = src.tick_ms.max(1);
+            // Implied points run on the change point's grid to the end of
+            // the covering alive period.
+            let k0 = ((mint - cp.ts_ms + tick - 1) / tick).max(1);
+            let mut t = cp.ts_ms.saturating_add(k0.saturating_mul(tick));
+            while t < next && t <= maxt && t <= period.end {
+                if t >= period.start {
+                    out.push(Sample {
+                        ts_ms: t,
+                        value: cp.value,
+                    });
+                }
+                t += tick;
+            }
+            if period.closed && t > period.end && t < next && t >= mint && t <= maxt {
+                out.push(Sample {
+                    ts_ms: t,
+                    value: stale_nan(),
+                });
+            }
+        }
+        out
+    }
+
+    fn up_samples(&self, src: &Source, mint: i64, maxt: i64) -> Vec<Sample> {
+        let tick = src.tick_ms.max(1);
+        let mut out = Vec::new();
+        for (i, a) in src.alive.iter().enumerate() {
+            let mut emit = |from: i64, to: i64, v: f64| {
+                let k0 = ((mint - from + tick - 1) / tick).max(0);
+                let mut t = from.saturating_add(k0.saturating_mul(tick));
+                while t <= to && t <= maxt {
+                    out.push(Sample { ts_ms: t, value: v });
+                    t += tick;
+                }
+            };
+            emit(a.start, a.end, 1.0);
+            if a.closed {
+                let to = src.alive.get(i + 1).map_or(self.now_ms, |n| n.start - 1);
+                emit(a.end + tick, to, 0.0);
+            }
+        }
+        out
+    }
+}
+
+impl Appender for LiveStore {
+    fn append(
+        &mut self,
+        source: Option<&str>,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<(), StoreError> {
+        let src = source.map(|s| self.source_id(s));
+        let Some(id) = self.entry_id(labels, true)? else {
+            return Ok(());
+        };
+        self.push_point(id, src, ts_ms, value)
+    }
+
+    fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32) {
+        let id = self.source_id(source);
+        let dl = self.deadline(&self.sources[id]);
+        let src = &mut self.sources[id];
+        src.tick_ms = i64::from(tick_ms.max(1));
+        match src.alive.last_mut() {
+            Some(a) if !a.closed && ts_ms - a.end <= dl => a.end = a.end.max(ts_ms),
+            Some(a) if ts_ms <= a.end => {}
+            last => {
+                if let Some(a) = last {
+                    a.closed = true;
+                }
+                src.alive.push(Alive {
+                    start: ts_ms,
+                    end: ts_ms,
+                    closed: false,
+                });
+            }
+        }
+    }
+
+    fn retire(&mut self, labels: &Labels, ts_ms: i64) {
+        if let Ok(Some(id)) = self.entry_id(labels, false) {
+            let already = self.entries[id]
+                .as_ref()
+                .and_then(Entry::last)
+                .is_some_and(|(_, v)| is_stale_nan(v));
+            if !already {
+                let _ = self.push_point(id, None, ts_ms, stale_nan());
+            }
+        }
+    }
+}
+
+impl Querier for LiveStore {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Series>, StoreError> {
+        let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
+        let mut out = Vec::new();
+        let mut push = |labels: &Labels, samples: Vec<Sample>| -> Result<(), StoreError> {
+            if samples.is_empty() {
+                return Ok(());
+            }
+            if out.len() >= limit {
+                return Err(StoreError::SelectLimit { limit });
+            }
+            out.push(Series {
+                labels: labels.clone(),
+                samples,
+            });
+            Ok(())
+        };
+        let candidates: Box<dyn Iterator<Item = &Entry>> = match Matcher::metric_name(matchers) {
+            Some(name) => Box::new(
+                self.by_name
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|&id| self.entries.get(id).and_then(Option::as_ref)),
+            ),
+            None => Box::new(self.entries.iter().flatten()),
+        };
+        for e in candidates {
+            if Matcher::all_match(matchers, &e.labels) {
+                push(&e.labels, self.materialise(e, mint, maxt))?;
+            }
+        }
+        for src in &self.sources {
+            let labels = Labels::from_pairs([(METRIC_NAME, "up"), ("node", src.name.as_str())]);
+            if Matcher::all_match(matchers, &labels) {
+                push(&labels, self.up_samples(src, mint, maxt))?;
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+}
+
+/// A [`LiveStore`] shared between the ingest path and queries. Each query
+/// `select` holds the read lock only while it copies samples out.
+#[derive(Clone, Debug, Default)]
+pub struct SharedStore(pub Arc<RwLock<LiveStore>>);
+
+impl SharedStore {
+    /// Wraps a store.
+    pub fn new(store: LiveStore) -> Self {
+        SharedStore(Arc::new(RwLock::new(store)))
+    }
+
+    /// Runs `f` with the write lock held (for ingestion and maintenance).
+    pub fn write<R>(&self, f: impl FnOnce(&mut LiveStore) -> R) -> R {
+        let mut g = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut g)
+    }
+}
+
+impl Querier for SharedStore {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Series>, StoreError> {
+        let g = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.select(matchers, mint, maxt, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,122 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::store::{Appender, Matcher, Querier};
+
+fn m(name: &str) -> Vec<Matcher> {
+    vec![Matcher::equal(METRIC_NAME, name)]
+}
+
+fn pts(s: &LiveStore, name: &str, lo: i64, hi: i64) -> Vec<(i64, f64)> {
+    let r = s.select(&m(name), lo, hi, 100).unwrap();
+    r.first()
+        .map(|x| x.samples.iter().map(|p| (p.ts_ms, p.value)).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn change_only_series_is_implied_at_each_tick() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("cpu", [("node", "n1")]);
+    for t in 0..=10 {
+        let ts = t * 1000;
+        let v = if t < 5 { 1.0 } else { 2.0 };
+        s.append(Some("n1"), &l, ts, v).unwrap();
+        s.heartbeat("n1", ts, 1000);
+    }
+    // Only two change points are stored.
+    assert_eq!(s.stats().change_points, 2);
+    let p = pts(&s, "cpu", 0, 20_000);
+    assert_eq!(p.len(), 11);
+    assert_eq!(p[4], (4000, 1.0));
+    assert_eq!(p[5], (5000, 2.0));
+    assert_eq!(p[10], (10_000, 2.0));
+}
+
+#[test]
+fn silent_source_goes_stale_and_up_drops() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("mem", [("node", "n1")]);
+    s.append(Some("n1"), &l, 0, 7.0).unwrap();
+    for t in 0..=3 {
+        s.heartbeat("n1", t * 1000, 1000);
+    }
+    s.maintain(5_000);
+    assert!(pts(&s, "mem", 0, 60_000).iter().all(|p| !is_stale_nan(p.1)));
+    s.maintain(9_000);
+    let p = pts(&s, "mem", 0, 60_000);
+    assert_eq!(p.len(), 5);
+    assert!(is_stale_nan(p[4].1));
+    assert_eq!(p[4].0, 4000);
+    let up = pts(&s, "up", 0, 60_000);
+    assert_eq!(&up[..4], &[(0, 1.0), (1000, 1.0), (2000, 1.0), (3000, 1.0)]);
+    assert!(up[4..].iter().all(|p| p.1 == 0.0));
+    assert_eq!(up.last().map(|p| p.0), Some(9000));
+}
+
+#[test]
+fn retire_ends_series_and_remote_write_is_explicit() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("job_cpu", [("job_id", "7")]);
+    s.append(Some("n1"), &l, 0, 1.0).unwrap();
+    for t in 0..=5 {
+        s.heartbeat("n1", t * 1000, 1000);
+    }
+    s.retire(&l, 3000);
+    let p = pts(&s, "job_cpu", 0, 10_000);
+    assert_eq!(p.len(), 4);
+    assert!(is_stale_nan(p[3].1));
+    let rw = Labels::metric("rw", [("a", "b")]);
+    s.append(None, &rw, 0, 1.0).unwrap();
+    s.append(None, &rw, 5000, 1.0).unwrap();
+    assert_eq!(pts(&s, "rw", 0, 10_000).len(), 2);
+    assert!(matches!(
+        s.append(None, &rw, 1000, 1.0),
+        Err(StoreError::OutOfOrder { .. })
+    ));
+    assert_eq!(s.stats().out_of_order, 1);
+}
+
+#[test]
+fn series_limit_is_typed_and_counted() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        max_series: 2,
+        ..Default::default()
+    });
+    for i in 0..2 {
+        s.append(None, &Labels::metric("x", [("i", i.to_string())]), 0, 1.0)
+            .unwrap();
+    }
+    let e = s.append(None, &Labels::metric("x", [("i", "9")]), 0, 1.0);
+    assert!(matches!(e, Err(StoreError::TooManySeries { limit: 2, .. })));
+    assert_eq!(s.stats().rejected_series, 1);
+}
+
+#[test]
+fn retention_drops_old_series() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..Default::default()
+    });
+    s.append(None, &Labels::metric("old", [("a", "1")]), 0, 1.0)
+        .unwrap();
+    s.append(None, &Labels::metric("new", [("a", "1")]), 15_000, 1.0)
+        .unwrap();
+    s.maintain(20_000);
+    assert_eq!(s.stats().series, 1);
+    assert!(pts(&s, "old", 0, 30_000).is_empty());
+}
+
+#[test]
+fn long_steady_series_is_cheap() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("steady", [("node", "n1")]);
+    for t in 0..3600 {
+        s.append(Some("n1"), &l, t * 1000, 42.0).unwrap();
+        s.heartbeat("n1", t * 1000, 1000);
+    }
+    let st = s.stats();
+    assert_eq!(st.change_points, 1);
+    assert!(st.chunk_bytes < 16);
+    assert_eq!(pts(&s, "steady", 0, 3_600_000).len(), 3600);
+}

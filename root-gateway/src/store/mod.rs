@@ -1,0 +1,188 @@
+//! The live store: series, change points, implied samples, retention.
+//!
+//! This module is a pure core (no tokio, no clock reads). Writers use the
+//! [`Appender`] trait; readers (the PromQL engine, the HTTP API) see only the
+//! [`Querier`] trait, like Prometheus' `storage.Querier`. Two implementations:
+//! [`LiveStore`] (change-only fabric data plus explicit remote_write samples)
+//! and [`MemStore`] (a plain map of explicit samples, used by the test runner).
+
+mod chunk;
+mod live;
+mod mem;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub use canopy_proto::model::{Labels, Sample};
+pub use live::{LiveStore, LiveStoreConfig, SharedStore, StoreStats};
+pub use mem::MemStore;
+
+/// Errors from the store.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The series limit is reached; a new series was refused.
+    #[error("series limit of {limit} reached; refused new series {labels}")]
+    TooManySeries {
+        /// The configured maximum.
+        limit: usize,
+        /// The refused series.
+        labels: String,
+    },
+    /// A sample older than the newest sample of its series.
+    #[error("out-of-order sample for {labels}: {ts_ms} < newest {newest_ms}")]
+    OutOfOrder {
+        /// The series.
+        labels: String,
+        /// The refused timestamp.
+        ts_ms: i64,
+        /// The newest timestamp already held.
+        newest_ms: i64,
+    },
+    /// A series without a metric name.
+    #[error("series without a metric name: {labels}")]
+    NoMetricName {
+        /// The refused series.
+        labels: String,
+    },
+    /// A selection would return more series than allowed.
+    #[error("selector matched more than {limit} series")]
+    SelectLimit {
+        /// The configured maximum.
+        limit: usize,
+    },
+}
+
+/// Ingestion interface of a store.
+pub trait Appender {
+    /// Records a change point of `labels` at `ts_ms`.
+    ///
+    /// `source` is the node that produced it for fabric (change-only) data:
+    /// the value is then implied at each of the source's ticks until the next
+    /// change. `None` means an explicit sample (remote_write): nothing implied.
+    /// A staleness-marker value retires the series.
+    fn append(
+        &mut self,
+        source: Option<&str>,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) -> Result<(), StoreError>;
+
+    /// The source is alive at `ts_ms` and ticks every `tick_ms`.
+    fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32);
+
+    /// Ends `labels` at `ts_ms` (a staleness marker).
+    fn retire(&mut self, labels: &Labels, ts_ms: i64);
+}
+
+/// A label-value predicate (a compiled, fully anchored regex).
+pub type Predicate = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// How a [`Matcher`] compares a label value.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum MatchOp {
+    /// Equal to the value.
+    Equal(String),
+    /// Not equal to the value.
+    NotEqual(String),
+    /// Matches a fully anchored regex (given as a predicate).
+    Regex(Predicate),
+    /// Does not match a fully anchored regex.
+    NotRegex(Predicate),
+}
+
+/// One label matcher; an absent label matches as the empty string.
+#[derive(Clone)]
+pub struct Matcher {
+    /// The label name.
+    pub name: String,
+    /// The comparison.
+    pub op: MatchOp,
+}
+
+impl fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.op {
+            MatchOp::Equal(v) => write!(f, "{}={v:?}", self.name),
+            MatchOp::NotEqual(v) => write!(f, "{}!={v:?}", self.name),
+            MatchOp::Regex(_) => write!(f, "{}=~<re>", self.name),
+            MatchOp::NotRegex(_) => write!(f, "{}!~<re>", self.name),
+        }
+    }
+}
+
+impl Matcher {
+    /// An equality matcher.
+    pub fn equal(name: &str, value: &str) -> Self {
+        Matcher {
+            name: name.to_string(),
+            op: MatchOp::Equal(value.to_string()),
+        }
+    }
+
+    /// True when the value `v` (empty when absent) satisfies the matcher.
+    pub fn matches(&self, v: &str) -> bool {
+        match &self.op {
+            MatchOp::Equal(x) => x == v,
+            MatchOp::NotEqual(x) => x != v,
+            MatchOp::Regex(re) => re(v),
+            MatchOp::NotRegex(re) => !re(v),
+        }
+    }
+
+    /// True when every matcher accepts `labels`.
+    pub fn all_match(matchers: &[Matcher], labels: &Labels) -> bool {
+        matchers
+            .iter()
+            .all(|m| m.matches(labels.get(&m.name).unwrap_or("")))
+    }
+
+    /// The metric name if this is `__name__="x"`.
+    pub fn metric_name(matchers: &[Matcher]) -> Option<&str> {
+        matchers.iter().find_map(|m| match &m.op {
+            MatchOp::Equal(v) if m.name == canopy_proto::model::METRIC_NAME => Some(v.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// One series as a querier returns it: samples sorted by time, staleness
+/// markers included (the engine interprets them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// The label set.
+    pub labels: Labels,
+    /// Samples within the requested window, oldest first.
+    pub samples: Vec<Sample>,
+}
+
+/// Read interface the PromQL engine and the HTTP API use.
+pub trait Querier {
+    /// Series matching all `matchers` with their samples in `[mint, maxt]`
+    /// (inclusive). Series without a sample in the window are omitted.
+    /// More than `limit` matching series is an error.
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Series>, StoreError>;
+
+    /// Label sets of series matching `matchers` that have data in `[mint, maxt]`.
+    fn series(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Labels>, StoreError> {
+        Ok(self
+            .select(matchers, mint, maxt, limit)?
+            .into_iter()
+            .map(|s| s.labels)
+            .collect())
+    }
+}
