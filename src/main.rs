@@ -1,1 +1,265 @@
-fn main() {}
+//! `canopy`: the one binary of the fabric. Parses arguments and calls the
+//! crates; the roles themselves live in the libraries.
+#![allow(clippy::print_stdout)]
+
+mod config;
+mod fabric;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use canopy_topology::{PlanParams, parse_hostfile, parse_hostlist, plan, to_dot, to_json, to_text};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "canopy",
+    version,
+    about = "Canopy: a tree-overlay telemetry fabric for HPC and AI clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Dot,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The whole fabric in one process on this machine: a gateway, a planned
+    /// tree of simulated nodes and one real node reading this host.
+    Up {
+        /// Simulated nodes.
+        #[arg(long, default_value_t = 64)]
+        nodes: usize,
+        /// Prometheus-compatible HTTP API (and dashboard) address.
+        #[arg(long, default_value = "127.0.0.1:9700")]
+        http: String,
+        /// gRPC API address.
+        #[arg(long, default_value = "127.0.0.1:9701")]
+        grpc: String,
+        /// Subtrees of the plan.
+        #[arg(long, default_value_t = 8)]
+        subtrees: usize,
+        /// Sampling tick, ms.
+        #[arg(long, default_value_t = 1000)]
+        tick_ms: u64,
+    },
+    /// Print the plan for a host list, or write one config file per host.
+    Plan {
+        /// Slurm hostlist expression, e.g. `node[001-512,600]`.
+        #[arg(long, conflicts_with = "hostfile")]
+        hosts: Option<String>,
+        /// File with one host or hostlist per line (`#` comments).
+        #[arg(long)]
+        hostfile: Option<PathBuf>,
+        /// Redundant subtrees K.
+        #[arg(long, default_value_t = 8)]
+        subtrees: usize,
+        /// Subtrees each host reports into, R.
+        #[arg(long, default_value_t = 2)]
+        replicas: usize,
+        /// Children per relay, A.
+        #[arg(long, default_value_t = 2)]
+        arity: usize,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Write `DIR/<host>.toml`, `DIR/gateway.toml` and certificates.
+        #[arg(long)]
+        emit_configs: Option<PathBuf>,
+        /// With --emit-configs: every host a port on 127.0.0.1.
+        #[arg(long)]
+        loopback: bool,
+        /// Gateway QUIC port (loopback hosts use the ports after it).
+        #[arg(long, default_value_t = 7700)]
+        base_port: u16,
+        /// Gateway address for non-loopback configs.
+        #[arg(long, default_value = "gateway:7700")]
+        gateway: String,
+    },
+    /// Make a cluster CA and a certificate per host (and the gateway).
+    Certs {
+        /// Hostlist expression of the hosts.
+        #[arg(long)]
+        hosts: String,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// The daemon on every compute node: collect, and relay for the plan's children.
+    Node {
+        /// Config file written by `canopy plan --emit-configs`.
+        #[arg(long)]
+        config: PathBuf,
+        /// Replace the host collectors with a deterministic tick counter.
+        #[arg(long)]
+        synthetic: bool,
+        /// Relay only: collect nothing.
+        #[arg(long)]
+        no_collect: bool,
+    },
+    /// A root gateway: receives every subtree, serves the APIs.
+    Gateway {
+        /// Config file (`gateway.toml`); without it, runs standalone.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// HTTP API address (overrides the config).
+        #[arg(long)]
+        http: Option<String>,
+        /// gRPC API address (overrides the config).
+        #[arg(long)]
+        grpc: Option<String>,
+    },
+    /// Run Prometheus-format PromQL test scripts against Canopy's engine.
+    PromqlTest {
+        /// Script files.
+        files: Vec<PathBuf>,
+        /// Print every failure.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,quinn=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.cmd {
+        Cmd::Up {
+            nodes,
+            http,
+            grpc,
+            subtrees,
+            tick_ms,
+        } => runtime()?.block_on(fabric::up(fabric::UpArgs {
+            nodes,
+            http: config::addr("--http", &http)?,
+            grpc: config::addr("--grpc", &grpc)?,
+            subtrees,
+            tick_ms,
+        })),
+        Cmd::Plan {
+            hosts,
+            hostfile,
+            subtrees,
+            replicas,
+            arity,
+            format,
+            emit_configs,
+            loopback,
+            base_port,
+            gateway,
+        } => {
+            let hosts = match (hosts, hostfile) {
+                (Some(h), _) => parse_hostlist(&h)?,
+                (None, Some(f)) => parse_hostfile(
+                    &std::fs::read_to_string(&f)
+                        .with_context(|| format!("reading {}", f.display()))?,
+                )?,
+                (None, None) => bail!("give --hosts EXPR or --hostfile FILE"),
+            };
+            let p = plan(
+                &hosts,
+                PlanParams {
+                    subtrees,
+                    replicas,
+                    arity,
+                },
+            )?;
+            if let Some(dir) = emit_configs {
+                let a = config::Addressing {
+                    loopback,
+                    base_port,
+                    gateway,
+                };
+                fabric::emit_configs(&p, &dir, &a)?;
+                println!(
+                    "wrote {} node configs, gateway.toml and certs/ to {}",
+                    hosts.len(),
+                    dir.display()
+                );
+            } else {
+                let out = match format {
+                    Format::Text => to_text(&p),
+                    Format::Json => to_json(&p),
+                    Format::Dot => to_dot(&p),
+                };
+                println!("{out}");
+            }
+            Ok(())
+        }
+        Cmd::Certs { hosts, out } => {
+            let hosts = parse_hostlist(&hosts)?;
+            fabric::write_certs(&out, &hosts)?;
+            println!(
+                "wrote ca.pem and {} host certificates to {}",
+                hosts.len() + 1,
+                out.display()
+            );
+            Ok(())
+        }
+        Cmd::Node {
+            config,
+            synthetic,
+            no_collect,
+        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect)),
+        Cmd::Gateway { config, http, grpc } => {
+            runtime()?.block_on(fabric::gateway(config.as_deref(), http, grpc))
+        }
+        Cmd::PromqlTest { files, verbose } => promql_test(&files, verbose),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+fn promql_test(files: &[PathBuf], verbose: bool) -> Result<()> {
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let r = canopy_gateway::promql::testscript::run_script(&text);
+        let reasons: Vec<String> = r
+            .skip_reasons
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        println!(
+            "{}: {} passed, {} failed, {} skipped{}",
+            f.display(),
+            r.passed,
+            r.failed,
+            r.skipped,
+            if reasons.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", reasons.join("; "))
+            }
+        );
+        if verbose {
+            for x in &r.failures {
+                println!("  line {}: {}\n    {}", x.line, x.expr, x.message);
+            }
+        }
+        passed += r.passed;
+        failed += r.failed;
+        skipped += r.skipped;
+    }
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    Ok(())
+}

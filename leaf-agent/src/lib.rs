@@ -13,6 +13,7 @@
 //! that ends (a job) simply stops being reported, and the sampler turns that
 //! into a staleness marker. Nothing here reads the clock.
 
+pub mod agent;
 pub mod collect;
 pub mod error;
 pub mod sim;

@@ -14,4 +14,5 @@
 
 pub mod api;
 pub mod promql;
+pub mod server;
 pub mod store;

@@ -90,6 +90,10 @@ pub trait Collector {
 
     /// Appends the current value of every series this collector sees to `out`.
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError>;
+
+    /// Tells the collector the tick's time before `collect`. Real collectors
+    /// read the host and ignore it; simulated ones advance virtual time.
+    fn set_tick_time(&mut self, _ts_ms: i64) {}
 }
 
 /// The collectors for a real host: the `/proc` node collectors under

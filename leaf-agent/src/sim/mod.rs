@@ -370,6 +370,10 @@ impl Collector for SimNode {
         "sim_node"
     }
 
+    fn set_tick_time(&mut self, ts_ms: i64) {
+        self.advance(ts_ms);
+    }
+
     /// Appends the node's and its running jobs' series at the current
     /// virtual time. Never fails.
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {

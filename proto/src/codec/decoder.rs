@@ -9,15 +9,17 @@
 //! then reconnects and starts with a keyframe. Nothing else is lost: other
 //! links have their own decoders.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use prost::Message;
 
 use crate::model::Labels;
 use crate::schema::frame as pb;
 
-use super::encoder::{WireState, get_uvarint};
+use super::encoder::get_uvarint;
+use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
+use super::rangecoder::RangeDecoder;
 use super::zstream::ZDecoder;
 use super::{CodecConfig, CodecError};
 
@@ -91,7 +93,11 @@ pub struct LinkDecoder {
     poisoned: bool,
     series: HashMap<u32, RxSeries>,
     sources: HashMap<u32, RxSource>,
+    /// Live series ids by source, ascending: the order packed sections walk.
+    members: HashMap<u32, BTreeSet<u32>>,
+    model: LinkModel,
     raw: Vec<u8>,
+    walk: Vec<u32>,
 }
 
 impl LinkDecoder {
@@ -106,7 +112,10 @@ impl LinkDecoder {
             poisoned: false,
             series: HashMap::new(),
             sources: HashMap::new(),
+            members: HashMap::new(),
+            model: LinkModel::default(),
             raw: Vec::new(),
+            walk: Vec::new(),
         })
     }
 
@@ -209,8 +218,12 @@ impl LinkDecoder {
             }
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
+        // Packed sections skip the series this frame retires (the sender's
+        // table no longer holds them).
+        let mut retiring = f.retired.clone();
+        retiring.sort_unstable();
         for sec in f.sections {
-            let rs = self.apply_section(sec, ts)?;
+            let rs = self.apply_section(sec, ts, &retiring)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -226,15 +239,14 @@ impl LinkDecoder {
                 .filter(|k| seen_in_keyframe.binary_search(k).is_err())
                 .collect();
             for id in stale {
-                if let Some(s) = self.series.remove(&id) {
+                if let Some(s) = self.remove_series(id) {
                     out.retired.push((id, s));
                 }
             }
         }
         for id in f.retired {
             let s = self
-                .series
-                .remove(&id)
+                .remove_series(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             out.retired.push((id, s));
         }
@@ -249,6 +261,17 @@ impl LinkDecoder {
         self.last_ts = ts;
         self.started = true;
         Ok(out)
+    }
+
+    fn remove_series(&mut self, id: u32) -> Option<RxSeries> {
+        let s = self.series.remove(&id)?;
+        if let Some(m) = self.members.get_mut(&s.source) {
+            m.remove(&id);
+            if m.is_empty() {
+                self.members.remove(&s.source);
+            }
+        }
+        Some(s)
     }
 
     fn define_source(&mut self, s: pb::SourceDef) -> Result<(), CodecError> {
@@ -302,6 +325,12 @@ impl LinkDecoder {
         }
         let labels = Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)));
         let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
+        if let Some(old) = self.series.get(&id).map(|s| s.source)
+            && let Some(m) = self.members.get_mut(&old)
+        {
+            m.remove(&id);
+        }
+        self.members.entry(d.source).or_default().insert(id);
         self.series.insert(
             id,
             RxSeries {
@@ -315,7 +344,12 @@ impl LinkDecoder {
         Ok(())
     }
 
-    fn apply_section(&mut self, sec: pb::Section, frame_ts: i64) -> Result<RxSection, CodecError> {
+    fn apply_section(
+        &mut self,
+        sec: pb::Section,
+        frame_ts: i64,
+        retiring: &[u32],
+    ) -> Result<RxSection, CodecError> {
         let src = self
             .sources
             .get_mut(&sec.source)
@@ -334,6 +368,16 @@ impl LinkDecoder {
             ts_ms: ts,
             updates: Vec::with_capacity(sec.id_deltas.len() + sec.special_ids.len()),
         };
+        if !sec.packed.is_empty() {
+            let mut walk = std::mem::take(&mut self.walk);
+            walk.clear();
+            if let Some(m) = self.members.get(&sec.source) {
+                walk.extend(m.iter().filter(|id| retiring.binary_search(id).is_err()));
+            }
+            let r = self.apply_packed(&sec.packed, &walk, &mut rs);
+            self.walk = walk;
+            r?;
+        }
         let mut prev: i64 = -1;
         for (gap, d) in sec.id_deltas.iter().zip(&sec.value_deltas) {
             let id64 = prev + 1 + i64::from(*gap);
@@ -358,5 +402,33 @@ impl LinkDecoder {
             rs.updates.push((*id, s.value));
         }
         Ok(rs)
+    }
+
+    /// Decodes a packed section over the source's series `walk`.
+    fn apply_packed(
+        &mut self,
+        packed: &[u8],
+        walk: &[u32],
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let mut d = RangeDecoder::new(packed);
+        for &id in walk {
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if self.model.get_flag(&mut d, &mut s.wire) {
+                let w = self
+                    .model
+                    .get_value(&mut d, &mut s.wire, s.encoding.is_counter())
+                    .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
+                s.value = s.encoding.from_wire(w);
+                rs.updates.push((id, s.value));
+            }
+            if d.overrun() {
+                break;
+            }
+        }
+        d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
 }

@@ -10,61 +10,13 @@ use prost::Message;
 
 use crate::schema::frame as pb;
 
+use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
+use super::rangecoder::RangeEncoder;
 use super::record::write_record;
 use super::table::{Changeset, SeriesTable};
 use super::zstream::ZEncoder;
 use super::{CodecConfig, CodecError};
-
-/// Per-series state of one link, indexed by handle.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WireState {
-    /// Receiver holds `last` (else the next value goes absolute).
-    pub known: bool,
-    /// Last wire value sent.
-    pub last: i64,
-    /// Last counter increment sent (delta-of-delta predictor).
-    pub inc: i64,
-}
-
-impl WireState {
-    /// The delta to transmit for new wire value `w`, updating the state.
-    /// Mirrors [`WireState::apply`] exactly.
-    pub fn encode(&mut self, w: i64, counter: bool) -> i64 {
-        let d = if !self.known {
-            self.inc = 0;
-            w
-        } else {
-            let inc = w.wrapping_sub(self.last);
-            if counter {
-                let d = inc.wrapping_sub(self.inc);
-                self.inc = inc;
-                d
-            } else {
-                inc
-            }
-        };
-        self.known = true;
-        self.last = w;
-        d
-    }
-
-    /// The wire value a received delta stands for, updating the state.
-    pub fn apply(&mut self, d: i64, counter: bool) -> i64 {
-        let w = if !self.known {
-            self.inc = 0;
-            d
-        } else if counter {
-            self.inc = self.inc.wrapping_add(d);
-            self.last.wrapping_add(self.inc)
-        } else {
-            self.last.wrapping_add(d)
-        };
-        self.known = true;
-        self.last = w;
-        w
-    }
-}
 
 /// Encodes one link's frames.
 #[derive(Debug)]
@@ -76,8 +28,11 @@ pub struct LinkEncoder {
     last_keyframe_ts: Option<i64>,
     force_keyframe: bool,
     state: Vec<WireState>,
+    model: LinkModel,
     scratch: Vec<u8>,
     frame: pb::Frame,
+    /// Live series handles by source, rebuilt per frame (reused buffers).
+    members: Vec<Vec<u32>>,
 }
 
 impl LinkEncoder {
@@ -91,8 +46,10 @@ impl LinkEncoder {
             last_keyframe_ts: None,
             force_keyframe: false,
             state: Vec::new(),
+            model: LinkModel::default(),
             scratch: Vec::new(),
             frame: pb::Frame::default(),
+            members: Vec::new(),
         })
     }
 
@@ -150,8 +107,8 @@ impl LinkEncoder {
             }
         }
         for d in &f.series {
-            // A (re)definition makes the series' next value absolute.
-            self.state[d.id as usize].known = false;
+            // A (re)definition starts the series afresh on both ends.
+            self.state[d.id as usize] = WireState::default();
         }
 
         if keyframe {
@@ -162,10 +119,16 @@ impl LinkEncoder {
             self.last_keyframe_ts = Some(cs.ts_ms);
             self.force_keyframe = false;
         } else {
+            self.collect_members(table);
             for sec in &cs.sections {
                 let mut updates: Vec<(u32, f64)> = sec.updates.clone();
-                updates.sort_unstable_by_key(|u| u.0);
-                let ps = self.section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                // Stable, then keep the last of duplicates: the value the
+                // table (and a later keyframe) holds.
+                updates.sort_by_key(|u| u.0);
+                updates.reverse();
+                updates.dedup_by_key(|u| u.0);
+                updates.reverse();
+                let ps = self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
                 f.sections.push(ps);
             }
         }
@@ -225,6 +188,78 @@ impl LinkEncoder {
             f.sections.push(ps);
         }
         Ok(())
+    }
+
+    /// Rebuilds the per-source lists of live handles (ascending), the order
+    /// a packed section walks; the receiver holds the same lists.
+    fn collect_members(&mut self, table: &SeriesTable) {
+        for m in &mut self.members {
+            m.clear();
+        }
+        for (h, s) in table.iter() {
+            let i = s.source as usize;
+            if self.members.len() <= i {
+                self.members.resize_with(i + 1, Vec::new);
+            }
+            self.members[i].push(h);
+        }
+    }
+
+    /// A delta section: changes of the source's own series range-coded in
+    /// `packed`, anything else (specials, foreign series) in the columns.
+    fn packed_section(
+        &mut self,
+        table: &SeriesTable,
+        source: u32,
+        ts_offset_ms: i64,
+        updates: &[(u32, f64)],
+    ) -> Result<pb::Section, CodecError> {
+        let members = self
+            .members
+            .get_mut(source as usize)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let mut rest: Vec<(u32, f64)> = Vec::new();
+        let mut coded = Vec::with_capacity(members.len());
+        let mut j = 0;
+        let mut any = false;
+        for &h in &members {
+            while j < updates.len() && updates[j].0 < h {
+                rest.push(updates[j]);
+                j += 1;
+            }
+            let mut w = None;
+            if j < updates.len() && updates[j].0 == h {
+                let (_, v) = updates[j];
+                j += 1;
+                match table.get(h).and_then(|e| e.encoding.to_wire(v)) {
+                    Some(x) => w = Some(x),
+                    None => rest.push((h, v)),
+                }
+            }
+            any |= w.is_some();
+            coded.push((h, w));
+        }
+        rest.extend_from_slice(&updates[j..]);
+        let mut s = self.section(table, source, ts_offset_ms, &rest)?;
+        if any {
+            let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
+            for (h, w) in coded {
+                let Some(entry) = table.get(h) else { continue };
+                let st = &mut self.state[h as usize];
+                self.model.put_flag(&mut e, st, w.is_some());
+                if let Some(w) = w {
+                    self.model
+                        .put_value(&mut e, st, w, entry.encoding.is_counter());
+                }
+            }
+            s.packed = e.finish();
+            debug_assert!(!s.packed.is_empty(), "a set flag is never empty");
+        }
+        if let Some(m) = self.members.get_mut(source as usize) {
+            *m = members;
+        }
+        Ok(s)
     }
 
     fn section(

@@ -16,7 +16,9 @@
 
 pub mod decoder;
 pub mod encoder;
+mod packed;
 pub mod quantise;
+mod rangecoder;
 pub mod record;
 pub mod sender;
 pub mod table;

@@ -51,10 +51,12 @@ mod dialer;
 mod listener;
 mod stream;
 pub mod tls;
+mod uplink;
 
 pub use certs::{Ca, HostCert, Identity, SubjectAltName};
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
+pub use uplink::{Uplink, UplinkConfig, UplinkStats, UplinkTarget};
 
 /// ALPN protocol id of the Canopy link, version 1.
 pub const ALPN: &[u8] = b"canopy/1";

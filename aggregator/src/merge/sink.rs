@@ -1,0 +1,64 @@
+//! Where accepted data goes locally, and the merger's own counters.
+
+use std::collections::BTreeMap;
+
+use canopy_proto::Labels;
+
+/// Receives accepted (deduplicated) data, in arrival order.
+///
+/// The root gateway implements it over its store; a pure relay uses
+/// [`NullSink`]. Every (series, timestamp) reaches the sink at most once, and
+/// per series timestamps strictly increase (a retirement included).
+pub trait Sink {
+    /// One accepted sample of series `labels` of `source`.
+    fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64);
+    /// `source` ticked at `ts_ms` (newer than any earlier heartbeat of it).
+    fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32);
+    /// The series ended at `ts_ms` (strictly after its last sample): write a
+    /// staleness marker.
+    fn retire(&mut self, source: &str, labels: &Labels, ts_ms: i64);
+}
+
+/// A sink that drops everything (relays keep no store).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn sample(&mut self, _: &str, _: &Labels, _: i64, _: f64) {}
+    fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
+    fn retire(&mut self, _: &str, _: &Labels, _: i64) {}
+}
+
+/// The merger's self-telemetry; the shell exports these as Canopy's own
+/// metrics. Counters only grow; `series`, `sources`, `children` are gauges.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Records fed to [`Merger::on_record`](super::Merger::on_record).
+    pub frames_in: u64,
+    /// Payload bytes fed (compressed, as on the wire).
+    pub bytes_in: u64,
+    /// Value updates decoded from children.
+    pub updates_in: u64,
+    /// Updates accepted (new for their series) and passed to the sink.
+    pub updates_accepted: u64,
+    /// Updates dropped because their series already had that or a newer
+    /// timestamp (redundant paths, reconnect keyframes, lagging paths).
+    pub duplicates_dropped: u64,
+    /// Updates dropped because the global series cap was reached.
+    pub dropped_over_cap: u64,
+    /// Rejected records by reason (`CodecError` variant, or `unknown_child`).
+    pub rejected_frames: BTreeMap<&'static str, u64>,
+    /// Series retired globally (child retirements and TTL expiry).
+    pub retired: u64,
+    /// Child retirements ignored: the series was already retired, or another
+    /// path carried newer data than the retiring child knew.
+    pub retires_ignored: u64,
+    /// Sources forgotten by TTL expiry.
+    pub expired_sources: u64,
+    /// Live series in the global table.
+    pub series: usize,
+    /// Live sources in the global table.
+    pub sources: usize,
+    /// Connected children.
+    pub children: usize,
+}

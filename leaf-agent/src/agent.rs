@@ -1,0 +1,154 @@
+//! The sampler loop: one tick, every collector, one frame of changes per link.
+//!
+//! The I/O shell over the pure parts: it reads the clock, runs the
+//! collectors, feeds the codec's [`Sender`] (quantise once per tick) and
+//! encodes the tick's changeset once per output: planned uplinks (QUIC, with
+//! failover) and, on a relaying node, the node's own relay as an in-memory
+//! child link.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, Sender, record};
+use canopy_proto::link::Uplink;
+use tokio::sync::{mpsc, watch};
+
+use crate::collect::{Collector, Observation};
+
+/// Where a leaf's frames go.
+#[derive(Debug)]
+pub enum Output {
+    /// A planned uplink to a parent (with failover).
+    Uplink(Uplink),
+    /// The node's own relay, as an in-memory child link (record payloads).
+    Local(mpsc::Sender<Vec<u8>>),
+}
+
+/// Settings of one leaf agent.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Node name: the source name of every series.
+    pub node: String,
+    /// Sampling tick.
+    pub tick: Duration,
+    /// Error bounds.
+    pub bounds: BoundsPolicy,
+    /// Codec tunables.
+    pub codec: CodecConfig,
+}
+
+struct OutState {
+    out: Output,
+    generation: u64,
+    enc: Option<LinkEncoder>,
+}
+
+/// Unix time now, in ms.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Runs the sampler until `shutdown` turns true.
+pub async fn run(
+    cfg: AgentConfig,
+    mut collectors: Vec<Box<dyn Collector + Send>>,
+    outputs: Vec<Output>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut sender = Sender::new(cfg.bounds.clone());
+    let tick_ms = u32::try_from(cfg.tick.as_millis()).unwrap_or(u32::MAX);
+    let src = sender.source(&cfg.node, tick_ms);
+    let mut outs: Vec<OutState> = outputs
+        .into_iter()
+        .map(|out| OutState {
+            out,
+            generation: 0,
+            enc: None,
+        })
+        .collect();
+    let mut obs: Vec<Observation> = Vec::new();
+    let mut warned: Vec<(&'static str, i64)> = Vec::new();
+    let mut interval = tokio::time::interval(cfg.tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = shutdown.changed() => break,
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let ts = now_ms();
+        obs.clear();
+        for c in &mut collectors {
+            c.set_tick_time(ts);
+            if let Err(e) = c.collect(&mut obs) {
+                // One line per collector per minute, not a flood.
+                let name = c.name();
+                let last = warned.iter_mut().find(|w| w.0 == name);
+                let due = last.as_ref().is_none_or(|w| ts - w.1 >= 60_000);
+                if due {
+                    tracing::warn!(collector = name, error = %e, "collector failed");
+                    match last {
+                        Some(w) => w.1 = ts,
+                        None => warned.push((name, ts)),
+                    }
+                }
+            }
+        }
+        sender.begin_tick(ts);
+        sender.tick_source(src, ts);
+        for o in &obs {
+            sender.observe(src, &o.labels, o.kind, o.value);
+        }
+        let (table, cs) = sender.finish_tick();
+        for o in &mut outs {
+            emit(o, &cfg.codec, table, cs).await;
+        }
+        sender.end_tick();
+    }
+}
+
+async fn emit(
+    o: &mut OutState,
+    codec: &CodecConfig,
+    table: &canopy_proto::codec::SeriesTable,
+    cs: &canopy_proto::codec::Changeset,
+) {
+    let generation = match &o.out {
+        Output::Uplink(u) if !u.is_connected() => return,
+        Output::Uplink(u) => u.generation(),
+        Output::Local(_) => 1,
+    };
+    if generation != o.generation || o.enc.is_none() {
+        // A new link: a fresh encoder whose first frame is a keyframe.
+        o.enc = LinkEncoder::new(codec).ok();
+        o.generation = generation;
+    }
+    let Some(enc) = o.enc.as_mut() else { return };
+    let mut rec = Vec::new();
+    if let Err(e) = enc.encode(table, cs, &mut rec) {
+        tracing::warn!(error = %e, "encoding failed; restarting the link");
+        o.enc = None;
+        return;
+    }
+    let Ok(Some((len, pre))) = record::read_prefix(&rec, usize::MAX) else {
+        return;
+    };
+    let payload = rec[pre..pre + len].to_vec();
+    match &o.out {
+        Output::Uplink(u) => {
+            if !u.send(generation, payload) {
+                // The stream lost a record: it cannot decode any more.
+                u.restart();
+                o.enc = None;
+            }
+        }
+        Output::Local(tx) => {
+            if tx.send(payload).await.is_err() {
+                o.enc = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! A binary adaptive range coder (the LZMA design) with a short tail.
+//!
+//! Delta frames are ~100 values of 0..14 bits each: far too small for zstd's
+//! entropy stage to pay for its tables, and LEB128 spends 8 or 16 bits on
+//! each. A binary range coder with adaptive probabilities spends close to
+//! the information content of every decision instead, and its statistics
+//! persist across frames of a link (both ends update them identically).
+//!
+//! Layout: big-endian bytes of the code value, LZMA's always-zero first byte
+//! dropped, and the tail trimmed to the fewest bytes that still decode when
+//! the reader pads with zero bytes. The reader pads at most [`MAX_PAD`]
+//! bytes; reading further, or leaving bytes unread, is an error (a hostile
+//! or truncated stream is reported, never silently accepted).
+//!
+//! ```text
+//! probability p (11 bits) of a 0:  bound = (range >> 11) * p
+//!   0 -> range = bound           1 -> low += bound, range -= bound
+//! ```
+
+/// Probability scale: probabilities are `1..PROB_ONE` out of `PROB_ONE`.
+const PROB_BITS: u32 = 11;
+const PROB_ONE: u16 = 1 << PROB_BITS;
+/// Adaptation speed: each decision moves the probability 1/16 of the way.
+const ADAPT: u32 = 4;
+/// Renormalise when the range falls below this.
+const TOP: u32 = 1 << 24;
+/// Zero bytes the reader may invent past the end (the trimmed tail).
+pub const MAX_PAD: usize = 4;
+
+/// One adaptive binary probability (of a 0 bit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prob(u16);
+
+impl Default for Prob {
+    fn default() -> Self {
+        Prob(PROB_ONE / 2)
+    }
+}
+
+impl Prob {
+    #[inline]
+    fn update(&mut self, bit: bool) {
+        if bit {
+            self.0 -= self.0 >> ADAPT;
+        } else {
+            self.0 += (PROB_ONE - self.0) >> ADAPT;
+        }
+    }
+}
+
+/// Encoding half.
+#[derive(Debug, Default)]
+pub struct RangeEncoder {
+    low: u64,
+    range: u32,
+    cache: u8,
+    cache_size: u64,
+    first: bool,
+    out: Vec<u8>,
+}
+
+impl RangeEncoder {
+    /// A fresh coder writing into `out` (cleared).
+    pub fn new(mut out: Vec<u8>) -> Self {
+        out.clear();
+        Self {
+            low: 0,
+            range: u32::MAX,
+            cache: 0,
+            cache_size: 1,
+            first: true,
+            out,
+        }
+    }
+
+    fn shift_low(&mut self) {
+        if (self.low as u32) < 0xFF00_0000 || (self.low >> 32) != 0 {
+            let carry = (self.low >> 32) as u8;
+            let mut temp = self.cache;
+            loop {
+                if self.first {
+                    // LZMA's first byte is the integer part of a code in
+                    // [0, 1): always zero, so it is not sent.
+                    self.first = false;
+                } else {
+                    self.out.push(temp.wrapping_add(carry));
+                }
+                temp = 0xFF;
+                self.cache_size -= 1;
+                if self.cache_size == 0 {
+                    break;
+                }
+            }
+            self.cache = (self.low >> 24) as u8;
+        }
+        self.cache_size += 1;
+        self.low = (self.low & 0x00FF_FFFF) << 8;
+    }
+
+    #[inline]
+    fn normalize(&mut self) {
+        while self.range < TOP {
+            self.range <<= 8;
+            self.shift_low();
+        }
+    }
+
+    /// Codes `bit` with the adaptive probability `p`, then adapts `p`.
+    #[inline]
+    pub fn bit(&mut self, p: &mut Prob, bit: bool) {
+        let bound = (self.range >> PROB_BITS) * u32::from(p.0);
+        if bit {
+            self.low += u64::from(bound);
+            self.range -= bound;
+        } else {
+            self.range = bound;
+        }
+        p.update(bit);
+        self.normalize();
+    }
+
+    /// Codes the low `n` bits of `v` (most significant first) at probability 1/2.
+    pub fn direct(&mut self, v: u64, n: u32) {
+        for i in (0..n).rev() {
+            self.range >>= 1;
+            if (v >> i) & 1 == 1 {
+                self.low += u64::from(self.range);
+            }
+            self.normalize();
+        }
+    }
+
+    /// Ends the stream and returns its bytes: the shortest tail that decodes
+    /// with zero padding.
+    pub fn finish(mut self) -> Vec<u8> {
+        // Pick the value in [low, low + range) with the most trailing zero
+        // bytes; the reader supplies those zeros itself.
+        let mut keep = 4;
+        for k in 0..=4u32 {
+            let unit: u64 = 1 << (32 - 8 * k);
+            let v = (self.low + unit - 1) & !(unit - 1);
+            if v - self.low < u64::from(self.range) {
+                self.low = v;
+                keep = k;
+                break;
+            }
+        }
+        for _ in 0..=keep {
+            self.shift_low();
+        }
+        self.out
+    }
+}
+
+/// Decoding half. Never panics; running past the end or leaving bytes
+/// unread is reported by [`RangeDecoder::finish`].
+#[derive(Debug)]
+pub struct RangeDecoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    range: u32,
+    code: u32,
+}
+
+impl<'a> RangeDecoder<'a> {
+    /// A decoder over `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        let mut d = Self {
+            buf,
+            pos: 0,
+            range: u32::MAX,
+            code: 0,
+        };
+        for _ in 0..4 {
+            d.code = (d.code << 8) | u32::from(d.next_byte());
+        }
+        d
+    }
+
+    #[inline]
+    fn next_byte(&mut self) -> u8 {
+        let b = self.buf.get(self.pos).copied().unwrap_or(0);
+        self.pos = self.pos.saturating_add(1);
+        b
+    }
+
+    #[inline]
+    fn normalize(&mut self) {
+        while self.range < TOP {
+            self.range <<= 8;
+            self.code = (self.code << 8) | u32::from(self.next_byte());
+        }
+    }
+
+    /// True once the reader has invented more padding than any encoder
+    /// produces: the rest of what it decodes is garbage.
+    pub fn overrun(&self) -> bool {
+        self.pos > self.buf.len() + MAX_PAD
+    }
+
+    /// Decodes one bit with the adaptive probability `p`, then adapts `p`.
+    #[inline]
+    pub fn bit(&mut self, p: &mut Prob) -> bool {
+        let bound = (self.range >> PROB_BITS) * u32::from(p.0);
+        let bit = if self.code < bound {
+            self.range = bound;
+            false
+        } else {
+            self.code = self.code.wrapping_sub(bound);
+            self.range -= bound;
+            true
+        };
+        p.update(bit);
+        self.normalize();
+        bit
+    }
+
+    /// Decodes `n <= 64` bits coded with [`RangeEncoder::direct`].
+    pub fn direct(&mut self, n: u32) -> u64 {
+        let mut v: u64 = 0;
+        for _ in 0..n.min(64) {
+            self.range >>= 1;
+            let bit = self.code >= self.range;
+            if bit {
+                self.code = self.code.wrapping_sub(self.range);
+            }
+            v = (v << 1) | u64::from(bit);
+            self.normalize();
+        }
+        v
+    }
+
+    /// Ok when the stream was consumed exactly (within the trimmed tail).
+    pub fn finish(&self) -> Result<(), &'static str> {
+        if self.overrun() {
+            Err("packed values run past their end")
+        } else if self.pos < self.buf.len() {
+            Err("trailing bytes after packed values")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn bits_round_trip(ops in prop::collection::vec((any::<bool>(), 0usize..4, any::<u64>(), 0u32..=64), 0..400)) {
+            let mut probs = [Prob::default(); 4];
+            let mut e = RangeEncoder::new(Vec::new());
+            for &(b, ctx, v, n) in &ops {
+                e.bit(&mut probs[ctx], b);
+                e.direct(v, n);
+            }
+            let bytes = e.finish();
+            let mut probs = [Prob::default(); 4];
+            let mut d = RangeDecoder::new(&bytes);
+            for &(b, ctx, v, n) in &ops {
+                prop_assert_eq!(d.bit(&mut probs[ctx]), b);
+                let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                prop_assert_eq!(d.direct(n), v & mask);
+            }
+            prop_assert!(d.finish().is_ok());
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), n in 0usize..2000) {
+            let mut p = Prob::default();
+            let mut d = RangeDecoder::new(&bytes);
+            for i in 0..n {
+                if i % 3 == 0 { d.direct(17); } else { d.bit(&mut p); }
+            }
+            let _ = d.finish();
+        }
+    }
+
+    #[test]
+    fn skewed_bits_cost_little_and_trailing_bytes_are_caught() {
+        let mut p = Prob::default();
+        let mut e = RangeEncoder::new(Vec::new());
+        for _ in 0..1000 {
+            e.bit(&mut p, false);
+        }
+        let bytes = e.finish();
+        assert!(bytes.len() < 12, "{}", bytes.len());
+        let mut extra = bytes.clone();
+        extra.extend_from_slice(&[7; MAX_PAD + 1]);
+        let mut p = Prob::default();
+        let mut d = RangeDecoder::new(&extra);
+        for _ in 0..1000 {
+            d.bit(&mut p);
+        }
+        assert!(d.finish().is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! Configuration files of `canopy node` and `canopy gateway` (TOML), and
+//! their generation from a plan (`canopy plan --emit-configs`).
+//!
+//! Raw serde structs with a default and a doc for every field (the docs are
+//! the reference); `validate` turns them into typed settings.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use canopy_topology::{Peer, Plan, Role};
+use serde::{Deserialize, Serialize};
+
+/// Certificate files, relative to the config file's directory.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// The cluster CA certificate (PEM).
+    pub ca: PathBuf,
+    /// This host's certificate (PEM), issued by the CA.
+    pub cert: PathBuf,
+    /// This host's private key (PEM).
+    pub key: PathBuf,
+}
+
+/// One planned uplink of a node.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UplinkFile {
+    /// Subtree id.
+    pub subtree: usize,
+    /// "interior" (the node relays its children here) or "leaf".
+    pub role: String,
+    /// Parent host name ("gateway" for a subtree top).
+    pub parent: String,
+    /// Parent QUIC address.
+    pub parent_addr: String,
+    /// Backup parent host name.
+    pub backup: String,
+    /// Backup parent QUIC address.
+    pub backup_addr: String,
+}
+
+/// `canopy node --config FILE`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    /// This host's name, as in the plan and in its certificate.
+    pub host: String,
+    /// QUIC address the node's relay listens on for its children.
+    pub listen: String,
+    /// Sampling tick, ms.
+    #[serde(default = "default_tick_ms")]
+    pub tick_ms: u64,
+    /// Certificates.
+    pub tls: TlsFile,
+    /// Children the plan gives this node in its home subtree (informational).
+    #[serde(default)]
+    pub children: Vec<String>,
+    /// One uplink per subtree the node belongs to.
+    pub uplinks: Vec<UplinkFile>,
+}
+
+/// `canopy gateway --config FILE`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayFile {
+    /// QUIC address subtree tops send to.
+    pub listen: String,
+    /// Prometheus-compatible HTTP API address.
+    #[serde(default = "default_http")]
+    pub http: String,
+    /// gRPC API address.
+    #[serde(default = "default_grpc")]
+    pub grpc: String,
+    /// Live window kept in memory, seconds.
+    #[serde(default = "default_retention")]
+    pub retention_secs: u64,
+    /// Certificates.
+    pub tls: TlsFile,
+}
+
+fn default_tick_ms() -> u64 {
+    1000
+}
+fn default_http() -> String {
+    "127.0.0.1:9700".into()
+}
+fn default_grpc() -> String {
+    "127.0.0.1:9701".into()
+}
+fn default_retention() -> u64 {
+    7200
+}
+
+/// Reads and parses a TOML file.
+pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Parses a socket address, with the field name in the error.
+pub fn addr(field: &str, s: &str) -> Result<SocketAddr> {
+    s.parse()
+        .with_context(|| format!("{field}: {s:?} is not an address like 127.0.0.1:7700"))
+}
+
+/// Resolves a path relative to the config file's directory.
+pub fn rel(config: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        config.parent().unwrap_or(Path::new(".")).join(p)
+    }
+}
+
+/// How `--emit-configs` addresses hosts.
+pub struct Addressing {
+    /// Every host a port on 127.0.0.1.
+    pub loopback: bool,
+    /// Gateway QUIC port; loopback hosts get the following ports.
+    pub base_port: u16,
+    /// Gateway address for non-loopback plans (host:port).
+    pub gateway: String,
+}
+
+impl Addressing {
+    /// QUIC address of a plan peer.
+    pub fn of(&self, plan: &Plan, peer: &Peer) -> Result<String> {
+        match peer {
+            Peer::Gateway => Ok(if self.loopback {
+                format!("127.0.0.1:{}", self.base_port)
+            } else {
+                self.gateway.clone()
+            }),
+            Peer::Host(h) => {
+                let i = plan.index_of(h).context("peer not in plan")?;
+                if self.loopback {
+                    let port = usize::from(self.base_port) + 1 + i;
+                    if port > usize::from(u16::MAX) {
+                        bail!("too many hosts for loopback ports from {}", self.base_port);
+                    }
+                    Ok(format!("127.0.0.1:{port}"))
+                } else {
+                    Ok(format!("{h}:{}", self.base_port + 1))
+                }
+            }
+        }
+    }
+}
+
+/// The node config the plan gives `host`.
+pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Result<NodeFile> {
+    let hp = plan.host(host).context("host not in plan")?;
+    let me = Peer::Host(host.to_string());
+    let listen = a.of(plan, &me)?;
+    let listen = if a.loopback {
+        listen
+    } else {
+        format!("0.0.0.0:{}", a.base_port + 1)
+    };
+    let mut uplinks = Vec::new();
+    let mut children = Vec::new();
+    for l in &hp.links {
+        if l.role == Role::Interior {
+            children.extend(l.children.iter().cloned());
+        }
+        uplinks.push(UplinkFile {
+            subtree: l.subtree,
+            role: if l.role == Role::Interior {
+                "interior"
+            } else {
+                "leaf"
+            }
+            .into(),
+            parent: l.parent.name().to_string(),
+            parent_addr: a.of(plan, &l.parent)?,
+            backup: l.backup.name().to_string(),
+            backup_addr: a.of(plan, &l.backup)?,
+        });
+    }
+    Ok(NodeFile {
+        host: host.to_string(),
+        listen,
+        tick_ms,
+        tls: TlsFile {
+            ca: "certs/ca.pem".into(),
+            cert: format!("certs/{host}.pem").into(),
+            key: format!("certs/{host}.key").into(),
+        },
+        children,
+        uplinks,
+    })
+}
+
+/// The gateway config for a plan.
+pub fn gateway_file(a: &Addressing, plan: &Plan) -> Result<GatewayFile> {
+    let listen = a.of(plan, &Peer::Gateway)?;
+    Ok(GatewayFile {
+        listen: if a.loopback {
+            listen
+        } else {
+            format!("0.0.0.0:{}", a.base_port)
+        },
+        http: default_http(),
+        grpc: default_grpc(),
+        retention_secs: default_retention(),
+        tls: TlsFile {
+            ca: "certs/ca.pem".into(),
+            cert: "certs/gateway.pem".into(),
+            key: "certs/gateway.key".into(),
+        },
+    })
+}

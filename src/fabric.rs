@@ -1,0 +1,337 @@
+//! Wiring the crates into processes: `up`, `node`, `gateway`, and the files
+//! `plan --emit-configs` and `certs` write. Composition only: every role's
+//! logic lives in its crate.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use canopy_aggregator::merge::{MergeConfig, NullSink};
+use canopy_aggregator::relay::{Relay, RelayConfig};
+use canopy_gateway::server::{GatewayOptions, start};
+use canopy_leaf::agent::{self, AgentConfig, Output};
+use canopy_leaf::collect::synthetic::SyntheticTicks;
+use canopy_leaf::{Collector, SimNode, host_collectors};
+use canopy_proto::codec::{BoundsPolicy, CodecConfig};
+use canopy_proto::link::{
+    Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
+};
+use canopy_topology::{GATEWAY_NAME, Peer, Plan, PlanParams, Role, plan};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{self, Addressing, GatewayFile, NodeFile};
+
+/// Writes a CA and one certificate per host plus the gateway into `dir`.
+pub fn write_certs(dir: &Path, hosts: &[String]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca = Ca::generate("canopy cluster CA")?;
+    write(dir, "ca.pem", ca.cert_pem())?;
+    write(dir, "ca.key", &ca.key_pem())?;
+    for h in hosts.iter().map(String::as_str).chain([GATEWAY_NAME]) {
+        let c = ca.issue(h, &[])?;
+        write(dir, &format!("{h}.pem"), &c.cert_pem)?;
+        write(dir, &format!("{h}.key"), &c.key_pem)?;
+    }
+    Ok(())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
+    let p = dir.join(name);
+    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+}
+
+/// `plan --emit-configs`: one config per host, the gateway's, and certs.
+pub fn emit_configs(p: &Plan, dir: &Path, a: &Addressing) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let hosts: Vec<String> = p.hosts().iter().map(|h| h.name.clone()).collect();
+    write_certs(&dir.join("certs"), &hosts)?;
+    for h in &hosts {
+        let f = config::node_file(p, h, a, 1000)?;
+        write(dir, &format!("{h}.toml"), &toml::to_string_pretty(&f)?)?;
+    }
+    let g = config::gateway_file(a, p)?;
+    write(dir, "gateway.toml", &toml::to_string_pretty(&g)?)
+}
+
+fn load_identity(cfg_path: &Path, tls: &config::TlsFile) -> Result<Identity> {
+    let read = |p: &Path| {
+        let p = config::rel(cfg_path, p);
+        std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
+    };
+    Ok(Identity {
+        ca_pem: read(&tls.ca)?,
+        cert_pem: read(&tls.cert)?,
+        key_pem: read(&tls.key)?,
+    })
+}
+
+/// One node's uplink as the plan gives it.
+struct PlannedUplink {
+    interior: bool,
+    primary: UplinkTarget,
+    backup: Option<UplinkTarget>,
+}
+
+/// Starts one node: its relay (listener + merger), its leaf agent and its
+/// uplinks. The home-subtree uplink carries the relay's merged frames (its
+/// children plus its own leaf, fed in as an in-memory child); the others
+/// carry the leaf's own frames only.
+async fn spawn_node(
+    host: &str,
+    identity: &Identity,
+    listener: Listener,
+    uplinks: Vec<PlannedUplink>,
+    collectors: Vec<Box<dyn Collector + Send>>,
+    tick: Duration,
+    shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let dialer = Arc::new(Dialer::new(
+        "127.0.0.1:0".parse()?,
+        identity,
+        LinkTuning::default(),
+    )?);
+    let relay = Relay::new(
+        RelayConfig {
+            tick,
+            merge: MergeConfig::default(),
+            codec: CodecConfig::default(),
+        },
+        NullSink,
+    );
+    relay.spawn_listener(listener, shutdown.clone());
+    let (tx, rx) = mpsc::channel(64);
+    relay.spawn_local(rx);
+    let mut outputs = vec![Output::Local(tx)];
+    let mut relay_uplinks = Vec::new();
+    for u in uplinks {
+        let up = Uplink::spawn(dialer.clone(), UplinkConfig::new(u.primary, u.backup));
+        if u.interior {
+            relay_uplinks.push(up);
+        } else {
+            outputs.push(Output::Uplink(up));
+        }
+    }
+    relay.spawn_ticker(relay_uplinks, shutdown.clone());
+    let cfg = AgentConfig {
+        node: host.to_string(),
+        tick,
+        bounds: BoundsPolicy::default(),
+        codec: CodecConfig::default(),
+    };
+    tokio::spawn(agent::run(cfg, collectors, outputs, shutdown));
+    Ok(())
+}
+
+/// Arguments of `canopy up`.
+pub struct UpArgs {
+    /// Simulated nodes.
+    pub nodes: usize,
+    /// HTTP API address.
+    pub http: SocketAddr,
+    /// gRPC API address.
+    pub grpc: SocketAddr,
+    /// Subtrees K.
+    pub subtrees: usize,
+    /// Tick, ms.
+    pub tick_ms: u64,
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty() && !s.chars().any(char::is_whitespace) && s != GATEWAY_NAME)
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `canopy up`: the whole fabric in this process, on loopback.
+pub async fn up(args: UpArgs) -> Result<()> {
+    let real = this_host();
+    let mut hosts: Vec<String> = (1..=args.nodes).map(|i| format!("sim{i:04}")).collect();
+    if hosts.contains(&real) {
+        bail!("this host's name {real:?} clashes with a simulated node name");
+    }
+    hosts.push(real.clone());
+    let p = plan(
+        &hosts,
+        PlanParams {
+            subtrees: args.subtrees.max(1),
+            replicas: 2.min(args.subtrees.max(1)),
+            arity: 2,
+        },
+    )?;
+    let tick = Duration::from_millis(args.tick_ms.max(100));
+    let ca = Ca::generate("canopy up ephemeral CA")?;
+    let (sd_tx, sd_rx) = watch::channel(false);
+
+    let gw_listener = Listener::bind(
+        "127.0.0.1:0".parse()?,
+        &ca.identity(GATEWAY_NAME)?,
+        LinkTuning::default(),
+    )?;
+    let gw_addr = gw_listener.local_addr();
+    let gw = start(
+        GatewayOptions {
+            http: args.http,
+            listener: Some(gw_listener),
+            retention_ms: 2 * 3600 * 1000,
+            tick,
+        },
+        sd_rx.clone(),
+    )
+    .await?;
+
+    // Bind every node first so that every address is known before anyone dials.
+    let mut ids = HashMap::new();
+    let mut listeners = HashMap::new();
+    let mut addrs: HashMap<String, SocketAddr> = HashMap::new();
+    for h in &hosts {
+        let id = ca.identity(h)?;
+        let l = Listener::bind("127.0.0.1:0".parse()?, &id, LinkTuning::default())?;
+        addrs.insert(h.clone(), l.local_addr());
+        listeners.insert(h.clone(), l);
+        ids.insert(h.clone(), id);
+    }
+    let target = |peer: &Peer| -> Option<UplinkTarget> {
+        match peer {
+            Peer::Gateway => Some(UplinkTarget {
+                name: GATEWAY_NAME.into(),
+                addr: gw_addr,
+            }),
+            Peer::Host(h) => addrs.get(h).map(|a| UplinkTarget {
+                name: h.clone(),
+                addr: *a,
+            }),
+        }
+    };
+    for (i, hp) in p.hosts().iter().enumerate() {
+        let mut ups = Vec::new();
+        for l in &hp.links {
+            let Some(primary) = target(&l.parent) else {
+                continue;
+            };
+            ups.push(PlannedUplink {
+                interior: l.role == Role::Interior,
+                primary,
+                backup: target(&l.backup),
+            });
+        }
+        let collectors: Vec<Box<dyn Collector + Send>> = if hp.name == real {
+            host_collectors(&hp.name, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
+        } else {
+            vec![Box::new(SimNode::new(
+                &hp.name,
+                0x5eed,
+                if i % 4 == 0 { 64 } else { 32 },
+            ))]
+        };
+        let (Some(l), Some(id)) = (listeners.remove(&hp.name), ids.get(&hp.name)) else {
+            continue;
+        };
+        spawn_node(&hp.name, id, l, ups, collectors, tick, sd_rx.clone()).await?;
+    }
+    let http = gw.http_addr;
+    let grpc = args.grpc;
+    println!(
+        "Canopy is up: a gateway, {} simulated nodes and this host ({real}) in {} subtrees, all over QUIC with mutual TLS on loopback.\n\
+         \n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC ({grpc}):  not served yet (scheduler API comes with issue 6)\n\
+         \nCtrl-C stops everything.",
+        args.nodes,
+        p.subtrees().len()
+    );
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    println!("shutting down");
+    let _ = sd_tx.send(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(())
+}
+
+/// `canopy node --config FILE`.
+pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> {
+    let f: NodeFile = config::load(path)?;
+    let id = load_identity(path, &f.tls)?;
+    let listener = Listener::bind(
+        config::addr("listen", &f.listen)?,
+        &id,
+        LinkTuning::default(),
+    )?;
+    let mut ups = Vec::new();
+    for u in &f.uplinks {
+        ups.push(PlannedUplink {
+            interior: u.role == "interior",
+            primary: UplinkTarget {
+                name: u.parent.clone(),
+                addr: config::addr("parent_addr", &u.parent_addr)?,
+            },
+            backup: Some(UplinkTarget {
+                name: u.backup.clone(),
+                addr: config::addr("backup_addr", &u.backup_addr)?,
+            }),
+        });
+    }
+    let collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
+        Vec::new()
+    } else if synthetic {
+        vec![Box::new(SyntheticTicks::new(&f.host))]
+    } else {
+        host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
+    };
+    let (sd_tx, sd_rx) = watch::channel(false);
+    let tick = Duration::from_millis(f.tick_ms.max(100));
+    spawn_node(&f.host, &id, listener, ups, collectors, tick, sd_rx).await?;
+    tracing::info!(host = %f.host, listen = %f.listen, "node running");
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    let _ = sd_tx.send(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(())
+}
+
+/// `canopy gateway [--config FILE]`.
+pub async fn gateway(
+    path: Option<&Path>,
+    http: Option<String>,
+    _grpc: Option<String>,
+) -> Result<()> {
+    let (listener, http_cfg, retention) = match path {
+        Some(p) => {
+            let f: GatewayFile = config::load(p)?;
+            let id = load_identity(p, &f.tls)?;
+            let l = Listener::bind(
+                config::addr("listen", &f.listen)?,
+                &id,
+                LinkTuning::default(),
+            )?;
+            (Some(l), f.http, f.retention_secs)
+        }
+        None => (None, "127.0.0.1:9700".to_string(), 7200),
+    };
+    let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
+    if !http.ip().is_loopback() {
+        tracing::warn!(%http, "the API listens beyond loopback without access control (tokens come with issue 6)");
+    }
+    let (sd_tx, sd_rx) = watch::channel(false);
+    let gw = start(
+        GatewayOptions {
+            http,
+            listener,
+            retention_ms: i64::try_from(retention).unwrap_or(7200) * 1000,
+            tick: Duration::from_secs(1),
+        },
+        sd_rx,
+    )
+    .await?;
+    println!("gateway: HTTP API on http://{}", gw.http_addr);
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    let _ = sd_tx.send(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(())
+}
