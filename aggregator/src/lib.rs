@@ -9,3 +9,4 @@
 //! [`merge::MergeConfig`]; a broken child only ever affects its own link.
 
 pub mod merge;
+pub mod relay;

@@ -1,10 +1,11 @@
 //! The sending half of one link: changesets in, records out.
 //!
-//! Per link it keeps what the receiver holds (each series' last wire value
-//! and last counter increment), the sequence number, and the zstd stream.
-//! Value deltas are taken in the integer wire domain (see `quantise`);
-//! counters send the change of their increment (delta of delta), so a
-//! counter that advances steadily costs a zero.
+//! Per link it keeps what the receiver holds (each series' prediction state,
+//! see `packed`), the shared coding statistics, the sequence number, and the
+//! zstd stream. Keyframes carry absolute wire values in the id/value columns
+//! (same layout every time, so zstd matches them against the previous one);
+//! delta frames range-code, per source, a changed flag per series and the
+//! residual of each change against its predictor (`packed`).
 
 use prost::Message;
 

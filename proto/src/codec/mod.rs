@@ -1,4 +1,4 @@
-//! The sans-I/O frame codec: quantise, delta, frame build/parse, zstd.
+//! The sans-I/O frame codec: quantise, predict, range-code, frame build/parse, zstd.
 //!
 //! ```text
 //! observations --Sender--> Changeset --LinkEncoder--> record bytes
@@ -9,9 +9,25 @@
 //! A record on the wire:
 //! ```text
 //! +-------------------+-------------------------------------------------+
-//! | len (LEB128 u32)  | zstd stream block: protobuf `Frame` (frame.proto)|
+//! | len (LEB128 u32)  | payload                                         |
 //! +-------------------+-------------------------------------------------+
+//! payload:
+//! +---------------------------+-----------------------------------------+
+//! | raw len (LEB128, checked) | zstd stream block: protobuf `Frame`     |
+//! +---------------------------+-----------------------------------------+
+//! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired
+//! Section, keyframe:  source | ts offset | id gaps + absolute values (columns)
+//! Section, delta:     source | ts offset | packed (range-coded, packed.rs):
+//!   for each live series of the source, ascending id (minus retired):
+//!     [changed?] ( [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
+//!   specials (NaN, inf, stale) stay in their columns, exact.
 //! ```
+//! Keyframes keep plain columns so zstd matches them against the previous
+//! keyframe in its window; delta frames are a few hundred bits of
+//! near-random residuals, which a range coder with per-series adaptive
+//! statistics (rangecoder.rs, packed.rs) codes close to their information
+//! content where zstd's literal coding could not (blocks too small to pay
+//! for its Huffman tables).
 //! Pure functions and state machines only: no sockets, no tokio, no clock.
 
 pub mod decoder;

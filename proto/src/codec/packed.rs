@@ -36,6 +36,11 @@ const COST_ONE: i32 = 16;
 /// Length contexts: expected lengths 0..=64, then one for absolute values.
 const LEN_CTX: usize = 66;
 const ABS_CTX: usize = 65;
+/// Predictor costs forget with weight 1/16 per value: slow enough to settle
+/// on the right predictor for noise, fast enough to follow a phase change.
+const COST_SHIFT: u32 = 4;
+/// The running mean moves 1/16 of the way to each new value (~16 values).
+const MEAN_DIV: i128 = 16;
 /// Series classes with their own length statistics: gauges, counters.
 const CLASSES: usize = 2;
 
@@ -92,14 +97,14 @@ impl WireState {
         for (c, p) in self.cost.iter_mut().zip(preds) {
             let n = bit_len(zigzag(w.wrapping_sub(p))) as i32 * COST_ONE;
             let cur = i32::from(*c);
-            *c = (cur + ((n - cur) >> 2)).clamp(0, i32::from(u16::MAX)) as u16;
+            *c = (cur + ((n - cur) >> COST_SHIFT)).clamp(0, i32::from(u16::MAX)) as u16;
         }
         self.inc = w.wrapping_sub(self.last);
         self.last = w;
-        // mean += (w - mean) / 8, in i128 so extreme values cannot overflow;
+        // mean += (w - mean) / 16, in i128 so extreme values cannot overflow;
         // the result lies between mean and w, so it fits an i64.
         let m = i128::from(self.mean);
-        self.mean = (m + (i128::from(w) - m).div_euclid(8)) as i64;
+        self.mean = (m + (i128::from(w) - m).div_euclid(MEAN_DIV)) as i64;
     }
 
     /// Column (unpacked) coding, sender side: the delta to transmit for `w`.
@@ -299,20 +304,22 @@ mod tests {
             let mut rx = [WireState::default(); 4];
             let (mut mt, mut mr) = (LinkModel::default(), LinkModel::default());
             let mut e = RangeEncoder::new(Vec::new());
+            let mut after = Vec::with_capacity(seq.len());
             for &(s, changed, w, counter, forget) in &seq {
                 if forget { tx[s].known = false; }
                 mt.put_flag(&mut e, &mut tx[s], changed);
                 if changed { mt.put_value(&mut e, &mut tx[s], w, counter); }
+                after.push(tx[s]);
             }
             let bytes = e.finish();
             let mut d = RangeDecoder::new(&bytes);
-            for &(s, changed, w, counter, forget) in &seq {
+            for (&(s, changed, w, counter, forget), want) in seq.iter().zip(&after) {
                 if forget { rx[s].known = false; }
                 prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s]), changed);
                 if changed {
                     prop_assert_eq!(mr.get_value(&mut d, &mut rx[s], counter), Some(w));
                 }
-                prop_assert_eq!(rx[s], tx[s]);
+                prop_assert_eq!(&rx[s], want);
             }
             prop_assert!(d.finish().is_ok());
         }

@@ -359,6 +359,119 @@ fn oversized_labels_and_bad_encodings_are_rejected() {
     }
 }
 
+#[test]
+fn packed_sections_of_several_sources_round_trip() {
+    let cfg = CodecConfig::default();
+    let mut tx = Sender::new(BoundsPolicy::default());
+    let mut enc = LinkEncoder::new(&cfg).expect("encoder");
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    let srcs = [tx.source("a", 1000), tx.source("b", 1000)];
+    for t in 0..50i64 {
+        tx.begin_tick(t * 1000);
+        for (k, &src) in srcs.iter().enumerate() {
+            tx.tick_source(src, t * 1000 + k as i64);
+            for i in 0..8usize {
+                // Series come and go (i == 3 on odd ticks of source b).
+                if k == 1 && i == 3 && t % 2 == 1 {
+                    continue;
+                }
+                let l = Labels::metric("m", [("src", k.to_string()), ("i", i.to_string())]);
+                let kind = if i % 2 == 0 {
+                    MetricKind::Counter
+                } else {
+                    MetricKind::Gauge
+                };
+                let v = if kind == MetricKind::Counter {
+                    (t * (i as i64 + 1) * 10) as f64
+                } else {
+                    ((t * 7919 + i as i64 * 31) % 97) as f64 - 40.0
+                };
+                tx.observe(src, &l, kind, v);
+            }
+        }
+        let (table, cs) = tx.finish_tick();
+        let want: Vec<(Labels, f64)> = table
+            .iter()
+            .map(|(_, s)| (s.labels.clone(), s.value))
+            .collect();
+        let mut rec = Vec::new();
+        enc.encode(table, cs, &mut rec).expect("encode");
+        tx.end_tick();
+        let (len, pre) = record::read_prefix(&rec, 1 << 20)
+            .expect("prefix")
+            .expect("complete");
+        dec.decode(&rec[pre..pre + len]).expect("decode");
+        assert_eq!(dec.series_count(), want.len(), "tick {t}");
+        for (l, v) in want {
+            let got = dec
+                .series_iter()
+                .find(|(_, s)| s.labels == l)
+                .map(|(_, s)| s.value);
+            assert_eq!(got, Some(v), "{l} at tick {t}");
+        }
+    }
+}
+
+/// A valid keyframe, then a delta frame whose packed bytes are `packed`.
+fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig::default();
+    let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
+    let key = pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: "n".into(),
+            tick_ms: 1000,
+        }],
+        series: (0..5)
+            .map(|id| pb::SeriesDef {
+                id,
+                encoding: if id % 2 == 0 { 1 } else { 2 },
+                mantissa_bits: 9,
+                ..Default::default()
+            })
+            .collect(),
+        sections: vec![pb::Section {
+            id_deltas: vec![0; 5],
+            value_deltas: vec![1, 2, 3, 4, 5],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let delta = pb::Frame {
+        seq: 1,
+        sections: vec![pb::Section {
+            packed,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    for f in [key, delta] {
+        use prost::Message;
+        let raw = f.encode_to_vec();
+        let mut out = Vec::new();
+        encoder::put_uvarint(&mut out, raw.len() as u64);
+        z.compress_frame(&raw, &mut out).expect("compress");
+        let r = dec.decode(&out);
+        if !f.keyframe {
+            return r;
+        }
+        r.expect("keyframe");
+    }
+    unreachable!("the loop returns on the delta frame")
+}
+
+#[test]
+fn packed_bytes_with_trailing_garbage_are_rejected() {
+    // Five flags and values use a few bytes at most: 64 bytes cannot all be read.
+    assert!(matches!(
+        hostile_packed(vec![0x55; 64]),
+        Err(CodecError::Malformed(_))
+    ));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
@@ -378,6 +491,13 @@ proptest! {
         let cut = cut.min(f.len().saturating_sub(1));
         let mut dec = LinkDecoder::new(&cfg).expect("decoder");
         prop_assert!(dec.decode(&f[..cut]).is_err());
+    }
+
+    /// Arbitrary packed bytes are decoded into an error or some values,
+    /// never a panic.
+    #[test]
+    fn hostile_packed_bytes_do_not_panic(bytes in prop::collection::vec(any::<u8>(), 1..40)) {
+        let _ = hostile_packed(bytes);
     }
 
     /// Every reconstructed value is within its bound at every tick, for

@@ -1,0 +1,49 @@
+//! The merge core's limits and per-record summary.
+
+use canopy_proto::codec::CodecConfig;
+
+/// Limits of the merge core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MergeConfig {
+    /// Most series in the global table; updates of further new series are
+    /// dropped (counted in [`MergeStats::dropped_over_cap`]).
+    pub max_series: usize,
+    /// Most series one child link may define; more is a codec error
+    /// (`TooManySeries`) for that child.
+    pub max_series_per_child: usize,
+    /// A source silent this long (in data time versus `now_ms`) is forgotten
+    /// with its series on [`Merger::expire`](super::Merger::expire).
+    pub source_ttl_ms: i64,
+    /// Codec settings of the children links.
+    pub codec: CodecConfig,
+}
+
+impl Default for MergeConfig {
+    fn default() -> Self {
+        Self {
+            max_series: 4 << 20,
+            max_series_per_child: 1 << 20,
+            source_ttl_ms: 10 * 60 * 1000,
+            codec: CodecConfig::default(),
+        }
+    }
+}
+
+/// What one accepted record did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameSummary {
+    /// The frame's sequence number on its link.
+    pub seq: u64,
+    /// The frame's timestamp, ms.
+    pub ts_ms: i64,
+    /// The frame was a keyframe.
+    pub keyframe: bool,
+    /// Value updates it carried.
+    pub updates: usize,
+    /// Updates accepted (passed to the sink).
+    pub accepted: usize,
+    /// Updates dropped as duplicates.
+    pub duplicates: usize,
+    /// Series retired globally because of it.
+    pub retired: usize,
+}

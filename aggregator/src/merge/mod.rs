@@ -1,0 +1,571 @@
+//! The merge core: children's frames in, one changeset per tick out.
+//!
+//! ```text
+//! child 1 record --LinkDecoder 1--\                        /--> Sink (accepted data)
+//! child 2 record --LinkDecoder 2---> Merger (global table) --> Changeset per tick
+//! child n record --LinkDecoder n--/    dedup by (series, ts)   \--> LinkEncoder per uplink
+//! ```
+//!
+//! Each child link has its own id space; the merger maps ids to one global
+//! [`SeriesTable`] keyed by source name and (source, labels). A series that
+//! arrives over several links (redundant paths, failover) is deduplicated:
+//! an update whose timestamp is not newer than the last one accepted for its
+//! series is dropped; heartbeats keep the newest timestamp per source.
+//!
+//! Call order, per aggregator tick (the shell owns the clock):
+//! 1. [`Merger::on_record`] for every record of every child, as they arrive;
+//! 2. [`Merger::take_changeset`], then encode it on every uplink against the
+//!    returned table (a new uplink's first frame is a keyframe with full
+//!    state); feed no record in between;
+//! 3. [`Merger::end_tick`]; now and then [`Merger::expire`].
+//!
+//! Sections: one per (source, timestamp), in timestamp order, so several
+//! frames of a child within one tick keep every sample (no collapsing). A
+//! series appears at most once per section because (series, ts) is accepted
+//! once. When a source's oldest section in a tick is older than its newest
+//! known timestamp, an empty heartbeat at the newest one goes first: a
+//! keyframe stamps a source's full state with its *first* section's
+//! timestamp, and the table holds the newest values.
+//!
+//! Retirement: a child's retirement of a series is global only if that child
+//! knew the series' source at least as recently as the newest accepted
+//! sample (else another path carries newer data: ignored), and only once (a
+//! tombstone drops later retirements and lagging updates not newer than it).
+//! A retired series that shows up again with newer data is defined again.
+//! A series retired in the tick it was updated stays in the table until
+//! [`Merger::end_tick`], so the uplink frame carries its last values, then
+//! its retirement.
+
+mod config;
+mod error;
+mod retire;
+mod sink;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use canopy_proto::Labels;
+use canopy_proto::codec::{
+    ChangeSection, Changeset, CodecConfig, LinkDecoder, RxFrame, SeriesEntry, SeriesTable,
+};
+use tracing::{info, warn};
+
+pub use config::{FrameSummary, MergeConfig};
+pub use error::AggregatorError;
+pub use sink::{MergeStats, NullSink, Sink};
+
+/// Caller-chosen id of one child link (unique among live links).
+pub type ChildId = u64;
+
+/// A cached child id -> global handle mapping, valid while `epoch` matches.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    h: u32,
+    epoch: u64,
+}
+
+/// Per-handle bookkeeping; `epoch` grows on every removal so stale caches miss.
+#[derive(Clone, Copy, Debug, Default)]
+struct Meta {
+    epoch: u64,
+    last_ts: i64,
+    born_tick: u64,
+    def_tick: u64,
+    /// Tick of the latest accepted update (or definition).
+    touched_tick: u64,
+    /// Retired, but kept in the table until `end_tick` (see `retire_series`).
+    dying: bool,
+}
+
+#[derive(Debug)]
+struct Child {
+    dec: LinkDecoder,
+    series: HashMap<u32, Slot>,
+    sources: HashMap<u32, Slot>,
+    /// Global series -> the child id that last resolved to it: a retirement
+    /// of an older id of the same series (re-defined since) is not global.
+    owner: HashMap<u32, Slot>,
+}
+
+/// Merges children links into one global table and one changeset per tick.
+#[derive(Debug)]
+pub struct Merger {
+    cfg: MergeConfig,
+    child_codec: CodecConfig,
+    children: HashMap<ChildId, Child>,
+    table: SeriesTable,
+    series_index: HashMap<(u32, Labels), u32>,
+    source_index: HashMap<String, u32>,
+    smeta: Vec<Meta>,
+    srcmeta: Vec<Meta>,
+    series_tombs: HashMap<(String, Labels), i64>,
+    source_tombs: HashMap<String, i64>,
+    /// Tick number, starting at 1 (0 means "never" in `Meta`).
+    tick: u64,
+    pending: Changeset,
+    section_at: HashMap<(u32, i64), usize>,
+    out: Changeset,
+    late_series: Vec<u32>,
+    late_sources: Vec<u32>,
+    taken: bool,
+    cap_warned: bool,
+    stats: MergeStats,
+}
+
+enum Miss {
+    Duplicate,
+    OverCap,
+}
+
+impl Merger {
+    /// An empty merger.
+    pub fn new(cfg: MergeConfig) -> Self {
+        let mut child_codec = cfg.codec.clone();
+        child_codec.max_series = child_codec.max_series.min(cfg.max_series_per_child);
+        Self {
+            cfg,
+            child_codec,
+            children: HashMap::new(),
+            table: SeriesTable::new(),
+            series_index: HashMap::new(),
+            source_index: HashMap::new(),
+            smeta: Vec::new(),
+            srcmeta: Vec::new(),
+            series_tombs: HashMap::new(),
+            source_tombs: HashMap::new(),
+            tick: 1,
+            pending: Changeset::default(),
+            section_at: HashMap::new(),
+            out: Changeset::default(),
+            late_series: Vec::new(),
+            late_sources: Vec::new(),
+            taken: false,
+            cap_warned: false,
+            stats: MergeStats::default(),
+        }
+    }
+
+    /// A child link opened (or reopened): it gets a fresh decoder, replacing
+    /// any earlier one, and must start with a keyframe.
+    pub fn child_connected(&mut self, child: ChildId) -> Result<(), AggregatorError> {
+        let dec = LinkDecoder::new(&self.child_codec)
+            .map_err(|source| AggregatorError::Codec { child, source })?;
+        let c = Child {
+            dec,
+            series: HashMap::new(),
+            sources: HashMap::new(),
+            owner: HashMap::new(),
+        };
+        self.children.insert(child, c);
+        self.stats.children = self.children.len();
+        Ok(())
+    }
+
+    /// A child link closed: its decoder goes. Its series stay in the global
+    /// table (another path may carry them) until refreshed or expired.
+    pub fn child_gone(&mut self, child: ChildId) {
+        self.children.remove(&child);
+        self.stats.children = self.children.len();
+    }
+
+    /// Feeds one record payload (length prefix stripped) of `child`; accepted
+    /// data goes to `sink` and into this tick's changeset. On error nothing
+    /// of the record is applied, the child's decoder is poisoned, and the
+    /// caller should close that link.
+    pub fn on_record(
+        &mut self,
+        child: ChildId,
+        payload: &[u8],
+        sink: &mut dyn Sink,
+    ) -> Result<FrameSummary, AggregatorError> {
+        self.stats.frames_in += 1;
+        self.stats.bytes_in += payload.len() as u64;
+        let Some(mut c) = self.children.remove(&child) else {
+            *self
+                .stats
+                .rejected_frames
+                .entry("unknown_child")
+                .or_default() += 1;
+            return Err(AggregatorError::UnknownChild { child });
+        };
+        let res = match c.dec.decode(payload) {
+            Ok(mut frame) => Ok(self.apply(&mut c, &mut frame, sink)),
+            Err(source) => {
+                let why = error::reason(&source);
+                *self.stats.rejected_frames.entry(why).or_default() += 1;
+                warn!(child, reason = why, error = %source, "rejected child frame; link must be reset");
+                Err(AggregatorError::Codec { child, source })
+            }
+        };
+        self.children.insert(child, c);
+        self.refresh_gauges();
+        res
+    }
+
+    /// Everything accepted since the last [`Merger::end_tick`], as one
+    /// changeset at `ts_ms`, with the table to encode it against (the table
+    /// already holds the newest values). Encode it on every uplink, then call
+    /// `end_tick`; repeated calls before `end_tick` return the same changeset.
+    pub fn take_changeset(&mut self, ts_ms: i64) -> (&SeriesTable, &Changeset) {
+        if !self.taken {
+            self.taken = true;
+            self.section_at.clear();
+            let mut cs = std::mem::take(&mut self.pending);
+            let table = &self.table;
+            cs.ts_ms = ts_ms;
+            cs.new_sources.retain(|&h| table.source(h).is_some());
+            cs.defs.retain(|&h| table.get(h).is_some());
+            cs.sections.retain(|s| table.source(s.source).is_some());
+            for s in &mut cs.sections {
+                s.updates.retain(|&(h, _)| table.get(h).is_some());
+            }
+            // Stable: sections of equal ts keep their arrival order.
+            cs.sections.sort_by_key(|s| s.ts_ms);
+            let mut first_ts: HashMap<u32, i64> = HashMap::new();
+            for s in &cs.sections {
+                first_ts.entry(s.source).or_insert(s.ts_ms);
+            }
+            let mut lead: Vec<ChangeSection> = first_ts
+                .into_iter()
+                .filter_map(|(h, ts)| {
+                    let last = table.source(h)?.last_ts_ms;
+                    (ts < last).then(|| ChangeSection {
+                        source: h,
+                        ts_ms: last,
+                        updates: Vec::new(),
+                    })
+                })
+                .collect();
+            lead.sort_by_key(|s| (s.ts_ms, s.source));
+            lead.append(&mut cs.sections);
+            cs.sections = lead;
+            self.out = cs;
+        }
+        (&self.table, &self.out)
+    }
+
+    /// Ends the tick after every uplink encoded the changeset: handles
+    /// retired this tick become reusable.
+    pub fn end_tick(&mut self) {
+        if !self.taken {
+            // Nobody took the changeset: what it held is dropped uplink-wise.
+            self.pending = Changeset::default();
+            self.section_at.clear();
+        }
+        self.out = Changeset::default();
+        self.taken = false;
+        for h in std::mem::take(&mut self.late_series) {
+            self.table.remove(h);
+        }
+        for h in std::mem::take(&mut self.late_sources) {
+            self.table.remove_source(h);
+        }
+        self.table.end_tick();
+        self.tick += 1;
+        self.cap_warned = false;
+    }
+
+    /// Forgets sources silent for longer than `source_ttl_ms` before
+    /// `now_ms`, retiring their series (into the sink and the changeset), and
+    /// old tombstones. Call between ticks, e.g. once per second.
+    pub fn expire(&mut self, now_ms: i64, sink: &mut dyn Sink) {
+        let cutoff = now_ms.saturating_sub(self.cfg.source_ttl_ms);
+        let dead: Vec<(u32, i64)> = self
+            .table
+            .sources()
+            .filter(|(_, s)| s.last_ts_ms < cutoff)
+            .map(|(h, s)| (h, s.last_ts_ms))
+            .collect();
+        if !dead.is_empty() {
+            info!(sources = dead.len(), cutoff, "expiring silent sources");
+            self.stats.expired_sources += dead.len() as u64;
+            self.retire_sources(&dead, sink);
+        }
+        self.series_tombs.retain(|_, ts| *ts >= cutoff);
+        self.source_tombs.retain(|_, ts| *ts >= cutoff);
+        self.refresh_gauges();
+    }
+
+    /// The global table: what a keyframe on a new uplink carries.
+    pub fn table(&self) -> &SeriesTable {
+        &self.table
+    }
+
+    /// Self-telemetry counters.
+    pub fn stats(&self) -> &MergeStats {
+        &self.stats
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &MergeConfig {
+        &self.cfg
+    }
+
+    fn refresh_gauges(&mut self) {
+        self.stats.series = self.table.len();
+        self.stats.sources = self.source_index.len();
+        self.stats.children = self.children.len();
+    }
+
+    fn apply(&mut self, c: &mut Child, frame: &mut RxFrame, sink: &mut dyn Sink) -> FrameSummary {
+        let mut sum = FrameSummary {
+            seq: frame.seq,
+            ts_ms: frame.ts_ms,
+            keyframe: frame.keyframe,
+            ..FrameSummary::default()
+        };
+        // (Re)definitions may change what an id means: resolve them afresh.
+        for id in &frame.new_sources {
+            c.sources.remove(id);
+        }
+        for id in &frame.new_series {
+            c.series.remove(id);
+        }
+        // Per-series dedup keeps the newest ts: apply older sections first.
+        frame.sections.sort_by_key(|s| s.ts_ms);
+        for sec in &frame.sections {
+            let n = sec.updates.len();
+            sum.updates += n;
+            self.stats.updates_in += n as u64;
+            let Some(src) = self.resolve_source(c, sec.source, sec.ts_ms) else {
+                sum.duplicates += n;
+                self.stats.duplicates_dropped += n as u64;
+                continue;
+            };
+            self.heartbeat(src, sec.ts_ms, sink);
+            for &(id, v) in &sec.updates {
+                self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
+            }
+        }
+        for (id, rx) in &frame.retired {
+            // The newest ts the child knew for the series' source.
+            let known = c
+                .dec
+                .source(rx.source)
+                .or_else(|| {
+                    let s = frame.retired_sources.iter().find(|(i, _)| *i == rx.source);
+                    s.map(|(_, s)| s)
+                })
+                .map(|s| (s.name.as_str(), s.last_ts_ms));
+            let Some((name, r)) = known else {
+                continue; // invariant: the decoder checked the series' source
+            };
+            let cached = c
+                .series
+                .get(id)
+                .filter(|s| self.smeta[s.h as usize].epoch == s.epoch)
+                .map(|s| s.h);
+            let h = cached.or_else(|| {
+                let src = self.source_index.get(name)?;
+                self.series_index.get(&(*src, rx.labels.clone())).copied()
+            });
+            // The child re-defined the series under a newer id: it lives on.
+            let superseded = h
+                .and_then(|h| c.owner.get(&h).map(|o| (h, o)))
+                .is_some_and(|(h, o)| o.h != *id && o.epoch == self.smeta[h as usize].epoch);
+            match h {
+                Some(h) if !superseded && r >= self.smeta[h as usize].last_ts => {
+                    self.retire_series(h, r, sink);
+                    sum.retired += 1;
+                }
+                _ => self.stats.retires_ignored += 1,
+            }
+            if let Some(s) = c.series.remove(id)
+                && c.owner.get(&s.h).is_some_and(|o| o.h == *id)
+            {
+                c.owner.remove(&s.h);
+            }
+        }
+        let mut dead = Vec::new();
+        for (id, rx) in &frame.retired_sources {
+            c.sources.remove(id);
+            if let Some(&h) = self.source_index.get(&rx.name)
+                && let Some(s) = self.table.source(h)
+                && rx.last_ts_ms >= s.last_ts_ms
+            {
+                dead.push((h, rx.last_ts_ms));
+            }
+        }
+        if !dead.is_empty() {
+            sum.retired += self.retire_sources(&dead, sink);
+        }
+        sum
+    }
+
+    /// Global handle of a child's source, creating the source if new.
+    /// `None`: the source was forgotten after data newer than `ts`.
+    fn resolve_source(&mut self, c: &mut Child, id: u32, ts: i64) -> Option<u32> {
+        if let Some(s) = c.sources.get(&id)
+            && self.srcmeta[s.h as usize].epoch == s.epoch
+        {
+            return Some(s.h);
+        }
+        let rx = c.dec.source(id)?; // invariant: the decoder checked the id
+        let h = match self.source_index.get(&rx.name) {
+            Some(&h) => h,
+            None => {
+                if self.source_tombs.get(&rx.name).is_some_and(|&t| ts <= t) {
+                    return None;
+                }
+                self.source_tombs.remove(&rx.name);
+                let h = self.table.add_source(&rx.name, rx.tick_ms);
+                if let Some(s) = self.table.source_mut(h) {
+                    s.last_ts_ms = i64::MIN;
+                }
+                let m = meta_at(&mut self.srcmeta, h);
+                m.born_tick = self.tick;
+                self.source_index.insert(rx.name.clone(), h);
+                self.pending.new_sources.push(h);
+                h
+            }
+        };
+        let epoch = self.srcmeta[h as usize].epoch;
+        c.sources.insert(id, Slot { h, epoch });
+        Some(h)
+    }
+
+    fn heartbeat(&mut self, src: u32, ts: i64, sink: &mut dyn Sink) {
+        let Some(s) = self.table.source_mut(src) else {
+            return;
+        };
+        if ts > s.last_ts_ms {
+            s.last_ts_ms = ts;
+            sink.heartbeat(&s.name, ts, s.tick_ms);
+            self.section(src, ts);
+        }
+    }
+
+    /// Index of this tick's section for (src, ts), created on demand.
+    fn section(&mut self, src: u32, ts: i64) -> usize {
+        let secs = &mut self.pending.sections;
+        *self.section_at.entry((src, ts)).or_insert_with(|| {
+            secs.push(ChangeSection {
+                source: src,
+                ts_ms: ts,
+                updates: Vec::new(),
+            });
+            secs.len() - 1
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &mut self,
+        c: &mut Child,
+        src: u32,
+        id: u32,
+        ts: i64,
+        v: f64,
+        sink: &mut dyn Sink,
+        sum: &mut FrameSummary,
+    ) {
+        let h = match self.resolve_series(c, src, id, ts) {
+            Ok(h) => h,
+            Err(Miss::Duplicate) => {
+                sum.duplicates += 1;
+                self.stats.duplicates_dropped += 1;
+                return;
+            }
+            Err(Miss::OverCap) => {
+                self.stats.dropped_over_cap += 1;
+                return;
+            }
+        };
+        let m = &mut self.smeta[h as usize];
+        if ts <= m.last_ts {
+            sum.duplicates += 1;
+            self.stats.duplicates_dropped += 1;
+            return;
+        }
+        m.last_ts = ts;
+        m.touched_tick = self.tick;
+        let encoding = c.dec.series(id).map(|s| s.encoding);
+        let Some(e) = self.table.get_mut(h) else {
+            return; // invariant: a matching generation means a live handle
+        };
+        e.value = v;
+        if let Some(enc) = encoding
+            && enc != e.encoding
+        {
+            e.encoding = enc;
+            self.push_def(h);
+        }
+        if let (Some(e), Some(s)) = (self.table.get(h), self.table.source(src)) {
+            sink.sample(&s.name, &e.labels, ts, v);
+        }
+        let i = self.section(src, ts);
+        self.pending.sections[i].updates.push((h, v));
+        sum.accepted += 1;
+        self.stats.updates_accepted += 1;
+    }
+
+    /// Global handle of a child's series, defining it if new.
+    fn resolve_series(&mut self, c: &mut Child, src: u32, id: u32, ts: i64) -> Result<u32, Miss> {
+        if let Some(s) = c.series.get(&id)
+            && self.smeta[s.h as usize].epoch == s.epoch
+        {
+            return Ok(s.h);
+        }
+        // Invariant: the decoder just applied an update of `id`.
+        let rx = c.dec.series(id).ok_or(Miss::Duplicate)?;
+        let key = (src, rx.labels.clone());
+        let h = match self.series_index.get(&key) {
+            Some(&h) => h,
+            None => {
+                let name = self.table.source(src).map_or("", |s| s.name.as_str());
+                let tomb = (name.to_string(), key.1.clone());
+                if self.series_tombs.get(&tomb).is_some_and(|&t| ts <= t) {
+                    return Err(Miss::Duplicate);
+                }
+                if self.table.len() >= self.cfg.max_series {
+                    if !self.cap_warned {
+                        self.cap_warned = true;
+                        warn!(
+                            max = self.cfg.max_series,
+                            "series cap reached; dropping new series"
+                        );
+                    }
+                    return Err(Miss::OverCap);
+                }
+                self.series_tombs.remove(&tomb);
+                let h = self.table.insert(SeriesEntry {
+                    labels: key.1.clone(),
+                    source: src,
+                    encoding: rx.encoding,
+                    value: f64::NAN,
+                });
+                let m = meta_at(&mut self.smeta, h);
+                m.last_ts = i64::MIN;
+                m.born_tick = self.tick;
+                m.touched_tick = self.tick;
+                m.dying = false;
+                self.push_def(h);
+                self.series_index.insert(key, h);
+                h
+            }
+        };
+        let epoch = self.smeta[h as usize].epoch;
+        c.series.insert(id, Slot { h, epoch });
+        c.owner.insert(h, Slot { h: id, epoch });
+        Ok(h)
+    }
+
+    fn push_def(&mut self, h: u32) {
+        let m = &mut self.smeta[h as usize];
+        if m.def_tick != self.tick {
+            m.def_tick = self.tick;
+            self.pending.defs.push(h);
+        }
+    }
+}
+
+/// The bookkeeping of handle `h`, growing the vector as handles appear.
+fn meta_at(v: &mut Vec<Meta>, h: u32) -> &mut Meta {
+    let i = h as usize;
+    if v.len() <= i {
+        v.resize(i + 1, Meta::default());
+    }
+    &mut v[i]
+}

@@ -1,0 +1,573 @@
+//! Merge suite: redundant paths, relay chains, keyframes, retirement,
+//! expiry, caps and hostile input, with real senders and link codecs.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+
+use canopy_proto::codec::{
+    BoundsPolicy, CodecConfig, LinkDecoder, LinkEncoder, RecordSplitter, RxFrame, Sender,
+};
+use canopy_proto::{Labels, MetricKind};
+use proptest::prelude::*;
+
+use super::*;
+
+/// Everything a sink was told, in order.
+#[derive(Debug, Default)]
+pub(super) struct RecSink {
+    pub samples: Vec<(String, Labels, i64, u64)>,
+    pub heartbeats: Vec<(String, i64)>,
+    pub retires: Vec<(String, Labels, i64)>,
+}
+
+impl Sink for RecSink {
+    fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+        self.samples
+            .push((source.to_string(), labels.clone(), ts_ms, value.to_bits()));
+    }
+    fn heartbeat(&mut self, source: &str, ts_ms: i64, _tick_ms: u32) {
+        self.heartbeats.push((source.to_string(), ts_ms));
+    }
+    fn retire(&mut self, source: &str, labels: &Labels, ts_ms: i64) {
+        self.retires
+            .push((source.to_string(), labels.clone(), ts_ms));
+    }
+}
+
+/// Panics with the first difference of two sample lists.
+#[track_caller]
+fn same(got: &[(String, Labels, i64, u64)], want: &[(String, Labels, i64, u64)]) {
+    let i = got.iter().zip(want).position(|(a, b)| a != b);
+    assert!(
+        i.is_none() && got.len() == want.len(),
+        "got {} samples, want {}; first difference at {:?}: got {:?} want {:?}",
+        got.len(),
+        want.len(),
+        i,
+        i.map(|i| &got[i]),
+        i.map(|i| &want[i]),
+    );
+}
+
+impl RecSink {
+    fn sorted_samples(&self) -> Vec<(String, Labels, i64, u64)> {
+        let mut v = self.samples.clone();
+        v.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        v
+    }
+}
+
+fn cfg() -> CodecConfig {
+    CodecConfig {
+        keyframe_interval_ms: 1 << 40,
+        ..CodecConfig::default()
+    }
+}
+
+fn mcfg() -> MergeConfig {
+    MergeConfig {
+        codec: cfg(),
+        ..MergeConfig::default()
+    }
+}
+
+/// Strips the length prefix of one record.
+pub(super) fn payload(rec: &[u8]) -> Vec<u8> {
+    let mut s = RecordSplitter::new(1 << 24);
+    s.push(rec);
+    s.pop().expect("valid record").expect("one whole record")
+}
+
+fn lab(node: &str, i: usize) -> Labels {
+    Labels::metric("m", [("node", node.to_string()), ("i", i.to_string())])
+}
+
+/// One leaf node (source `name`) with `links` uplinks.
+pub(super) struct Leaf {
+    name: String,
+    tx: Sender,
+    encs: Vec<LinkEncoder>,
+}
+
+impl Leaf {
+    pub(super) fn new(name: &str, links: usize) -> Self {
+        Self {
+            name: name.to_string(),
+            tx: Sender::new(BoundsPolicy::default()),
+            encs: (0..links)
+                .map(|_| LinkEncoder::new(&cfg()).expect("encoder"))
+                .collect(),
+        }
+    }
+
+    /// One tick: series `i` in `present` observed with `value(i)`; returns
+    /// one record payload per link.
+    pub(super) fn tick(&mut self, ts: i64, obs: &[(usize, f64)]) -> Vec<Vec<u8>> {
+        let src = self.tx.source(&self.name, 1000);
+        self.tx.begin_tick(ts);
+        self.tx.tick_source(src, ts);
+        for &(i, v) in obs {
+            let kind = if i % 2 == 0 {
+                MetricKind::Gauge
+            } else {
+                MetricKind::Counter
+            };
+            self.tx.observe(src, &lab(&self.name, i), kind, v);
+        }
+        let (table, cs) = self.tx.finish_tick();
+        let mut out = Vec::new();
+        for enc in &mut self.encs {
+            let mut rec = Vec::new();
+            enc.encode(table, cs, &mut rec).expect("encode");
+            out.push(payload(&rec));
+        }
+        self.tx.end_tick();
+        out
+    }
+}
+
+/// What a plain decoder of one link sees: samples and retirements.
+pub(super) fn reference(frames: &[Vec<u8>]) -> RecSink {
+    let mut dec = LinkDecoder::new(&cfg()).expect("decoder");
+    let mut sink = RecSink::default();
+    for p in frames {
+        let f: RxFrame = dec.decode(p).expect("decode");
+        for sec in &f.sections {
+            let name = dec.source(sec.source).expect("source").name.clone();
+            for &(id, v) in &sec.updates {
+                let l = dec.series(id).expect("series").labels.clone();
+                sink.sample(&name, &l, sec.ts_ms, v);
+            }
+        }
+        for (_, rx) in &f.retired {
+            let s = dec.source(rx.source).expect("source");
+            sink.retire(&s.name.clone(), &rx.labels, s.last_ts_ms);
+        }
+    }
+    sink
+}
+
+/// Deterministic leaf workload: `ticks` ticks of `n` series, some missing.
+pub(super) fn workload(leaf: &mut Leaf, t0: i64, ticks: usize, n: usize) -> Vec<Vec<Vec<u8>>> {
+    (0..ticks)
+        .map(|k| {
+            let obs: Vec<(usize, f64)> = (0..n)
+                .filter(|i| (k + i) % 7 != 6 || k == 0)
+                .map(|i| (i, (k * 10 + i) as f64 * if i % 2 == 0 { 1.37 } else { 1.0 }))
+                .collect();
+            leaf.tick(t0 + 1000 * k as i64, &obs)
+        })
+        .collect()
+}
+
+fn per_link(frames: &[Vec<Vec<u8>>], link: usize) -> Vec<Vec<u8>> {
+    frames.iter().map(|f| f[link].clone()).collect()
+}
+
+#[test]
+fn values_and_labels_arrive() {
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    let mut leaf = Leaf::new("n1", 1);
+    let mut sink = RecSink::default();
+    let f = leaf.tick(1000, &[(0, 42.0), (1, 7.0)]);
+    let s = m.on_record(1, &f[0], &mut sink).expect("record");
+    assert_eq!((s.accepted, s.duplicates, s.keyframe), (2, 0, true));
+    assert_eq!(sink.heartbeats, vec![("n1".to_string(), 1000)]);
+    same(
+        &sink.sorted_samples(),
+        &[
+            ("n1".into(), lab("n1", 0), 1000, 42f64.to_bits()),
+            ("n1".into(), lab("n1", 1), 1000, 7f64.to_bits()),
+        ],
+    );
+    let (table, cs) = m.take_changeset(1000);
+    assert_eq!(table.len(), 2);
+    assert_eq!(cs.new_sources.len(), 1);
+    assert_eq!(cs.defs.len(), 2);
+    assert_eq!(cs.update_count(), 2);
+    m.end_tick();
+    assert_eq!(m.stats().series, 2);
+    assert_eq!(m.stats().sources, 1);
+}
+
+#[test]
+fn two_paths_deliver_every_sample_once() {
+    let mut leaf = Leaf::new("n1", 2);
+    let frames = workload(&mut leaf, 10_000, 30, 12);
+    let want = reference(&per_link(&frames, 0));
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    m.child_connected(2).expect("connect");
+    let mut sink = RecSink::default();
+    for (k, f) in frames.iter().enumerate() {
+        // Path 2 lags path 1 by a frame every other tick.
+        m.on_record(1, &f[0], &mut sink).expect("path 1");
+        m.on_record(2, &f[1], &mut sink).expect("path 2");
+        m.take_changeset(10_000 + 1000 * k as i64);
+        m.end_tick();
+    }
+    assert_eq!(sink.sorted_samples(), want.sorted_samples());
+    assert_eq!(sink.retires, want.retires);
+    let st = m.stats();
+    assert_eq!(st.duplicates_dropped as usize, want.samples.len());
+    assert_eq!(st.updates_accepted as usize, want.samples.len());
+}
+
+#[test]
+fn out_of_order_and_replayed_timestamps_are_dropped_and_counted() {
+    let mut leaf = Leaf::new("n1", 2);
+    let frames = workload(&mut leaf, 0, 6, 4);
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    m.child_connected(2).expect("connect");
+    let mut sink = RecSink::default();
+    for f in &frames {
+        m.on_record(1, &f[0], &mut sink).expect("path 1");
+    }
+    let accepted = sink.samples.len();
+    // Path 2 delivers everything later: all older than what was accepted.
+    for f in &frames {
+        let s = m.on_record(2, &f[1], &mut sink).expect("path 2");
+        assert_eq!(s.accepted, 0);
+        assert_eq!(s.duplicates, s.updates);
+    }
+    assert_eq!(sink.samples.len(), accepted);
+    assert_eq!(m.stats().duplicates_dropped as usize, accepted);
+    // Per series, the sink saw strictly increasing timestamps.
+    let mut last: HashMap<Labels, i64> = HashMap::new();
+    for (_, l, ts, _) in &sink.samples {
+        assert!(last.insert(l.clone(), *ts).is_none_or(|p| p < *ts));
+    }
+}
+
+/// Encodes `m`'s tick on `enc` and ends the tick; returns the payload.
+pub(super) fn uplink(m: &mut Merger, enc: &mut LinkEncoder, ts: i64) -> Vec<u8> {
+    let (table, cs) = m.take_changeset(ts);
+    let mut rec = Vec::new();
+    enc.encode(table, cs, &mut rec).expect("encode uplink");
+    m.end_tick();
+    payload(&rec)
+}
+
+#[test]
+fn relay_chain_delivers_every_sample_once_exactly() {
+    let mut leaf = Leaf::new("n1", 1);
+    let frames = workload(&mut leaf, 5_000, 40, 10);
+    let want = reference(&per_link(&frames, 0));
+    let mut a = Merger::new(mcfg());
+    let mut b = Merger::new(mcfg());
+    a.child_connected(7).expect("connect");
+    b.child_connected(1).expect("connect");
+    let mut enc = LinkEncoder::new(&cfg()).expect("encoder");
+    let (mut sa, mut sb) = (RecSink::default(), RecSink::default());
+    for (k, f) in frames.iter().enumerate() {
+        a.on_record(7, &f[0], &mut sa).expect("leaf -> A");
+        // A ticks every other leaf frame: two leaf frames per A tick. Its
+        // first uplink frame is a keyframe, a snapshot of the newest values
+        // (the codec's keyframe carries no intermediate samples), so A's
+        // first tick holds one leaf frame.
+        if k == 0 || k % 2 == 1 {
+            let up = uplink(&mut a, &mut enc, 5_000 + 1000 * k as i64);
+            b.on_record(1, &up, &mut sb).expect("A -> B");
+            b.take_changeset(0);
+            b.end_tick();
+        }
+    }
+    same(&sa.sorted_samples(), &want.sorted_samples());
+    same(&sb.sorted_samples(), &want.sorted_samples());
+    assert_eq!(sb.retires, want.retires);
+    assert_eq!(b.stats().duplicates_dropped, 0);
+}
+
+/// The table a fresh decoder rebuilds from one keyframe, by labels.
+fn decoded_state(p: &[u8]) -> BTreeMap<String, (String, u64, i64)> {
+    let mut dec = LinkDecoder::new(&cfg()).expect("decoder");
+    dec.decode(p).expect("keyframe");
+    dec.series_iter()
+        .map(|(_, s)| {
+            let src = dec.source(s.source).expect("source");
+            (
+                s.labels.to_string(),
+                (src.name.clone(), s.value.to_bits(), src.last_ts_ms),
+            )
+        })
+        .collect()
+}
+
+fn table_state(m: &Merger) -> BTreeMap<String, (String, u64, i64)> {
+    let t = m.table();
+    t.iter()
+        .map(|(_, e)| {
+            let src = t.source(e.source).expect("source");
+            (
+                e.labels.to_string(),
+                (src.name.clone(), e.value.to_bits(), src.last_ts_ms),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn new_uplink_keyframe_carries_full_state() {
+    let mut leaves = [Leaf::new("n1", 1), Leaf::new("n2", 1)];
+    let mut a = Merger::new(mcfg());
+    a.child_connected(1).expect("connect");
+    a.child_connected(2).expect("connect");
+    let mut old = LinkEncoder::new(&cfg()).expect("encoder");
+    let mut sink = NullSink;
+    for k in 0..10i64 {
+        for (c, leaf) in leaves.iter_mut().enumerate() {
+            let obs: Vec<(usize, f64)> = (0..5).map(|i| (i, (k * i as i64) as f64)).collect();
+            let f = leaf.tick(1000 * k + c as i64, &obs);
+            a.on_record(c as u64 + 1, &f[0], &mut sink).expect("record");
+        }
+        uplink(&mut a, &mut old, 1000 * k);
+    }
+    // A parent asks to resync: a brand-new uplink.
+    let mut fresh = LinkEncoder::new(&cfg()).expect("encoder");
+    let kf = uplink(&mut a, &mut fresh, 10_000);
+    assert_eq!(decoded_state(&kf), table_state(&a));
+    assert_eq!(decoded_state(&kf).len(), 10);
+}
+
+#[test]
+fn burst_of_child_frames_keeps_one_section_per_timestamp() {
+    let mut leaf = Leaf::new("n1", 1);
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    let mut sink = RecSink::default();
+    for k in 0..3i64 {
+        let f = leaf.tick(1000 * (k + 1), &[(0, k as f64), (2, 5.0)]);
+        m.on_record(1, &f[0], &mut sink).expect("record");
+    }
+    let (_, cs) = m.take_changeset(3000);
+    let ts: Vec<i64> = cs.sections.iter().map(|s| s.ts_ms).collect();
+    // Leading heartbeat at the newest ts (keyframe stamp), then ts order.
+    assert_eq!(ts, vec![3000, 1000, 2000, 3000]);
+    for s in &cs.sections {
+        let mut ids: Vec<u32> = s.updates.iter().map(|u| u.0).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), s.updates.len());
+    }
+    // A keyframe of this tick stamps the newest values at the newest ts.
+    let mut fresh = LinkEncoder::new(&cfg()).expect("encoder");
+    let (table, cs) = m.take_changeset(3000);
+    let mut rec = Vec::new();
+    fresh.encode(table, cs, &mut rec).expect("encode");
+    let mut dec = LinkDecoder::new(&cfg()).expect("decoder");
+    let f = dec.decode(&payload(&rec)).expect("decode");
+    assert!(f.sections.iter().all(|s| s.ts_ms == 3000));
+    m.end_tick();
+}
+
+#[test]
+fn garbage_from_one_child_leaves_the_other_working() {
+    let mut leaf = Leaf::new("n1", 2);
+    let frames = workload(&mut leaf, 0, 4, 3);
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    m.child_connected(2).expect("connect");
+    let mut sink = RecSink::default();
+    m.on_record(1, &frames[0][0], &mut sink).expect("good");
+    let err = m
+        .on_record(2, b"\x05garbage!", &mut sink)
+        .expect_err("garbage");
+    assert!(matches!(err, AggregatorError::Codec { child: 2, .. }));
+    let again = m
+        .on_record(2, &frames[0][1], &mut sink)
+        .expect_err("poisoned");
+    assert!(matches!(
+        again,
+        AggregatorError::Codec {
+            source: canopy_proto::codec::CodecError::Poisoned,
+            ..
+        }
+    ));
+    for f in &frames[1..] {
+        m.on_record(1, &f[0], &mut sink)
+            .expect("child 1 unaffected");
+    }
+    same(
+        &sink.sorted_samples(),
+        &reference(&per_link(&frames, 0)).sorted_samples(),
+    );
+    assert_eq!(m.stats().rejected_frames.get("poisoned"), Some(&1));
+    assert_eq!(m.stats().rejected_frames.values().sum::<u64>(), 2);
+    assert!(matches!(
+        m.on_record(9, &frames[0][0], &mut sink),
+        Err(AggregatorError::UnknownChild { child: 9 })
+    ));
+    // Reconnecting gives a fresh decoder that accepts a new link.
+    m.child_connected(2).expect("reconnect");
+    let mut l2 = Leaf::new("n2", 1);
+    m.on_record(2, &l2.tick(0, &[(0, 1.0)])[0], &mut sink)
+        .expect("fresh link");
+}
+
+#[test]
+fn retirement_propagates_once_and_reappearance_redefines() {
+    let mut leaf = Leaf::new("n1", 2);
+    let mut m = Merger::new(mcfg());
+    m.child_connected(1).expect("connect");
+    m.child_connected(2).expect("connect");
+    let mut sink = RecSink::default();
+    let mut up = LinkEncoder::new(&cfg()).expect("encoder");
+    let mut parent = LinkDecoder::new(&cfg()).expect("decoder");
+    let mut parent_retired = 0;
+    let ticks: [&[(usize, f64)]; 4] = [
+        &[(0, 1.0), (1, 1.0)],
+        &[(0, 2.0), (1, 2.0)],
+        &[(0, 3.0)],
+        &[(0, 4.0), (1, 9.0)],
+    ];
+    for (k, obs) in ticks.iter().enumerate() {
+        let f = leaf.tick(1000 * k as i64, obs);
+        m.on_record(1, &f[0], &mut sink).expect("path 1");
+        m.on_record(2, &f[1], &mut sink).expect("path 2");
+        let p = uplink(&mut m, &mut up, 1000 * k as i64);
+        parent_retired += parent.decode(&p).expect("parent").retired.len();
+    }
+    assert_eq!(sink.retires, vec![("n1".to_string(), lab("n1", 1), 2000)]);
+    assert_eq!(parent_retired, 1);
+    assert_eq!(m.stats().retires_ignored, 1);
+    // Series 1 came back at 3000 with its new value.
+    assert!(
+        sink.samples
+            .contains(&("n1".into(), lab("n1", 1), 3000, 9f64.to_bits()))
+    );
+    assert_eq!(m.table().len(), 2);
+    assert_eq!(parent.series_count(), 2);
+}
+
+#[test]
+fn silent_sources_expire_and_retire_their_series() {
+    let mut m = Merger::new(MergeConfig {
+        source_ttl_ms: 5_000,
+        ..mcfg()
+    });
+    m.child_connected(1).expect("connect");
+    let (mut l1, mut l2) = (Leaf::new("n1", 1), Leaf::new("n2", 1));
+    let mut sink = RecSink::default();
+    let mut up = LinkEncoder::new(&cfg()).expect("encoder");
+    let mut parent = LinkDecoder::new(&cfg()).expect("decoder");
+    m.child_connected(2).expect("connect");
+    for k in 0..10i64 {
+        if k < 2 {
+            m.on_record(1, &l1.tick(1000 * k, &[(0, 1.0), (1, 2.0)])[0], &mut sink)
+                .expect("n1");
+        }
+        m.on_record(2, &l2.tick(1000 * k, &[(0, k as f64)])[0], &mut sink)
+            .expect("n2");
+        m.expire(1000 * k, &mut sink);
+        parent
+            .decode(&uplink(&mut m, &mut up, 1000 * k))
+            .expect("parent");
+    }
+    // n1 last ticked at 1000 (no value changed then: the retirement is at
+    // its last heartbeat); expired once now - 5000 > 1000.
+    let mut r = sink.retires.clone();
+    r.sort();
+    assert_eq!(
+        r,
+        vec![
+            ("n1".to_string(), lab("n1", 0), 1000),
+            ("n1".to_string(), lab("n1", 1), 1000),
+        ]
+    );
+    assert_eq!(m.stats().expired_sources, 1);
+    assert_eq!((m.stats().sources, m.stats().series), (1, 1));
+    assert_eq!(parent.series_count(), 1);
+    assert_eq!(parent.sources_iter().count(), 1);
+    // child_gone keeps the series: another path may still carry them.
+    m.child_gone(2);
+    assert_eq!(m.table().len(), 1);
+    assert_eq!(m.stats().children, 1);
+}
+
+#[test]
+fn caps_are_enforced() {
+    let mut m = Merger::new(MergeConfig {
+        max_series: 3,
+        max_series_per_child: 4,
+        ..mcfg()
+    });
+    m.child_connected(1).expect("connect");
+    m.child_connected(2).expect("connect");
+    let mut sink = RecSink::default();
+    let mut big = Leaf::new("n1", 1);
+    let obs: Vec<(usize, f64)> = (0..5).map(|i| (i, 1.0)).collect();
+    let err = m
+        .on_record(1, &big.tick(0, &obs)[0], &mut sink)
+        .expect_err("per-child cap");
+    assert!(matches!(
+        err,
+        AggregatorError::Codec {
+            source: canopy_proto::codec::CodecError::TooManySeries { max: 4 },
+            ..
+        }
+    ));
+    let mut ok = Leaf::new("n2", 1);
+    let obs: Vec<(usize, f64)> = (0..4).map(|i| (i, 1.0)).collect();
+    m.on_record(2, &ok.tick(0, &obs)[0], &mut sink)
+        .expect("within per-child cap");
+    assert_eq!(m.table().len(), 3);
+    assert_eq!(m.stats().dropped_over_cap, 1);
+    assert_eq!(sink.samples.len(), 3);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Any interleaving of two paths (each in its own order), with the
+    /// aggregator ticking at random points, delivers every (series, ts)
+    /// exactly once, and every retirement exactly once.
+    #[test]
+    fn interleavings_deliver_each_sample_once(
+        order in proptest::collection::vec(any::<bool>(), 0..64),
+        ticks in proptest::collection::vec(any::<bool>(), 64),
+        n in 1usize..8,
+    ) {
+        let mut leaf = Leaf::new("n1", 2);
+        let frames = workload(&mut leaf, 1_000, 20, n);
+        let want = reference(&per_link(&frames, 0));
+        let mut m = Merger::new(mcfg());
+        m.child_connected(1).expect("connect");
+        m.child_connected(2).expect("connect");
+        let mut up = LinkEncoder::new(&cfg()).expect("encoder");
+        let mut b = Merger::new(mcfg());
+        b.child_connected(1).expect("connect");
+        let (mut sink, mut sb) = (RecSink::default(), RecSink::default());
+        let (mut i, mut j, mut step) = (0, 0, 0);
+        while i < frames.len() || j < frames.len() {
+            let pick_first = order.get(step).copied().unwrap_or(step % 2 == 0);
+            if (pick_first && i < frames.len()) || j >= frames.len() {
+                m.on_record(1, &frames[i][0], &mut sink).expect("path 1");
+                i += 1;
+            } else {
+                m.on_record(2, &frames[j][1], &mut sink).expect("path 2");
+                j += 1;
+            }
+            // First tick right after the first frame: the uplink's keyframe
+            // is a snapshot (see the relay test).
+            if step == 0 || ticks[step % ticks.len()] {
+                let p = uplink(&mut m, &mut up, step as i64);
+                b.on_record(1, &p, &mut sb).expect("relay");
+                b.take_changeset(0);
+                b.end_tick();
+            }
+            step += 1;
+        }
+        let p = uplink(&mut m, &mut up, step as i64);
+        b.on_record(1, &p, &mut sb).expect("relay");
+        same(&sink.sorted_samples(), &want.sorted_samples());
+        same(&sb.sorted_samples(), &want.sorted_samples());
+        let mut r = sink.retires.clone();
+        r.sort();
+        let mut w = want.retires.clone();
+        w.sort();
+        prop_assert_eq!(&r, &w);
+        let mut rb = sb.retires.clone();
+        rb.sort();
+        prop_assert_eq!(rb, w);
+    }
+}
