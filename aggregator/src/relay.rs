@@ -70,7 +70,9 @@ impl<S: Sink + Send + 'static> Relay<S> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<S>> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `f` on the sink (e.g. to read what it gathered).
@@ -167,7 +169,8 @@ impl<S: Sink + Send + 'static> Relay<S> {
     pub fn spawn_ticker(&self, uplinks: Vec<Uplink>, mut shutdown: watch::Receiver<bool>) {
         let me = self.clone();
         tokio::spawn(async move {
-            let mut encs: Vec<(u64, Option<LinkEncoder>)> = uplinks.iter().map(|_| (0, None)).collect();
+            let mut encs: Vec<(u64, Option<LinkEncoder>)> =
+                uplinks.iter().map(|_| (0, None)).collect();
             let mut interval = tokio::time::interval(me.cfg.tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
