@@ -8,10 +8,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use canopy_proto::codec::{CodecConfig, LinkEncoder, record};
-use canopy_proto::link::{InboundLink, Listener, Uplink};
+use canopy_proto::link::{InboundLink, Listener, Uplink, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::merge::{MergeConfig, Merger, Sink};
@@ -47,13 +47,6 @@ impl<S> Clone for Relay<S> {
             cfg: self.cfg.clone(),
         }
     }
-}
-
-/// Unix time now, in ms.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl<S: Sink + Send + 'static> Relay<S> {
@@ -178,7 +171,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                     _ = interval.tick() => {}
                     _ = shutdown.changed() => break,
                 }
-                let now = now_ms();
+                let now = unix_now_ms();
                 let mut g = me.lock();
                 let Inner { merger, sink } = &mut *g;
                 merger.expire(now, sink);

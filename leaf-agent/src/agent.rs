@@ -6,10 +6,10 @@
 //! failover) and, on a relaying node, the node's own relay as an in-memory
 //! child link.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, Sender, record};
-use canopy_proto::link::Uplink;
+use canopy_proto::link::{Uplink, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::collect::{Collector, Observation};
@@ -42,13 +42,6 @@ struct OutState {
     enc: Option<LinkEncoder>,
 }
 
-/// Unix time now, in ms.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Runs the sampler until `shutdown` turns true.
 pub async fn run(
     cfg: AgentConfig,
@@ -79,7 +72,7 @@ pub async fn run(
         if *shutdown.borrow() {
             break;
         }
-        let ts = now_ms();
+        let ts = unix_now_ms();
         obs.clear();
         for c in &mut collectors {
             c.set_tick_time(ts);

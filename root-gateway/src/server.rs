@@ -6,12 +6,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use canopy_aggregator::merge::{MergeConfig, Sink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
 use canopy_proto::codec::CodecConfig;
-use canopy_proto::link::Listener;
+use canopy_proto::link::{Listener, unix_now_ms};
 use canopy_proto::model::Labels;
 use tokio::sync::watch;
 
@@ -95,12 +95,6 @@ pub struct Gateway {
     pub http_addr: SocketAddr,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Starts the gateway's tasks; they run until `shutdown` turns true.
 pub async fn start(
     opts: GatewayOptions,
@@ -130,7 +124,7 @@ pub async fn start(
             let mut iv = tokio::time::interval(tick);
             loop {
                 tokio::select! {
-                    _ = iv.tick() => store.write(|s| s.maintain(now_ms())),
+                    _ = iv.tick() => store.write(|s| s.maintain(unix_now_ms())),
                     _ = sd.changed() => break,
                 }
             }

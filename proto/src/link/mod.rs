@@ -58,6 +58,14 @@ pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
 pub use uplink::{Uplink, UplinkConfig, UplinkStats, UplinkTarget};
 
+/// Unix time now in ms: the one clock read the shells share (the pure cores
+/// take `now` as an argument instead).
+pub fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// ALPN protocol id of the Canopy link, version 1.
 pub const ALPN: &[u8] = b"canopy/1";
 

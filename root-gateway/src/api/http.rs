@@ -42,11 +42,7 @@ impl ApiState {
             query_timeout: Duration::from_secs(120),
             max_body_bytes: 1 << 20,
             max_series: 100_000,
-            now_ms: Arc::new(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            }),
+            now_ms: Arc::new(canopy_proto::link::unix_now_ms),
         }
     }
 }
