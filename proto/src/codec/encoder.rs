@@ -121,6 +121,7 @@ impl LinkEncoder {
             self.force_keyframe = false;
         } else {
             self.collect_members(table);
+            let mut packed_sources: Vec<u32> = Vec::new();
             for sec in &cs.sections {
                 let mut updates: Vec<(u32, f64)> = sec.updates.clone();
                 // Stable, then keep the last of duplicates: the value the
@@ -129,7 +130,17 @@ impl LinkEncoder {
                 updates.reverse();
                 updates.dedup_by_key(|u| u.0);
                 updates.reverse();
-                let ps = self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                let offset = sec.ts_ms - cs.ts_ms;
+                // A relay may carry one source at several timestamps in one
+                // frame (a burst of child frames). The packed walk covers a
+                // source once per frame; its later sections go in the plain
+                // columns, which any section may use.
+                let ps = if packed_sources.contains(&sec.source) {
+                    self.section(table, sec.source, offset, &updates)?
+                } else {
+                    packed_sources.push(sec.source);
+                    self.packed_section(table, sec.source, offset, &updates)?
+                };
                 f.sections.push(ps);
             }
         }
