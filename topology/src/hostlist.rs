@@ -132,12 +132,19 @@ impl Group<'_> {
                 }
             })
             .collect();
-        if let [(first, last, _)] = self.runs.as_slice()
-            && first == last
-        {
-            return format!("{}{}{}", self.prefix, body.join(","), self.suffix);
+        let bracketed = format!("{}[{}]{}", self.prefix, body.join(","), self.suffix);
+        if self.runs.iter().all(|&(first, last, _)| first == last) {
+            // Lone hosts: brackets only pay off when they save characters.
+            let plain: Vec<String> = body
+                .iter()
+                .map(|b| format!("{}{b}{}", self.prefix, self.suffix))
+                .collect();
+            let plain = plain.join(",");
+            if plain.len() <= bracketed.len() {
+                return plain;
+            }
         }
-        format!("{}[{}]{}", self.prefix, body.join(","), self.suffix)
+        bracketed
     }
 }
 
@@ -521,7 +528,7 @@ mod tests {
         );
         assert_eq!(c(&["a1", "a2", "a3", "b", "c7"]), "a[1-3],b,c7");
         assert_eq!(c(&["n8", "n9", "n10"]), "n[8-10]");
-        assert_eq!(c(&["n9", "n010"]), "n[9,010]");
+        assert_eq!(c(&["n9", "n010"]), "n9,n010");
         assert_eq!(c(&["r1-n01", "r1-n02", "r2-n01"]), "r1-n[01-02],r2-n01");
         assert_eq!(c(&["n3", "n1", "n2"]), "n[3,1-2]");
         assert_eq!(c(&[]), "");
