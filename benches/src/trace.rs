@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use anyhow::{Context, Result, bail};
-use canopy_proto::model::{Labels, MetricKind};
+use canopy_proto::model::{Labels, MetricKind, format_value};
 
 /// One scrape: its timestamp and samples in exposition order.
 #[derive(Clone, Debug, Default)]
@@ -170,19 +170,6 @@ pub fn parse_value(s: &str) -> Result<f64> {
         "-Inf" => f64::NEG_INFINITY,
         s => s.parse().with_context(|| format!("bad value {s:?}"))?,
     })
-}
-
-/// Formats a float as Prometheus does (shortest round-trip form).
-pub fn format_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        format!("{v}")
-    }
 }
 
 /// Writes one scrape block.

@@ -22,6 +22,20 @@ pub fn stale_nan() -> f64 {
     f64::from_bits(STALE_NAN_BITS)
 }
 
+/// Formats a float the way Prometheus does (`strconv.FormatFloat(v, 'f', -1, 64)`):
+/// shortest round-trip form, `NaN`, `+Inf`, `-Inf`.
+pub fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        format!("{v}")
+    }
+}
+
 /// A set of labels kept sorted by name, with unique names.
 ///
 /// Sorted order makes equality, hashing and the wire form canonical.

@@ -135,35 +135,7 @@ pub(crate) fn parse_duration(s: &str) -> Option<i64> {
         }
         return Some((f * 1000.0).round() as i64);
     }
-    let b = s.as_bytes();
-    let mut i = 0;
-    let mut total: i64 = 0;
-    if s.is_empty() {
-        return None;
-    }
-    while i < b.len() {
-        let st = i;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        let n: i64 = s.get(st..i)?.parse().ok()?;
-        let us = i;
-        while i < b.len() && b[i].is_ascii_alphabetic() {
-            i += 1;
-        }
-        let mult = match s.get(us..i)? {
-            "ms" => 1,
-            "s" => 1000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "w" => 604_800_000,
-            "y" => 31_536_000_000,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(mult)?)?;
-    }
-    Some(total)
+    crate::promql::duration::parse_units_ms(s)
 }
 
 #[cfg(test)]

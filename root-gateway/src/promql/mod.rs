@@ -12,6 +12,7 @@
 
 mod aggregate;
 mod binary;
+pub(crate) mod duration;
 mod eval;
 mod functions;
 mod prepass;

@@ -76,18 +76,7 @@ impl Value {
     }
 }
 
-/// Formats a float the way Prometheus' JSON API does (`strconv.FormatFloat(v, 'f', -1, 64)`).
-pub fn format_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        format!("{v}")
-    }
-}
+pub use canopy_proto::model::format_value;
 
 /// Removes `__name__` where it is flagged for removal.
 pub(crate) fn finish_labels(labels: &mut Labels, drop_name: bool) {
