@@ -48,7 +48,8 @@ use std::collections::HashMap;
 
 use canopy_proto::Labels;
 use canopy_proto::codec::{
-    ChangeSection, Changeset, CodecConfig, LinkDecoder, RxFrame, SeriesEntry, SeriesTable,
+    ChangeSection, Changeset, CodecConfig, LinkDecoder, RxFrame, RxSeries, RxSource, SeriesEntry,
+    SeriesTable,
 };
 use tracing::{info, warn};
 
@@ -87,6 +88,23 @@ struct Child {
     /// Global series -> the child id that last resolved to it: a retirement
     /// of an older id of the same series (re-defined since) is not global.
     owner: HashMap<u32, Slot>,
+    /// Series and sources the frame being applied retired: the decoder has
+    /// already forgotten them, but the frame's updates before the
+    /// retirement still need their labels.
+    gone_series: HashMap<u32, RxSeries>,
+    gone_sources: HashMap<u32, RxSource>,
+}
+
+impl Child {
+    /// Series `id` as the frame being applied knew it.
+    fn series_info(&self, id: u32) -> Option<&RxSeries> {
+        self.dec.series(id).or_else(|| self.gone_series.get(&id))
+    }
+
+    /// Source `id` as the frame being applied knew it.
+    fn source_info(&self, id: u32) -> Option<&RxSource> {
+        self.dec.source(id).or_else(|| self.gone_sources.get(&id))
+    }
 }
 
 /// Merges children links into one global table and one changeset per tick.
@@ -157,6 +175,8 @@ impl Merger {
             series: HashMap::new(),
             sources: HashMap::new(),
             owner: HashMap::new(),
+            gone_series: HashMap::new(),
+            gone_sources: HashMap::new(),
         };
         self.children.insert(child, c);
         self.stats.children = self.children.len();
@@ -234,7 +254,7 @@ impl Merger {
                     (ts < last).then(|| ChangeSection {
                         source: h,
                         ts_ms: last,
-                        updates: Vec::new(),
+                        ..ChangeSection::default()
                     })
                 })
                 .collect();
@@ -325,6 +345,19 @@ impl Merger {
         }
         // Per-series dedup keeps the newest ts: apply older sections first.
         frame.sections.sort_by_key(|s| s.ts_ms);
+        c.gone_series.clear();
+        c.gone_sources.clear();
+        for (id, rx) in frame
+            .sections
+            .iter()
+            .flat_map(|s| &s.retired)
+            .chain(&frame.retired)
+        {
+            c.gone_series.insert(*id, rx.clone());
+        }
+        for (id, rx) in &frame.retired_sources {
+            c.gone_sources.insert(*id, rx.clone());
+        }
         for sec in &frame.sections {
             let n = sec.updates.len();
             sum.updates += n;
@@ -338,45 +371,19 @@ impl Merger {
             for &(id, v) in &sec.updates {
                 self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
             }
+            // Retirements in time order with the samples around them: a
+            // series that ends and comes back in one frame ends in between.
+            for (id, rx) in &sec.retired {
+                self.child_retire(c, *id, rx, sec.ts_ms, sink, &mut sum);
+            }
         }
+        // A keyframe drops what it omits: those ended at the newest ts the
+        // child knew for their source.
         for (id, rx) in &frame.retired {
-            // The newest ts the child knew for the series' source.
-            let known = c
-                .dec
-                .source(rx.source)
-                .or_else(|| {
-                    let s = frame.retired_sources.iter().find(|(i, _)| *i == rx.source);
-                    s.map(|(_, s)| s)
-                })
-                .map(|s| (s.name.as_str(), s.last_ts_ms));
-            let Some((name, r)) = known else {
+            let Some(r) = c.source_info(rx.source).map(|s| s.last_ts_ms) else {
                 continue; // invariant: the decoder checked the series' source
             };
-            let cached = c
-                .series
-                .get(id)
-                .filter(|s| self.smeta[s.h as usize].epoch == s.epoch)
-                .map(|s| s.h);
-            let h = cached.or_else(|| {
-                let src = self.source_index.get(name)?;
-                self.series_index.get(&(*src, rx.labels.clone())).copied()
-            });
-            // The child re-defined the series under a newer id: it lives on.
-            let superseded = h
-                .and_then(|h| c.owner.get(&h).map(|o| (h, o)))
-                .is_some_and(|(h, o)| o.h != *id && o.epoch == self.smeta[h as usize].epoch);
-            match h {
-                Some(h) if !superseded && r >= self.smeta[h as usize].last_ts => {
-                    self.retire_series(h, r, sink);
-                    sum.retired += 1;
-                }
-                _ => self.stats.retires_ignored += 1,
-            }
-            if let Some(s) = c.series.remove(id)
-                && c.owner.get(&s.h).is_some_and(|o| o.h == *id)
-            {
-                c.owner.remove(&s.h);
-            }
+            self.child_retire(c, *id, rx, r, sink, &mut sum);
         }
         let mut dead = Vec::new();
         for (id, rx) in &frame.retired_sources {
@@ -391,7 +398,48 @@ impl Merger {
         if !dead.is_empty() {
             sum.retired += self.retire_sources(&dead, sink);
         }
+        c.gone_series.clear();
+        c.gone_sources.clear();
         sum
+    }
+
+    /// The child says series `id` (`rx`) ended at `r`: retire it globally,
+    /// unless another path or a newer definition carries it on.
+    fn child_retire(
+        &mut self,
+        c: &mut Child,
+        id: u32,
+        rx: &RxSeries,
+        r: i64,
+        sink: &mut dyn Sink,
+        sum: &mut FrameSummary,
+    ) {
+        let cached = c
+            .series
+            .get(&id)
+            .filter(|s| self.smeta[s.h as usize].epoch == s.epoch)
+            .map(|s| s.h);
+        let h = cached.or_else(|| {
+            let name = c.source_info(rx.source)?.name.as_str();
+            let src = self.source_index.get(name)?;
+            self.series_index.get(&(*src, rx.labels.clone())).copied()
+        });
+        // The child re-defined the series under a newer id: it lives on.
+        let superseded = h
+            .and_then(|h| c.owner.get(&h).map(|o| (h, o)))
+            .is_some_and(|(h, o)| o.h != id && o.epoch == self.smeta[h as usize].epoch);
+        match h {
+            Some(h) if !superseded && r >= self.smeta[h as usize].last_ts => {
+                self.retire_series(h, r, sink);
+                sum.retired += 1;
+            }
+            _ => self.stats.retires_ignored += 1,
+        }
+        if let Some(s) = c.series.remove(&id)
+            && c.owner.get(&s.h).is_some_and(|o| o.h == id)
+        {
+            c.owner.remove(&s.h);
+        }
     }
 
     /// Global handle of a child's source, creating the source if new.
@@ -402,7 +450,7 @@ impl Merger {
         {
             return Some(s.h);
         }
-        let rx = c.dec.source(id)?; // invariant: the decoder checked the id
+        let rx = c.source_info(id)?; // invariant: the decoder checked the id
         let h = match self.source_index.get(&rx.name) {
             Some(&h) => h,
             None => {
@@ -444,7 +492,7 @@ impl Merger {
             secs.push(ChangeSection {
                 source: src,
                 ts_ms: ts,
-                updates: Vec::new(),
+                ..ChangeSection::default()
             });
             secs.len() - 1
         })
@@ -481,7 +529,7 @@ impl Merger {
         }
         m.last_ts = ts;
         m.touched_tick = self.tick;
-        let encoding = c.dec.series(id).map(|s| s.encoding);
+        let encoding = c.series_info(id).map(|s| s.encoding);
         let Some(e) = self.table.get_mut(h) else {
             return; // invariant: a matching generation means a live handle
         };
@@ -509,7 +557,7 @@ impl Merger {
             return Ok(s.h);
         }
         // Invariant: the decoder just applied an update of `id`.
-        let rx = c.dec.series(id).ok_or(Miss::Duplicate)?;
+        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
             Some(&h) => h,

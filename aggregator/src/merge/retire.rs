@@ -38,7 +38,9 @@ impl Merger {
         self.series_index.remove(&(e.source, e.labels.clone()));
         sink.retire(&name, &e.labels, ts);
         self.series_tombs.insert((name, e.labels), ts);
-        self.pending.retired.push(h);
+        // Upstream, the retirement travels at its own timestamp.
+        let i = self.section(e.source, ts);
+        self.pending.sections[i].retired.push(h);
         self.stats.retired += 1;
         debug!(series = h, ts, "series retired");
     }

@@ -57,6 +57,8 @@ pub struct RxSection {
     pub ts_ms: i64,
     /// (series id, value) in wire order.
     pub updates: Vec<(u32, f64)>,
+    /// Series that ended at `ts_ms`, after the updates (already forgotten).
+    pub retired: Vec<(u32, RxSeries)>,
 }
 
 /// What one frame changed.
@@ -74,7 +76,9 @@ pub struct RxFrame {
     pub new_series: Vec<u32>,
     /// Value updates; an empty section is a heartbeat.
     pub sections: Vec<RxSection>,
-    /// Series that ended, with their labels and source (already forgotten).
+    /// Series a keyframe dropped by omitting them (already forgotten); they
+    /// ended at their source's latest timestamp. Explicit retirements are in
+    /// [`RxSection::retired`], at their section's timestamp.
     pub retired: Vec<(u32, RxSeries)>,
     /// Sources that ended (already forgotten).
     pub retired_sources: Vec<(u32, RxSource)>,
@@ -218,12 +222,8 @@ impl LinkDecoder {
             }
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
-        // Packed sections skip the series this frame retires (the sender's
-        // table no longer holds them).
-        let mut retiring = f.retired.clone();
-        retiring.sort_unstable();
         for sec in f.sections {
-            let rs = self.apply_section(sec, ts, &retiring)?;
+            let rs = self.apply_section(sec, ts)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -243,12 +243,6 @@ impl LinkDecoder {
                     out.retired.push((id, s));
                 }
             }
-        }
-        for id in f.retired {
-            let s = self
-                .remove_series(id)
-                .ok_or(CodecError::UnknownSeries { id })?;
-            out.retired.push((id, s));
         }
         for id in f.retired_sources {
             let s = self
@@ -344,12 +338,7 @@ impl LinkDecoder {
         Ok(())
     }
 
-    fn apply_section(
-        &mut self,
-        sec: pb::Section,
-        frame_ts: i64,
-        retiring: &[u32],
-    ) -> Result<RxSection, CodecError> {
+    fn apply_section(&mut self, sec: pb::Section, frame_ts: i64) -> Result<RxSection, CodecError> {
         let src = self
             .sources
             .get_mut(&sec.source)
@@ -367,12 +356,13 @@ impl LinkDecoder {
             source: sec.source,
             ts_ms: ts,
             updates: Vec::with_capacity(sec.id_deltas.len() + sec.special_ids.len()),
+            retired: Vec::new(),
         };
         if !sec.packed.is_empty() {
             let mut walk = std::mem::take(&mut self.walk);
             walk.clear();
             if let Some(m) = self.members.get(&sec.source) {
-                walk.extend(m.iter().filter(|id| retiring.binary_search(id).is_err()));
+                walk.extend(m.iter().copied());
             }
             let r = self.apply_packed(&sec.packed, &walk, &mut rs);
             self.walk = walk;
@@ -400,6 +390,12 @@ impl LinkDecoder {
             s.wire.known = false;
             s.value = f64::from_bits(*bits);
             rs.updates.push((*id, s.value));
+        }
+        for id in sec.retired {
+            let s = self
+                .remove_series(id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            rs.retired.push((id, s));
         }
         Ok(rs)
     }

@@ -7,6 +7,8 @@
 //! delta frames range-code, per source, a changed flag per series and the
 //! residual of each change against its predictor (`packed`).
 
+use std::collections::{BTreeSet, HashMap};
+
 use prost::Message;
 
 use crate::schema::frame as pb;
@@ -33,7 +35,12 @@ pub struct LinkEncoder {
     scratch: Vec<u8>,
     frame: pb::Frame,
     /// Live series handles by source, rebuilt per frame (reused buffers).
-    members: Vec<Vec<u32>>,
+    /// The series the receiver holds per source on this link, ascending:
+    /// the walk of a packed section. Mirrors the decoder's lists exactly
+    /// (joined by definitions, left by retirements, reset by keyframes).
+    members: HashMap<u32, BTreeSet<u32>>,
+    /// Source of each member id.
+    member_of: HashMap<u32, u32>,
 }
 
 impl LinkEncoder {
@@ -50,7 +57,8 @@ impl LinkEncoder {
             model: LinkModel::default(),
             scratch: Vec::new(),
             frame: pb::Frame::default(),
-            members: Vec::new(),
+            members: HashMap::new(),
+            member_of: HashMap::new(),
         })
     }
 
@@ -110,6 +118,7 @@ impl LinkEncoder {
         for d in &f.series {
             // A (re)definition starts the series afresh on both ends.
             self.state[d.id as usize] = WireState::default();
+            self.join(d.id, d.source);
         }
 
         if keyframe {
@@ -120,8 +129,6 @@ impl LinkEncoder {
             self.last_keyframe_ts = Some(cs.ts_ms);
             self.force_keyframe = false;
         } else {
-            self.collect_members(table);
-            let mut packed_sources: Vec<u32> = Vec::new();
             for sec in &cs.sections {
                 let mut updates: Vec<(u32, f64)> = sec.updates.clone();
                 // Stable, then keep the last of duplicates: the value the
@@ -130,28 +137,14 @@ impl LinkEncoder {
                 updates.reverse();
                 updates.dedup_by_key(|u| u.0);
                 updates.reverse();
-                let offset = sec.ts_ms - cs.ts_ms;
-                // A relay may carry one source at several timestamps in one
-                // frame (a burst of child frames). The packed walk covers a
-                // source once per frame; its later sections go in the plain
-                // columns, which any section may use.
-                let ps = if packed_sources.contains(&sec.source) {
-                    self.section(table, sec.source, offset, &updates)?
-                } else {
-                    packed_sources.push(sec.source);
-                    self.packed_section(table, sec.source, offset, &updates)?
-                };
+                let mut ps =
+                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                for &h in &sec.retired {
+                    if self.leave(h) {
+                        ps.retired.push(h);
+                    }
+                }
                 f.sections.push(ps);
-            }
-        }
-        for &h in &cs.retired {
-            if let Some(st) = self.state.get_mut(h as usize) {
-                st.known = false;
-            }
-            // A keyframe is the whole state: what it omits is retired by
-            // omission, and a new link never knew it.
-            if !keyframe {
-                f.retired.push(h);
             }
         }
         if !first {
@@ -174,12 +167,18 @@ impl LinkEncoder {
         Ok(())
     }
 
+    /// Full state: every series of the table, per source, absolute. Series
+    /// the changeset retires that the keyframe still carries (a relay keeps
+    /// a series retired this tick until the tick ends) are retired right
+    /// after; what the keyframe omits, the receiver drops by omission.
     fn keyframe_sections(
         &mut self,
         table: &SeriesTable,
         cs: &Changeset,
         f: &mut pb::Frame,
     ) -> Result<(), CodecError> {
+        self.members.clear();
+        self.member_of.clear();
         let mut by_source: Vec<Vec<(u32, f64)>> = Vec::new();
         for (h, s) in table.iter() {
             let i = s.source as usize;
@@ -187,6 +186,7 @@ impl LinkEncoder {
                 by_source.resize_with(i + 1, Vec::new);
             }
             by_source[i].push((h, s.value));
+            self.join(h, s.source);
         }
         for (sh, src) in table.sources() {
             let ts = cs
@@ -196,25 +196,41 @@ impl LinkEncoder {
                 .map_or(src.last_ts_ms, |s| s.ts_ms);
             let empty = Vec::new();
             let ups = by_source.get(sh as usize).unwrap_or(&empty);
-            let ps = self.section(table, sh, ts - cs.ts_ms, ups)?;
+            let mut ps = self.section(table, sh, ts - cs.ts_ms, ups)?;
+            for sec in cs.sections.iter().filter(|s| s.source == sh) {
+                for &h in &sec.retired {
+                    if self.leave(h) {
+                        ps.retired.push(h);
+                    }
+                }
+            }
             f.sections.push(ps);
         }
         Ok(())
     }
 
-    /// Rebuilds the per-source lists of live handles (ascending), the order
-    /// a packed section walks; the receiver holds the same lists.
-    fn collect_members(&mut self, table: &SeriesTable) {
-        for m in &mut self.members {
-            m.clear();
+    /// Series `id` of `source` is now held by the receiver.
+    fn join(&mut self, id: u32, source: u32) {
+        if let Some(old) = self.member_of.insert(id, source)
+            && let Some(m) = self.members.get_mut(&old)
+        {
+            m.remove(&id);
         }
-        for (h, s) in table.iter() {
-            let i = s.source as usize;
-            if self.members.len() <= i {
-                self.members.resize_with(i + 1, Vec::new);
-            }
-            self.members[i].push(h);
+        self.members.entry(source).or_default().insert(id);
+    }
+
+    /// The receiver forgets series `id`; false when it never held it.
+    fn leave(&mut self, id: u32) -> bool {
+        let Some(source) = self.member_of.remove(&id) else {
+            return false;
+        };
+        if let Some(m) = self.members.get_mut(&source) {
+            m.remove(&id);
         }
+        if let Some(st) = self.state.get_mut(id as usize) {
+            st.known = false;
+        }
+        true
     }
 
     /// A delta section: changes of the source's own series range-coded in
@@ -226,10 +242,10 @@ impl LinkEncoder {
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
     ) -> Result<pb::Section, CodecError> {
-        let members = self
+        let members: Vec<u32> = self
             .members
-            .get_mut(source as usize)
-            .map(std::mem::take)
+            .get(&source)
+            .map(|m| m.iter().copied().collect())
             .unwrap_or_default();
         let mut rest: Vec<(u32, f64)> = Vec::new();
         let mut coded = Vec::with_capacity(members.len());
@@ -257,19 +273,18 @@ impl LinkEncoder {
         if any {
             let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
             for (h, w) in coded {
-                let Some(entry) = table.get(h) else { continue };
+                // Every member gets a flag, in the table or not (a series
+                // retired in this very section): the receiver walks them all.
                 let st = &mut self.state[h as usize];
                 self.model.put_flag(&mut e, st, w.is_some());
                 if let Some(w) = w {
-                    self.model
-                        .put_value(&mut e, st, w, entry.encoding.is_counter());
+                    // `w` is Some only for series the table holds.
+                    let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
+                    self.model.put_value(&mut e, st, w, counter);
                 }
             }
             s.packed = e.finish();
             debug_assert!(!s.packed.is_empty(), "a set flag is never empty");
-        }
-        if let Some(m) = self.members.get_mut(source as usize) {
-            *m = members;
         }
         Ok(s)
     }
@@ -342,7 +357,6 @@ fn clear_frame(f: &mut pb::Frame) {
     f.sources.clear();
     f.series.clear();
     f.sections.clear();
-    f.retired.clear();
     f.retired_sources.clear();
 }
 

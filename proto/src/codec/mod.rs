@@ -15,12 +15,15 @@
 //! +---------------------------+-----------------------------------------+
 //! | raw len (LEB128, checked) | zstd stream block: protobuf `Frame`     |
 //! +---------------------------+-----------------------------------------+
-//! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired
-//! Section, keyframe:  source | ts offset | id gaps + absolute values (columns)
-//! Section, delta:     source | ts offset | packed (range-coded, packed.rs):
-//!   for each live series of the source, ascending id (minus retired):
+//! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired sources
+//! Section, keyframe:  source | ts offset | id gaps + absolute values (columns) | retired
+//! Section, delta:     source | ts offset | packed (range-coded, packed.rs) | retired
+//!   packed: for each series the link holds for the source, ascending id:
 //!     [changed?] ( [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
-//!   specials (NaN, inf, stale) stay in their columns, exact.
+//!   specials (NaN, inf, stale) stay in their columns, exact;
+//!   retired: series that ended at the section's ts, after its updates.
+//! A relay may send one source in several sections (several ticks of it);
+//! each is applied in order, so samples and retirements keep their place.
 //! ```
 //! Keyframes keep plain columns so zstd matches them against the previous
 //! keyframe in its window; delta frames are a few hundred bits of

@@ -87,7 +87,7 @@ impl Sender {
             self.cs.sections.push(ChangeSection {
                 source: src,
                 ts_ms,
-                updates: Vec::new(),
+                ..ChangeSection::default()
             });
         }
     }
@@ -153,7 +153,11 @@ impl Sender {
             if let Some(e) = self.table.remove(h) {
                 self.index.remove(&e.labels);
                 self.quant[h as usize] = None;
-                self.cs.retired.push(h);
+                // The source ticked, so its section exists: the series
+                // ended at this tick.
+                if let Some(sec) = self.cs.sections.iter_mut().find(|s| s.source == e.source) {
+                    sec.retired.push(h);
+                }
             }
         }
         (&self.table, &self.cs)

@@ -165,6 +165,8 @@ pub struct ChangeSection {
     pub ts_ms: i64,
     /// (series handle, quantised value), in any order.
     pub updates: Vec<(u32, f64)>,
+    /// Series of this source that ended at `ts_ms`, after its updates.
+    pub retired: Vec<u32>,
 }
 
 /// Everything that changed in one tick, as the table's owner saw it.
@@ -178,8 +180,6 @@ pub struct Changeset {
     pub defs: Vec<u32>,
     /// Per-source updates; a section without updates is a heartbeat.
     pub sections: Vec<ChangeSection>,
-    /// Series removed this tick (the table no longer holds them).
-    pub retired: Vec<u32>,
     /// Sources removed this tick.
     pub retired_sources: Vec<u32>,
 }

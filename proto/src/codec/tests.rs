@@ -104,8 +104,13 @@ fn disappearing_series_is_retired_and_can_return() {
         ],
     );
     let f = p.tick(1000, &[(a.clone(), MetricKind::Counter, 6.0)]);
-    assert_eq!(f.retired.len(), 1);
-    assert_eq!(f.retired[0].1.labels, b);
+    assert!(
+        f.retired.is_empty(),
+        "explicit retirements travel in sections"
+    );
+    assert_eq!(f.sections[0].retired.len(), 1);
+    assert_eq!(f.sections[0].retired[0].1.labels, b);
+    assert_eq!(f.sections[0].ts_ms, 1000);
     let f = p.tick(
         2000,
         &[
@@ -534,4 +539,72 @@ proptest! {
             }
         }
     }
+}
+
+/// A relay may carry one source at several timestamps in one frame, with a
+/// series ending in between: every section keeps its own updates, and the
+/// retirement lands at its own timestamp.
+#[test]
+fn several_sections_of_one_source_keep_their_order_and_retirements() {
+    let cfg = CodecConfig::default();
+    let mut table = SeriesTable::new();
+    let src = table.add_source("n1", 1000);
+    let entry = |i: usize| SeriesEntry {
+        labels: g("m", i),
+        source: src,
+        encoding: Encoding::Gauge { mantissa_bits: 9 },
+        value: 0.0,
+    };
+    let (a, b) = (table.insert(entry(0)), table.insert(entry(1)));
+    let mut enc = LinkEncoder::new(&cfg).expect("encoder");
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    let mut send = |table: &SeriesTable, cs: &Changeset| {
+        let mut rec = Vec::new();
+        enc.encode(table, cs, &mut rec).expect("encode");
+        let (len, pre) = record::read_prefix(&rec, 1 << 20)
+            .expect("prefix")
+            .expect("whole");
+        dec.decode(&rec[pre..pre + len]).expect("decode")
+    };
+    let mut cs = Changeset::new(1000);
+    cs.new_sources.push(src);
+    cs.defs.extend([a, b]);
+    cs.sections.push(ChangeSection {
+        source: src,
+        ts_ms: 1000,
+        ..ChangeSection::default()
+    });
+    send(&table, &cs);
+
+    // One frame: b changes then ends at 2000; a new series c starts at 3000.
+    let c = table.insert(entry(2));
+    let mut cs = Changeset::new(3000);
+    cs.defs.push(c);
+    cs.sections.push(ChangeSection {
+        source: src,
+        ts_ms: 2000,
+        updates: vec![(a, 1.0), (b, 2.0)],
+        retired: vec![b],
+    });
+    cs.sections.push(ChangeSection {
+        source: src,
+        ts_ms: 3000,
+        updates: vec![(a, 4.0), (c, 5.0)],
+        retired: Vec::new(),
+    });
+    let f = send(&table, &cs);
+    assert_eq!(f.sections.len(), 2);
+    assert_eq!(
+        (f.sections[0].ts_ms, f.sections[0].updates.clone()),
+        (2000, vec![(a, 1.0), (b, 2.0)])
+    );
+    assert_eq!(f.sections[0].retired.len(), 1);
+    assert_eq!(f.sections[0].retired[0].1.labels, g("m", 1));
+    assert_eq!(
+        (f.sections[1].ts_ms, f.sections[1].updates.clone()),
+        (3000, vec![(a, 4.0), (c, 5.0)])
+    );
+    assert!(f.sections[1].retired.is_empty());
+    assert_eq!(dec.series_count(), 2);
+    assert!(dec.series(b).is_none());
 }
