@@ -1,0 +1,135 @@
+//! Helpers shared by the integration tests that run `canopy` as real
+//! processes: spawning and reaping, free ports, and a tiny HTTP client for
+//! the Prometheus API (blocking std sockets, so the tests need no runtime).
+//!
+//! Each test file includes this with `mod support;` and uses what it needs.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `canopy` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_canopy");
+
+/// Child processes killed (SIGKILL) and reaped on drop, so a failed
+/// assertion leaves nothing running.
+#[derive(Default)]
+pub struct Procs(pub Vec<Child>);
+
+impl Procs {
+    /// Starts `canopy ARGS` with its output discarded; returns its index.
+    pub fn spawn(&mut self, args: &[&str]) -> usize {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("canopy starts");
+        self.0.push(child);
+        self.0.len() - 1
+    }
+
+    /// `kill -9` of the process at `i` (and reaps it).
+    pub fn kill9(&mut self, i: usize) {
+        let c = &mut self.0[i];
+        c.kill().expect("SIGKILL delivered");
+        c.wait().expect("reaped");
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `canopy ARGS` to completion; its stdout, or a panic with stderr.
+pub fn canopy(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("canopy runs");
+    assert!(
+        out.status.success(),
+        "canopy {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A base for a block of loopback QUIC ports, spread by PID so tests in
+/// parallel processes rarely collide.
+pub fn port_base(spread: u32) -> u16 {
+    u16::try_from(20_000 + (std::process::id() * 37 + spread) % 30_000).expect("fits")
+}
+
+/// Percent-encodes a query parameter value.
+pub fn urlencode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// GET `path` on 127.0.0.1:`port`: (status, body), or None when nothing answers.
+pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n")?.1.to_string();
+    // Chunked bodies: keep the JSON between the first '{' and the last '}'.
+    let body = match (body.find('{'), body.rfind('}')) {
+        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
+        _ => body,
+    };
+    Some((status, body))
+}
+
+/// The `data.result` array of an instant query, or empty when the gateway
+/// does not answer (yet) or answers with an error.
+pub fn results(port: u16, q: &str) -> Vec<serde_json::Value> {
+    get(port, &format!("/api/v1/query?query={}", urlencode(q)))
+        .filter(|(status, _)| *status == 200)
+        .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["data"]["result"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// The value of one instant-vector result.
+pub fn value_of(r: &serde_json::Value) -> f64 {
+    r["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Polls `f` every 250 ms until it returns Some, or panics after `guard`.
+pub fn wait_for<T>(what: &str, guard: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < guard, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
