@@ -20,6 +20,10 @@ pub mod schema {
     pub mod control {
         include!(concat!(env!("OUT_DIR"), "/canopy.control.v1.rs"));
     }
+    /// Prometheus remote_write v1 messages (`prometheus/remote.proto`).
+    pub mod remote {
+        include!(concat!(env!("OUT_DIR"), "/prometheus.rs"));
+    }
 }
 
 pub use model::{Labels, MetricKind, Sample};
