@@ -57,6 +57,10 @@ pub struct NodeFile {
     /// Children the plan gives this node in its home subtree (informational).
     #[serde(default)]
     pub children: Vec<String>,
+    /// Every gateway's QUIC address. An uplink whose parent is "gateway"
+    /// sends to each of them (empty: only its `parent_addr`).
+    #[serde(default)]
+    pub gateways: Vec<String>,
     /// One uplink per subtree the node belongs to.
     pub uplinks: Vec<UplinkFile>,
 }
@@ -119,21 +123,47 @@ pub fn rel(config: &Path, p: &Path) -> PathBuf {
 pub struct Addressing {
     /// Every host a port on 127.0.0.1.
     pub loopback: bool,
-    /// Gateway QUIC port; loopback hosts get the following ports.
+    /// First gateway's QUIC port; loopback hosts get the following ports,
+    /// further loopback gateways the ports after the hosts.
     pub base_port: u16,
-    /// Gateway address for non-loopback plans (host:port).
-    pub gateway: String,
+    /// Gateway addresses for non-loopback plans (host:port), at least one.
+    pub gateways: Vec<String>,
+    /// With `loopback`: how many gateways.
+    pub loopback_gateways: usize,
 }
 
 impl Addressing {
+    /// QUIC address of every gateway, the first one first.
+    pub fn gateway_addrs(&self, plan: &Plan) -> Result<Vec<String>> {
+        if !self.loopback {
+            if self.gateways.is_empty() {
+                bail!("give at least one --gateway address");
+            }
+            return Ok(self.gateways.clone());
+        }
+        let hosts = plan.hosts().len();
+        (0..self.loopback_gateways.max(1))
+            .map(|k| {
+                let port = match k {
+                    0 => usize::from(self.base_port),
+                    k => usize::from(self.base_port) + hosts + k,
+                };
+                if port > usize::from(u16::MAX) {
+                    bail!("too many hosts for loopback ports from {}", self.base_port);
+                }
+                Ok(format!("127.0.0.1:{port}"))
+            })
+            .collect()
+    }
+
     /// QUIC address of a plan peer.
     pub fn of(&self, plan: &Plan, peer: &Peer) -> Result<String> {
         match peer {
-            Peer::Gateway => Ok(if self.loopback {
-                format!("127.0.0.1:{}", self.base_port)
-            } else {
-                self.gateway.clone()
-            }),
+            Peer::Gateway => self
+                .gateway_addrs(plan)?
+                .into_iter()
+                .next()
+                .context("no gateway address"),
             Peer::Host(h) => {
                 let i = plan.index_of(h).context("peer not in plan")?;
                 if self.loopback {
@@ -180,10 +210,16 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
             backup_addr: a.of(plan, &l.backup)?,
         });
     }
+    let gateways = a.gateway_addrs(plan)?;
     Ok(NodeFile {
         host: host.to_string(),
         listen,
         tick_ms,
+        gateways: if gateways.len() > 1 {
+            gateways
+        } else {
+            Vec::new()
+        },
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: format!("certs/{host}.pem").into(),
@@ -194,14 +230,20 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
     })
 }
 
-/// The gateway config for a plan.
-pub fn gateway_file(a: &Addressing, plan: &Plan) -> Result<GatewayFile> {
-    let listen = a.of(plan, &Peer::Gateway)?;
+/// The config of gateway `k` (0 = the first) for a plan.
+pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile> {
+    let addrs = a.gateway_addrs(plan)?;
+    let listen = addrs
+        .get(k)
+        .with_context(|| format!("no gateway {k} among {}", addrs.len()))?;
+    let port = listen
+        .rsplit_once(':')
+        .map_or(a.base_port.to_string(), |(_, p)| p.to_string());
     Ok(GatewayFile {
         listen: if a.loopback {
-            listen
+            listen.clone()
         } else {
-            format!("0.0.0.0:{}", a.base_port)
+            format!("0.0.0.0:{port}")
         },
         http: default_http(),
         grpc: default_grpc(),

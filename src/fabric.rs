@@ -52,8 +52,15 @@ pub fn emit_configs(p: &Plan, dir: &Path, a: &Addressing) -> Result<()> {
         let f = config::node_file(p, h, a, 1000)?;
         write(dir, &format!("{h}.toml"), &toml::to_string_pretty(&f)?)?;
     }
-    let g = config::gateway_file(a, p)?;
-    write(dir, "gateway.toml", &toml::to_string_pretty(&g)?)
+    for k in 0..a.gateway_addrs(p)?.len() {
+        let g = config::gateway_file(a, p, k)?;
+        let name = match k {
+            0 => "gateway.toml".to_string(),
+            k => format!("gateway-{k}.toml"),
+        };
+        write(dir, &name, &toml::to_string_pretty(&g)?)?;
+    }
+    Ok(())
 }
 
 fn load_identity(cfg_path: &Path, tls: &config::TlsFile) -> Result<Identity> {
@@ -262,8 +269,25 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
     )?;
     let mut ups = Vec::new();
     for u in &f.uplinks {
+        let interior = u.role == "interior";
+        if u.parent == GATEWAY_NAME && !f.gateways.is_empty() {
+            // Several gateways: a subtree top sends to every one of them,
+            // so each answers for the whole cluster; each link stands
+            // alone (the others are its redundancy).
+            for g in &f.gateways {
+                ups.push(PlannedUplink {
+                    interior,
+                    primary: UplinkTarget {
+                        name: GATEWAY_NAME.into(),
+                        addr: config::addr("gateways", g)?,
+                    },
+                    backup: None,
+                });
+            }
+            continue;
+        }
         ups.push(PlannedUplink {
-            interior: u.role == "interior",
+            interior,
             primary: UplinkTarget {
                 name: u.parent.clone(),
                 addr: config::addr("parent_addr", &u.parent_addr)?,

@@ -79,9 +79,13 @@ enum Cmd {
         /// Gateway QUIC port (loopback hosts use the ports after it).
         #[arg(long, default_value_t = 7700)]
         base_port: u16,
-        /// Gateway address for non-loopback configs.
-        #[arg(long, default_value = "gateway:7700")]
-        gateway: String,
+        /// Gateway address for non-loopback configs; repeat it for several
+        /// gateways (every subtree top then sends to all of them).
+        #[arg(long, default_values_t = ["gateway:7700".to_string()])]
+        gateway: Vec<String>,
+        /// With --loopback: how many gateways (each a port on 127.0.0.1).
+        #[arg(long, default_value_t = 1)]
+        gateways: usize,
     },
     /// Make a cluster CA and a certificate per host (and the gateway).
     Certs {
@@ -160,6 +164,7 @@ fn main() -> Result<()> {
             loopback,
             base_port,
             gateway,
+            gateways,
         } => {
             let hosts = match (hosts, hostfile) {
                 (Some(h), _) => parse_hostlist(&h)?,
@@ -181,11 +186,12 @@ fn main() -> Result<()> {
                 let a = config::Addressing {
                     loopback,
                     base_port,
-                    gateway,
+                    gateways: if loopback { Vec::new() } else { gateway },
+                    loopback_gateways: gateways.max(1),
                 };
                 fabric::emit_configs(&p, &dir, &a)?;
                 println!(
-                    "wrote {} node configs, gateway.toml and certs/ to {}",
+                    "wrote {} node configs, the gateway configs and certs/ to {}",
                     hosts.len(),
                     dir.display()
                 );

@@ -1,9 +1,8 @@
-//! The tree loses nothing when a relaying node dies: a gateway and 16
-//! `canopy node --synthetic` processes from `canopy plan --emit-configs
-//! --loopback` (K = 4 subtrees, R = 2 replicas), `kill -9` of a node that
-//! relays for others, then every survivor's `canopy_synthetic_ticks_total`
-//! at the gateway must hold every tick exactly once (no gap, no duplicate)
-//! across the kill, and the victim's `up` must drop to 0.
+//! The tree loses nothing when a relaying node or a gateway dies: gateways
+//! and 16 `canopy node --synthetic` processes from `canopy plan
+//! --emit-configs --loopback` (K = 4 subtrees, R = 2 replicas), a `kill -9`,
+//! then every survivor's `canopy_synthetic_ticks_total` at a live gateway
+//! must hold every tick exactly once (no gap, no duplicate) across the kill.
 
 mod support;
 
@@ -11,6 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use support::{Procs, canopy, free_port, get, port_base, results, urlencode, value_of, wait_for};
+
+const PLAN: [&str; 6] = ["--hosts", "h[01-16]", "--subtrees", "4", "--replicas", "2"];
 
 /// Raw samples `(ts_ms, value)` of one node's tick counter over `range`.
 fn tick_samples(http: u16, node: &str, range: &str) -> Vec<(i64, f64)> {
@@ -35,8 +36,11 @@ fn tick_samples(http: u16, node: &str, range: &str) -> Vec<(i64, f64)> {
 }
 
 /// Hosts that relay for at least one child in the plan, with their children.
-fn relays(plan_json: &str) -> BTreeMap<String, Vec<String>> {
-    let v: serde_json::Value = serde_json::from_str(plan_json).expect("plan JSON");
+fn relays() -> BTreeMap<String, Vec<String>> {
+    let mut args = vec!["plan"];
+    args.extend(PLAN);
+    args.extend(["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&canopy(&args)).expect("plan JSON");
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (host, h) in v["hosts"].as_object().expect("hosts") {
         for l in h["links"].as_array().expect("links") {
@@ -51,56 +55,142 @@ fn relays(plan_json: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-#[test]
-fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
+/// A running loopback fabric.
+struct Fabric {
+    procs: Procs,
+    /// HTTP port of each gateway, and its index in `procs`.
+    gateways: Vec<(u16, usize)>,
+    /// Index in `procs` of each host.
+    hosts: BTreeMap<String, usize>,
+    /// When every node was up at every gateway (ms since the epoch).
+    ready_at: i64,
+    _dir: tempfile::TempDir,
+}
+
+fn start(gateways: usize, spread: u32) -> Fabric {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("utf-8 path").to_string();
-    let plan_args = ["--hosts", "h[01-16]", "--subtrees", "4", "--replicas", "2"];
-    let base = port_base(0).to_string();
+    let base = port_base(spread).to_string();
+    let n = gateways.to_string();
     let mut args = vec!["plan"];
-    args.extend(plan_args);
+    args.extend(PLAN);
     args.extend(["--emit-configs", &d, "--loopback", "--base-port", &base]);
+    args.extend(["--gateways", &n]);
     canopy(&args);
-    let mut args = vec!["plan"];
-    args.extend(plan_args);
-    args.extend(["--format", "json"]);
-    let relays = relays(&canopy(&args));
-    // The relay with the most children makes the hardest case.
-    let (victim, children) = relays
-        .iter()
-        .max_by_key(|(_, c)| c.len())
-        .map(|(h, c)| (h.clone(), c.clone()))
-        .expect("the plan has relaying hosts");
-
-    let http = free_port();
     let mut procs = Procs::default();
-    let cfg = |n: &str| format!("{d}/{n}.toml");
-    procs.spawn(&[
-        "gateway",
-        "--config",
-        &cfg("gateway"),
-        "--http",
-        &format!("127.0.0.1:{http}"),
-    ]);
-    let mut index = BTreeMap::new();
+    let mut gws = Vec::new();
+    for k in 0..gateways {
+        let http = free_port();
+        let file = match k {
+            0 => format!("{d}/gateway.toml"),
+            k => format!("{d}/gateway-{k}.toml"),
+        };
+        let i = procs.spawn(&[
+            "gateway",
+            "--config",
+            &file,
+            "--http",
+            &format!("127.0.0.1:{http}"),
+        ]);
+        gws.push((http, i));
+    }
+    let mut hosts = BTreeMap::new();
     for i in 1..=16 {
         let h = format!("h{i:02}");
-        index.insert(
-            h.clone(),
-            procs.spawn(&["node", "--config", &cfg(&h), "--synthetic"]),
-        );
+        let file = format!("{d}/{h}.toml");
+        hosts.insert(h, procs.spawn(&["node", "--config", &file, "--synthetic"]));
     }
-    wait_for("16 nodes up with ticks", Duration::from_secs(60), || {
-        (results(http, "up == 1").len() == 16
-            && results(http, "canopy_synthetic_ticks_total").len() == 16)
-            .then_some(())
-    });
-    // Let a few ticks flow on both paths before the kill.
+    for &(http, _) in &gws {
+        wait_for("16 nodes up with ticks", Duration::from_secs(60), || {
+            (results(http, "up == 1").len() == 16
+                && results(http, "canopy_synthetic_ticks_total").len() == 16)
+                .then_some(())
+        });
+    }
+    let ready_at = now_ms();
+    // Let a few ticks flow on every path before any kill.
     std::thread::sleep(Duration::from_secs(3));
-    procs.kill9(index[&victim]);
-    let killed_at = now_ms();
+    Fabric {
+        procs,
+        gateways: gws,
+        hosts,
+        ready_at,
+        _dir: dir,
+    }
+}
 
-    // The victim is declared down.
+/// Every tick of every host but `except`, once, from `ready_at` (ticks
+/// before a node's links first connect are not buffered yet) through
+/// `killed_at` + 4 s.
+fn faults(http: u16, except: Option<&str>, ready_at: i64, killed_at: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 1..=16 {
+        let h = format!("h{i:02}");
+        if Some(h.as_str()) == except {
+            continue;
+        }
+        let mut s = tick_samples(http, &h, "10m");
+        s.retain(|p| p.0 >= ready_at);
+        if s.len() < 6 {
+            out.push(format!("{h}: only {} samples", s.len()));
+            continue;
+        }
+        for w in s.windows(2) {
+            if w[1].1 != w[0].1 + 1.0 {
+                out.push(format!(
+                    "{h}: tick {} at {:+} ms from the kill, then {} at {:+} ms",
+                    w[0].1,
+                    w[0].0 - killed_at,
+                    w[1].1,
+                    w[1].0 - killed_at
+                ));
+            }
+        }
+        let last = s.last().map_or(0, |p| p.0);
+        if last < killed_at + 4_000 {
+            out.push(format!(
+                "{h}: last tick {} ms after the kill: it stopped arriving",
+                last - killed_at
+            ));
+        }
+    }
+    out
+}
+
+/// Waits until every host but `except` has a tick newer than `ts` at the
+/// gateway (well past the failover window, on a loaded machine too).
+fn arrived_past(http: u16, except: Option<&str>, ts: i64) {
+    let q = format!("timestamp(canopy_synthetic_ticks_total) * 1000 > {ts}");
+    let want = if except.is_some() { 15 } else { 16 };
+    let t0 = std::time::Instant::now();
+    loop {
+        let got = results(http, &q);
+        if got.len() >= want {
+            return;
+        }
+        let names: Vec<&str> = got
+            .iter()
+            .filter_map(|r| r["metric"]["node"].as_str())
+            .collect();
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "only {names:?} have ticks past {ts} at the gateway"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
+    // The relay with the most children makes the hardest case.
+    let (victim, children) = relays()
+        .into_iter()
+        .max_by_key(|(_, c)| c.len())
+        .expect("the plan has relaying hosts");
+    let mut f = start(1, 0);
+    let http = f.gateways[0].0;
+    f.procs.kill9(f.hosts[&victim]);
+    let killed_at = now_ms();
     wait_for(
         &format!("up{{node={victim}}} to drop to 0"),
         Duration::from_secs(30),
@@ -109,41 +199,32 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
             (r.len() == 1 && value_of(&r[0]) == 0.0).then_some(())
         },
     );
-    // Survivors keep arriving well past the failover window.
-    std::thread::sleep(Duration::from_secs(6));
-
-    let mut faults = Vec::new();
-    for i in 1..=16 {
-        let h = format!("h{i:02}");
-        if h == victim {
-            continue;
-        }
-        let s = tick_samples(http, &h, "10m");
-        assert!(s.len() >= 10, "{h}: only {} samples", s.len());
-        for w in s.windows(2) {
-            if w[1].1 != w[0].1 + 1.0 {
-                faults.push(format!(
-                    "{h} (child of {victim}: {}): tick {} at {:+} ms from the kill, then {} at {:+} ms",
-                    children.contains(&h),
-                    w[0].1,
-                    w[0].0 - killed_at,
-                    w[1].1,
-                    w[1].0 - killed_at
-                ));
-            }
-        }
-        let last = s.last().expect("samples").0;
-        if last < killed_at + 4_000 {
-            faults.push(format!(
-                "{h}: last tick {} ms after the kill: it stopped arriving",
-                last - killed_at
-            ));
-        }
-    }
+    arrived_past(http, Some(&victim), killed_at + 5_000);
+    let faults = faults(http, Some(&victim), f.ready_at, killed_at);
     assert!(
         faults.is_empty(),
-        "gaps or duplicates:\n{}",
+        "{victim} relayed for {children:?}; gaps or duplicates:\n{}",
         faults.join("\n")
+    );
+}
+
+#[test]
+fn kill_9_of_one_of_two_gateways_loses_no_tick_at_the_other() {
+    let mut f = start(2, 7_000);
+    let (survivor, _) = f.gateways[1];
+    f.procs.kill9(f.gateways[0].1);
+    let killed_at = now_ms();
+    arrived_past(survivor, None, killed_at + 5_000);
+    let faults = faults(survivor, None, f.ready_at, killed_at);
+    assert!(
+        faults.is_empty(),
+        "gaps or duplicates at the surviving gateway:\n{}",
+        faults.join("\n")
+    );
+    assert_eq!(
+        results(survivor, "up == 1").len(),
+        16,
+        "all 16 nodes still up"
     );
 }
 

@@ -107,7 +107,12 @@ pub async fn start(
     let relay = Relay::new(
         RelayConfig {
             tick: opts.tick,
-            merge: MergeConfig::default(),
+            // Every source's R paths meet here: a section after a hole
+            // waits up to 8 ticks for the slower path to fill it.
+            merge: MergeConfig {
+                hole_wait_ms: i64::try_from(opts.tick.as_millis() * 8).unwrap_or(8_000),
+                ..MergeConfig::default()
+            },
             codec: CodecConfig::default(),
         },
         StoreSink::new(store.clone()),

@@ -16,6 +16,10 @@ pub struct MergeConfig {
     pub source_ttl_ms: i64,
     /// Codec settings of the children links.
     pub codec: CodecConfig,
+    /// Where a source's R paths meet (the gateway): how long, in data time,
+    /// a section that leaves a hole behind it waits for the hole to fill
+    /// from a slower path. 0 (relays): never wait.
+    pub hole_wait_ms: i64,
 }
 
 impl Default for MergeConfig {
@@ -25,6 +29,7 @@ impl Default for MergeConfig {
             max_series_per_child: 1 << 20,
             source_ttl_ms: 10 * 60 * 1000,
             codec: CodecConfig::default(),
+            hole_wait_ms: 0,
         }
     }
 }

@@ -38,6 +38,7 @@
 
 mod config;
 mod error;
+mod holes;
 mod retire;
 mod sink;
 
@@ -130,6 +131,8 @@ pub struct Merger {
     taken: bool,
     cap_warned: bool,
     stats: MergeStats,
+    /// Sections waiting for a hole before them to fill (see `holes`).
+    held: HashMap<u32, Vec<holes::Held>>,
 }
 
 enum Miss {
@@ -162,6 +165,7 @@ impl Merger {
             taken: false,
             cap_warned: false,
             stats: MergeStats::default(),
+            held: HashMap::new(),
         }
     }
 
@@ -291,6 +295,7 @@ impl Merger {
     /// `now_ms`, retiring their series (into the sink and the changeset), and
     /// old tombstones. Call between ticks, e.g. once per second.
     pub fn expire(&mut self, now_ms: i64, sink: &mut dyn Sink) {
+        self.release_expired(now_ms, sink);
         let cutoff = now_ms.saturating_sub(self.cfg.source_ttl_ms);
         let dead: Vec<(u32, i64)> = self
             .table
@@ -367,9 +372,34 @@ impl Merger {
                 self.stats.duplicates_dropped += n as u64;
                 continue;
             };
+            if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms) {
+                let mut updates = Vec::with_capacity(n);
+                for &(id, v) in &sec.updates {
+                    match self.resolve_series(c, src, id, sec.ts_ms) {
+                        Ok(h) => {
+                            let epoch = self.smeta[h as usize].epoch;
+                            let enc = c.series_info(id).map(|s| s.encoding);
+                            updates.push((Slot { h, epoch }, v, enc));
+                        }
+                        Err(Miss::Duplicate) => self.stats.duplicates_dropped += 1,
+                        Err(Miss::OverCap) => self.stats.dropped_over_cap += 1,
+                    }
+                }
+                self.hold(
+                    src,
+                    holes::Held {
+                        ts: sec.ts_ms,
+                        updates,
+                    },
+                );
+                continue;
+            }
             self.heartbeat(src, sec.ts_ms, sink);
             for &(id, v) in &sec.updates {
                 self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
+            }
+            if self.held.contains_key(&src) {
+                self.release(src, i64::MIN, sink);
             }
             // Retirements in time order with the samples around them: a
             // series that ends and comes back in one frame ends in between.
@@ -521,6 +551,23 @@ impl Merger {
                 return;
             }
         };
+        let encoding = c.series_info(id).map(|s| s.encoding);
+        self.accept(src, h, ts, v, encoding, sink, sum);
+    }
+
+    /// Applies one update of global series `h` unless it is not newer than
+    /// the last accepted one.
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &mut self,
+        src: u32,
+        h: u32,
+        ts: i64,
+        v: f64,
+        encoding: Option<canopy_proto::codec::Encoding>,
+        sink: &mut dyn Sink,
+        sum: &mut FrameSummary,
+    ) {
         let m = &mut self.smeta[h as usize];
         if ts <= m.last_ts {
             sum.duplicates += 1;
@@ -529,7 +576,6 @@ impl Merger {
         }
         m.last_ts = ts;
         m.touched_tick = self.tick;
-        let encoding = c.series_info(id).map(|s| s.encoding);
         let Some(e) = self.table.get_mut(h) else {
             return; // invariant: a matching generation means a live handle
         };

@@ -55,6 +55,10 @@ pub struct MergeStats {
     pub retires_ignored: u64,
     /// Sources forgotten by TTL expiry.
     pub expired_sources: u64,
+    /// Sections held because they left a hole behind them (gateway only).
+    pub sections_held: u64,
+    /// Held sections applied when their wait ran out, the hole unfilled.
+    pub holes_unfilled: u64,
     /// Live series in the global table.
     pub series: usize,
     /// Live sources in the global table.

@@ -576,3 +576,86 @@ proptest! {
         prop_assert_eq!(rb, w);
     }
 }
+
+/// A leaf with two paths: path 0 loses tick 8 (its relay died) and comes
+/// back at once with tick 9 as a keyframe on a new link; path 1 is slower
+/// and brings tick 8 only afterwards. At the point where the paths meet,
+/// tick 8 must still be accepted, and every tick exactly once.
+#[test]
+fn a_slower_path_fills_the_hole_of_a_faster_one() {
+    let run = |hole_wait_ms: i64| {
+        let mut m = Merger::new(MergeConfig {
+            hole_wait_ms,
+            ..mcfg()
+        });
+        let mut sink = RecSink::default();
+        for c in [1, 2, 3] {
+            m.child_connected(c).unwrap();
+        }
+        let mut leaf = Leaf::new("n1", 2);
+        let mut slow = Vec::new();
+        for t in 1..=10i64 {
+            if t == 9 {
+                // The failed-over link: a fresh encoder, keyframe first.
+                leaf.encs.push(LinkEncoder::new(&cfg()).expect("encoder"));
+            }
+            let recs = leaf.tick(t * 1000, &[(1, t as f64)]);
+            slow.push(recs[1].clone());
+            match t {
+                ..=7 => {
+                    m.on_record(1, &recs[0], &mut sink).unwrap();
+                }
+                8 => {} // lost with the dead relay
+                _ => {
+                    m.on_record(3, &recs[2], &mut sink).unwrap();
+                }
+            }
+            // The slow path runs two ticks behind.
+            if t >= 3 {
+                m.on_record(2, &slow[(t - 3) as usize], &mut sink).unwrap();
+            }
+            m.expire(t * 1000, &mut sink);
+        }
+        for rec in &slow[8..] {
+            m.on_record(2, rec, &mut sink).unwrap();
+        }
+        let ticks: Vec<i64> = sink.samples.iter().map(|s| s.2 / 1000).collect();
+        (ticks, m.stats().sections_held)
+    };
+    let (plain, held) = run(0);
+    assert_eq!(held, 0);
+    assert!(
+        !plain.contains(&8),
+        "without waiting, tick 8 is lost: {plain:?}"
+    );
+    let (filled, held) = run(5_000);
+    assert!(held > 0, "the sections after the hole waited");
+    assert_eq!(
+        filled,
+        (1..=10).collect::<Vec<_>>(),
+        "every tick once, in order"
+    );
+}
+
+/// A hole nobody fills (the source really skipped a tick) costs at most
+/// the wait: the held section applies once its wait is over.
+#[test]
+fn an_unfilled_hole_releases_after_the_wait() {
+    let mut m = Merger::new(MergeConfig {
+        hole_wait_ms: 3_000,
+        ..mcfg()
+    });
+    let mut sink = RecSink::default();
+    m.child_connected(1).unwrap();
+    let mut leaf = Leaf::new("n1", 1);
+    for t in [1i64, 2, 3, 5] {
+        let recs = leaf.tick(t * 1000, &[(1, t as f64)]);
+        m.on_record(1, &recs[0], &mut sink).unwrap();
+    }
+    assert_eq!(sink.samples.len(), 3, "tick 5 waits for tick 4");
+    m.expire(7_000, &mut sink);
+    assert_eq!(sink.samples.len(), 3, "still within the wait");
+    m.expire(8_001, &mut sink);
+    assert_eq!(sink.samples.len(), 4, "released after the wait");
+    assert_eq!(m.stats().holes_unfilled, 1);
+}

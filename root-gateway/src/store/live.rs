@@ -346,10 +346,15 @@ impl LiveStore {
             };
             let tick = src.tick_ms.max(1);
             // Implied points run on the change point's grid to the end of
-            // the covering alive period.
+            // the covering alive period. Real ticks jitter by a few ms
+            // around that grid, so a grid point within half a tick of the
+            // next change point or of the last heartbeat *is* that tick:
+            // stop short of the one and reach the other.
+            let half = tick / 2;
             let k0 = ((mint - cp.ts_ms + tick - 1) / tick).max(1);
             let mut t = cp.ts_ms.saturating_add(k0.saturating_mul(tick));
-            while t < next && t <= maxt && t <= period.end {
+            while t < next.saturating_sub(half) && t <= maxt && t <= period.end.saturating_add(half)
+            {
                 if t >= period.start {
                     out.push(Sample {
                         ts_ms: t,
@@ -358,7 +363,12 @@ impl LiveStore {
                 }
                 t += tick;
             }
-            if period.closed && t > period.end && t < next && t >= mint && t <= maxt {
+            if period.closed
+                && t > period.end.saturating_add(half)
+                && t < next
+                && t >= mint
+                && t <= maxt
+            {
                 out.push(Sample {
                     ts_ms: t,
                     value: stale_nan(),

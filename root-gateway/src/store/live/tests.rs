@@ -120,3 +120,29 @@ fn long_steady_series_is_cheap() {
     assert!(st.chunk_bytes < 16);
     assert_eq!(pts(&s, "steady", 0, 3_600_000).len(), 3600);
 }
+
+#[test]
+fn jittered_ticks_imply_no_extra_points() {
+    // Real ticks drift a few ms off the first change point's grid; the
+    // grid point just before a late tick (or just after an early last
+    // heartbeat) is that same tick, not another one.
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("ticks", [("node", "n1")]);
+    let jitter = [0, 3, -2, 4, 1, -3, 2, 0];
+    let mut value = 0.0;
+    for (t, j) in jitter.iter().enumerate() {
+        let ts = t as i64 * 1000 + j;
+        // Every other tick the value changes; in between it is implied.
+        if t % 2 == 0 {
+            value += 1.0;
+        }
+        s.append(Some("n1"), &l, ts, value).unwrap();
+        s.heartbeat("n1", ts, 1000);
+    }
+    let p = pts(&s, "ticks", 0, 20_000);
+    assert_eq!(p.len(), jitter.len(), "one point per tick: {p:?}");
+    for w in p.windows(2) {
+        let gap = w[1].0 - w[0].0;
+        assert!((990..=1010).contains(&gap), "points 1 s apart: {p:?}");
+    }
+}
