@@ -2,7 +2,9 @@
 //! and 16 `canopy node --synthetic` processes from `canopy plan
 //! --emit-configs --loopback` (K = 4 subtrees, R = 2 replicas), a `kill -9`,
 //! then every survivor's `canopy_synthetic_ticks_total` at a live gateway
-//! must hold every tick exactly once (no gap, no duplicate) across the kill.
+//! must hold every tick exactly once (no gap, no duplicate) across the kill,
+//! from the very first tick (ticks made before any parent answered wait in
+//! the uplinks' replay buffers).
 
 mod support;
 
@@ -62,12 +64,11 @@ struct Fabric {
     gateways: Vec<(u16, usize)>,
     /// Index in `procs` of each host.
     hosts: BTreeMap<String, usize>,
-    /// When every node was up at every gateway (ms since the epoch).
-    ready_at: i64,
     _dir: tempfile::TempDir,
 }
 
-fn start(gateways: usize, spread: u32) -> Fabric {
+/// Starts the nodes, then, `gateway_delay` later, the gateways.
+fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("utf-8 path").to_string();
     let base = port_base(spread).to_string();
@@ -78,6 +79,13 @@ fn start(gateways: usize, spread: u32) -> Fabric {
     args.extend(["--gateways", &n]);
     canopy(&args);
     let mut procs = Procs::default();
+    let mut hosts = BTreeMap::new();
+    for i in 1..=16 {
+        let h = format!("h{i:02}");
+        let file = format!("{d}/{h}.toml");
+        hosts.insert(h, procs.spawn(&["node", "--config", &file, "--synthetic"]));
+    }
+    std::thread::sleep(gateway_delay);
     let mut gws = Vec::new();
     for k in 0..gateways {
         let http = free_port();
@@ -94,12 +102,6 @@ fn start(gateways: usize, spread: u32) -> Fabric {
         ]);
         gws.push((http, i));
     }
-    let mut hosts = BTreeMap::new();
-    for i in 1..=16 {
-        let h = format!("h{i:02}");
-        let file = format!("{d}/{h}.toml");
-        hosts.insert(h, procs.spawn(&["node", "--config", &file, "--synthetic"]));
-    }
     for &(http, _) in &gws {
         wait_for("16 nodes up with ticks", Duration::from_secs(60), || {
             (results(http, "up == 1").len() == 16
@@ -107,33 +109,35 @@ fn start(gateways: usize, spread: u32) -> Fabric {
                 .then_some(())
         });
     }
-    let ready_at = now_ms();
     // Let a few ticks flow on every path before any kill.
     std::thread::sleep(Duration::from_secs(3));
     Fabric {
         procs,
         gateways: gws,
         hosts,
-        ready_at,
         _dir: dir,
     }
 }
 
-/// Every tick of every host but `except`, once, from `ready_at` (ticks
-/// before a node's links first connect are not buffered yet) through
-/// `killed_at` + 4 s.
-fn faults(http: u16, except: Option<&str>, ready_at: i64, killed_at: i64) -> Vec<String> {
+/// Every tick of every host but `except`, once, from its first (value 1)
+/// through `killed_at` + 4 s.
+fn faults(http: u16, except: Option<&str>, killed_at: i64) -> Vec<String> {
     let mut out = Vec::new();
     for i in 1..=16 {
         let h = format!("h{i:02}");
         if Some(h.as_str()) == except {
             continue;
         }
-        let mut s = tick_samples(http, &h, "10m");
-        s.retain(|p| p.0 >= ready_at);
+        let s = tick_samples(http, &h, "10m");
         if s.len() < 6 {
             out.push(format!("{h}: only {} samples", s.len()));
             continue;
+        }
+        if s[0].1 != 1.0 {
+            out.push(format!(
+                "{h}: the first tick at the gateway is {}, not 1",
+                s[0].1
+            ));
         }
         for w in s.windows(2) {
             if w[1].1 != w[0].1 + 1.0 {
@@ -187,7 +191,7 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
         .into_iter()
         .max_by_key(|(_, c)| c.len())
         .expect("the plan has relaying hosts");
-    let mut f = start(1, 0);
+    let mut f = start(1, 0, Duration::ZERO);
     let http = f.gateways[0].0;
     f.procs.kill9(f.hosts[&victim]);
     let killed_at = now_ms();
@@ -200,7 +204,7 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
         },
     );
     arrived_past(http, Some(&victim), killed_at + 5_000);
-    let faults = faults(http, Some(&victim), f.ready_at, killed_at);
+    let faults = faults(http, Some(&victim), killed_at);
     assert!(
         faults.is_empty(),
         "{victim} relayed for {children:?}; gaps or duplicates:\n{}",
@@ -210,12 +214,12 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
 
 #[test]
 fn kill_9_of_one_of_two_gateways_loses_no_tick_at_the_other() {
-    let mut f = start(2, 7_000);
+    let mut f = start(2, 7_000, Duration::ZERO);
     let (survivor, _) = f.gateways[1];
     f.procs.kill9(f.gateways[0].1);
     let killed_at = now_ms();
     arrived_past(survivor, None, killed_at + 5_000);
-    let faults = faults(survivor, None, f.ready_at, killed_at);
+    let faults = faults(survivor, None, killed_at);
     assert!(
         faults.is_empty(),
         "gaps or duplicates at the surviving gateway:\n{}",
@@ -225,6 +229,21 @@ fn kill_9_of_one_of_two_gateways_loses_no_tick_at_the_other() {
         results(survivor, "up == 1").len(),
         16,
         "all 16 nodes still up"
+    );
+}
+
+#[test]
+fn ticks_made_before_any_parent_answers_are_buffered_and_sent() {
+    // The nodes run 5 s with no gateway at all: their uplinks buffer.
+    let f = start(1, 14_000, Duration::from_secs(5));
+    let http = f.gateways[0].0;
+    let now = now_ms();
+    arrived_past(http, None, now);
+    let faults = faults(http, None, now - 4_000);
+    assert!(
+        faults.is_empty(),
+        "ticks lost before the gateway came up:\n{}",
+        faults.join("\n")
     );
 }
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use canopy_proto::codec::{CodecConfig, LinkEncoder, record};
-use canopy_proto::link::{InboundLink, Listener, Uplink, unix_now_ms};
+use canopy_proto::codec::CodecConfig;
+use canopy_proto::link::{InboundLink, Listener, Uplink, UplinkEncoder, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::merge::{MergeConfig, Merger, Sink};
@@ -162,8 +162,10 @@ impl<S: Sink + Send + 'static> Relay<S> {
     pub fn spawn_ticker(&self, uplinks: Vec<Uplink>, mut shutdown: watch::Receiver<bool>) {
         let me = self.clone();
         tokio::spawn(async move {
-            let mut encs: Vec<(u64, Option<LinkEncoder>)> =
-                uplinks.iter().map(|_| (0, None)).collect();
+            let mut encs: Vec<UplinkEncoder> = uplinks
+                .iter()
+                .map(|_| UplinkEncoder::new(&me.cfg.codec))
+                .collect();
             let mut interval = tokio::time::interval(me.cfg.tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
@@ -176,27 +178,10 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 let Inner { merger, sink } = &mut *g;
                 merger.expire(now, sink);
                 let (table, cs) = merger.take_changeset(now);
-                for (u, (generation, enc)) in uplinks.iter().zip(encs.iter_mut()) {
-                    if !u.is_connected() {
-                        continue;
-                    }
-                    if u.generation() != *generation || enc.is_none() {
-                        *generation = u.generation();
-                        *enc = LinkEncoder::new(&me.cfg.codec).ok();
-                    }
-                    let Some(e) = enc.as_mut() else { continue };
-                    let mut rec = Vec::new();
-                    if e.encode(table, cs, &mut rec).is_err() {
-                        *enc = None;
-                        continue;
-                    }
-                    let Ok(Some((len, pre))) = record::read_prefix(&rec, usize::MAX) else {
-                        continue;
-                    };
-                    if !u.send(*generation, rec[pre..pre + len].to_vec()) {
-                        u.restart();
-                        *enc = None;
-                    }
+                // Connected or not: the uplink buffers while no parent
+                // takes its records.
+                for (u, enc) in uplinks.iter().zip(encs.iter_mut()) {
+                    enc.emit(u, table, cs);
                 }
                 merger.end_tick();
             }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, Sender, record};
-use canopy_proto::link::{Uplink, unix_now_ms};
+use canopy_proto::link::{Uplink, UplinkEncoder, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::collect::{Collector, Observation};
@@ -36,10 +36,10 @@ pub struct AgentConfig {
     pub codec: CodecConfig,
 }
 
-struct OutState {
-    out: Output,
-    generation: u64,
-    enc: Option<LinkEncoder>,
+/// An output with its encoder.
+enum OutState {
+    Uplink(Uplink, UplinkEncoder),
+    Local(mpsc::Sender<Vec<u8>>, Option<LinkEncoder>),
 }
 
 /// Runs the sampler until `shutdown` turns true.
@@ -54,10 +54,9 @@ pub async fn run(
     let src = sender.source(&cfg.node, tick_ms);
     let mut outs: Vec<OutState> = outputs
         .into_iter()
-        .map(|out| OutState {
-            out,
-            generation: 0,
-            enc: None,
+        .map(|out| match out {
+            Output::Uplink(u) => OutState::Uplink(u, UplinkEncoder::new(&cfg.codec)),
+            Output::Local(tx) => OutState::Local(tx, None),
         })
         .collect();
     let mut obs: Vec<Observation> = Vec::new();
@@ -109,38 +108,27 @@ async fn emit(
     table: &canopy_proto::codec::SeriesTable,
     cs: &canopy_proto::codec::Changeset,
 ) {
-    let generation = match &o.out {
-        Output::Uplink(u) if !u.is_connected() => return,
-        Output::Uplink(u) => u.generation(),
-        Output::Local(_) => 1,
-    };
-    if generation != o.generation || o.enc.is_none() {
-        // A new link: a fresh encoder whose first frame is a keyframe.
-        o.enc = LinkEncoder::new(codec).ok();
-        o.generation = generation;
-    }
-    let Some(enc) = o.enc.as_mut() else { return };
-    let mut rec = Vec::new();
-    if let Err(e) = enc.encode(table, cs, &mut rec) {
-        tracing::warn!(error = %e, "encoding failed; restarting the link");
-        o.enc = None;
-        return;
-    }
-    let Ok(Some((len, pre))) = record::read_prefix(&rec, usize::MAX) else {
-        return;
-    };
-    let payload = rec[pre..pre + len].to_vec();
-    match &o.out {
-        Output::Uplink(u) => {
-            if !u.send(generation, payload) {
-                // The stream lost a record: it cannot decode any more.
-                u.restart();
-                o.enc = None;
+    match o {
+        // Connected or not: the uplink buffers while no parent takes it.
+        OutState::Uplink(u, enc) => enc.emit(u, table, cs),
+        OutState::Local(tx, enc) => {
+            if enc.is_none() {
+                *enc = LinkEncoder::new(codec).ok();
             }
-        }
-        Output::Local(tx) => {
-            if tx.send(payload).await.is_err() {
-                o.enc = None;
+            let Some(e) = enc.as_mut() else { return };
+            let mut rec = Vec::new();
+            if let Err(e) = e.encode(table, cs, &mut rec) {
+                tracing::warn!(error = %e, "encoding for the local relay failed");
+                *enc = None;
+                return;
+            }
+            let Ok(Some((len, pre))) = record::read_prefix(&rec, usize::MAX) else {
+                return;
+            };
+            rec.drain(..pre);
+            rec.truncate(len);
+            if tx.send(rec).await.is_err() {
+                *enc = None;
             }
         }
     }

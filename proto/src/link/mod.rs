@@ -56,7 +56,10 @@ mod uplink;
 pub use certs::{Ca, HostCert, Identity, SubjectAltName};
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
-pub use uplink::{Uplink, UplinkConfig, UplinkStats, UplinkTarget};
+pub use uplink::{
+    BufferLimits, Outbox, OutboxStats, Uplink, UplinkConfig, UplinkEncoder, UplinkStats,
+    UplinkTarget,
+};
 
 /// Unix time now in ms: the one clock read the shells share (the pure cores
 /// take `now` as an argument instead).

@@ -1,0 +1,419 @@
+//! One planned uplink with failover and a bounded replay buffer.
+//!
+//! The plan is the agreement (no election): the uplink sends to its primary
+//! while it answers, moves to the backup when the primary's connection dies
+//! or cannot be made, and moves back as soon as the primary accepts again
+//! (probed every `probe_interval` while on the backup).
+//!
+//! Records wait in an [`Outbox`] (bounded by bytes and age) until a parent
+//! takes them, so frames made while no parent is reachable (start-up, an
+//! outage of both parents) are sent on reconnect, oldest first. The encoder
+//! side ([`UplinkEncoder`]) encodes for the outbox's current *epoch* and
+//! starts a fresh encoder (a keyframe) whenever the epoch moves on: when the
+//! live link died, or a long outage was cut into segments.
+
+mod outbox;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use outbox::{BufferLimits, Outbox, OutboxStats};
+
+use super::{Dialer, OutboundLink, unix_now_ms};
+use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
+
+/// Where one parent listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UplinkTarget {
+    /// Host name of the parent (checked against its certificate).
+    pub name: String,
+    /// Its QUIC address.
+    pub addr: SocketAddr,
+}
+
+/// An uplink's parents and tunables.
+#[derive(Clone, Debug)]
+pub struct UplinkConfig {
+    /// Planned parent.
+    pub primary: UplinkTarget,
+    /// Planned backup parent, if any.
+    pub backup: Option<UplinkTarget>,
+    /// Limits of the replay buffer.
+    pub buffer: BufferLimits,
+    /// Pause between failed connection attempts.
+    pub retry: Duration,
+    /// While on the backup, how often to try the primary again.
+    pub probe_interval: Duration,
+}
+
+impl UplinkConfig {
+    /// Defaults for a primary and an optional backup.
+    pub fn new(primary: UplinkTarget, backup: Option<UplinkTarget>) -> Self {
+        Self {
+            primary,
+            backup,
+            buffer: BufferLimits::default(),
+            retry: Duration::from_millis(250),
+            probe_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters an operator graphs for each uplink.
+#[derive(Debug, Default)]
+pub struct UplinkStats {
+    /// Records written to a parent.
+    pub records_sent: AtomicU64,
+    /// Bytes written to a parent (payloads).
+    pub bytes_sent: AtomicU64,
+    /// Connections established (first one included).
+    pub connects: AtomicU64,
+    /// Moves from the primary to the backup.
+    pub failovers: AtomicU64,
+    /// Failed connection attempts.
+    pub connect_failures: AtomicU64,
+    /// Buffered segments replayed after an outage.
+    pub segments_replayed: AtomicU64,
+    /// Milliseconds from losing the parent to the next link's first write,
+    /// summed over reconnects (with `reconnects`, the mean reparent time).
+    pub reparent_ms_total: AtomicU64,
+    /// Reconnects after a lost link.
+    pub reconnects: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    outbox: Mutex<Outbox>,
+    more: tokio::sync::Notify,
+    restart: tokio::sync::Notify,
+    connected: AtomicBool,
+    on_backup: AtomicBool,
+    closed: AtomicBool,
+    stats: UplinkStats,
+}
+
+impl Shared {
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Handle to one uplink; the connection runs in its own task, which ends
+/// when every handle is dropped.
+#[derive(Clone, Debug)]
+pub struct Uplink {
+    shared: Arc<Shared>,
+    _alive: Arc<Alive>,
+}
+
+/// Tells the connection task that no handle is left.
+#[derive(Debug)]
+struct Alive(Arc<Shared>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.more.notify_one();
+    }
+}
+
+impl Uplink {
+    /// Starts the uplink's connection task on the current tokio runtime.
+    pub fn spawn(dialer: Arc<Dialer>, cfg: UplinkConfig) -> Self {
+        let shared = Arc::new(Shared {
+            outbox: Mutex::new(Outbox::new(cfg.buffer.clone())),
+            more: tokio::sync::Notify::new(),
+            restart: tokio::sync::Notify::new(),
+            connected: AtomicBool::new(false),
+            on_backup: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            stats: UplinkStats::default(),
+        });
+        tokio::spawn(run(dialer, cfg, shared.clone()));
+        Self {
+            _alive: Arc::new(Alive(shared.clone())),
+            shared,
+        }
+    }
+
+    /// The epoch records must be encoded for now (see the module docs).
+    pub fn epoch(&self) -> u64 {
+        self.shared.outbox().epoch()
+    }
+
+    /// True while a parent connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Acquire)
+    }
+
+    /// True while sending to the backup parent.
+    pub fn on_backup(&self) -> bool {
+        self.shared.on_backup.load(Ordering::Acquire)
+    }
+
+    /// Queues a record encoded for `epoch`; false when that epoch is over
+    /// (the encoder must start again). A full buffer drops its oldest
+    /// segment instead (counted), so this never blocks and memory stays
+    /// bounded.
+    pub fn send(&self, epoch: u64, record: Vec<u8>) -> bool {
+        let ok = self.shared.outbox().push(epoch, unix_now_ms(), record);
+        if ok {
+            self.shared.more.notify_one();
+        }
+        ok
+    }
+
+    /// Drops the current connection and makes a new one (new epoch): the
+    /// encoder lost a record, so the receiver's stream would not decode.
+    pub fn restart(&self) {
+        self.shared.restart.notify_one();
+    }
+
+    /// The uplink's counters.
+    pub fn stats(&self) -> &UplinkStats {
+        &self.shared.stats
+    }
+
+    /// The replay buffer's fill (bytes, records) and counters.
+    pub fn buffer(&self) -> (usize, usize, OutboxStats) {
+        let o = self.shared.outbox();
+        (o.bytes(), o.records(), o.stats())
+    }
+}
+
+/// Encodes each tick's changeset for one [`Uplink`], with a fresh encoder
+/// (whose first frame is a keyframe) whenever the uplink's epoch moves on.
+#[derive(Debug)]
+pub struct UplinkEncoder {
+    codec: CodecConfig,
+    epoch: u64,
+    enc: Option<LinkEncoder>,
+}
+
+impl UplinkEncoder {
+    /// An encoder with the link codec settings `codec`.
+    pub fn new(codec: &CodecConfig) -> Self {
+        Self {
+            codec: codec.clone(),
+            epoch: 0,
+            enc: None,
+        }
+    }
+
+    /// Encodes `cs` (against `table`) and queues it on `up`. When the epoch
+    /// ended meanwhile, starts over at once with a keyframe of `table`, so
+    /// this tick's values still go out.
+    pub fn emit(&mut self, up: &Uplink, table: &SeriesTable, cs: &Changeset) {
+        for _ in 0..2 {
+            let epoch = up.epoch();
+            if epoch != self.epoch || self.enc.is_none() {
+                self.enc = LinkEncoder::new(&self.codec).ok();
+                self.epoch = epoch;
+            }
+            let Some(payload) = self.encode(table, cs) else {
+                self.enc = None;
+                return;
+            };
+            if up.send(epoch, payload) {
+                return;
+            }
+            self.enc = None;
+        }
+    }
+
+    fn encode(&mut self, table: &SeriesTable, cs: &Changeset) -> Option<Vec<u8>> {
+        let enc = self.enc.as_mut()?;
+        let mut rec = Vec::new();
+        if let Err(e) = enc.encode(table, cs, &mut rec) {
+            tracing::warn!(error = %e, "encoding failed; restarting the uplink stream");
+            return None;
+        }
+        let (len, pre) = record::read_prefix(&rec, usize::MAX).ok().flatten()?;
+        rec.drain(..pre);
+        rec.truncate(len);
+        Some(rec)
+    }
+}
+
+async fn connect(dialer: &Dialer, t: &UplinkTarget) -> Option<OutboundLink> {
+    match dialer.connect(t.addr, &t.name).await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::debug!(parent = %t.name, addr = %t.addr, error = %e, "uplink connect failed");
+            None
+        }
+    }
+}
+
+/// How one connection ended.
+enum End {
+    /// Every handle dropped: stop.
+    Closed,
+    /// The link died or must be remade.
+    Lost,
+    /// The primary is back while on the backup.
+    Primary,
+}
+
+async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
+    let stats = &shared.stats;
+    // Set when the primary just died: go straight to the backup (a dead
+    // primary would cost a whole connect timeout) and probe it from there.
+    let mut primary_lost = false;
+    // When the last link was lost (for the reparent time).
+    let mut lost_at: Option<i64> = None;
+    loop {
+        if shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut on_backup = false;
+        let mut link = if primary_lost && cfg.backup.is_some() {
+            None
+        } else {
+            connect(&dialer, &cfg.primary).await
+        };
+        if link.is_none() {
+            stats
+                .connect_failures
+                .fetch_add(u64::from(!primary_lost), Ordering::Relaxed);
+            primary_lost = false;
+            if let Some(b) = &cfg.backup {
+                link = connect(&dialer, b).await;
+                on_backup = link.is_some();
+                if on_backup {
+                    stats.failovers.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(primary = %cfg.primary.name, backup = %b.name, "uplink failed over to backup parent");
+                }
+            }
+        }
+        let Some(link) = link else {
+            shared.outbox().tick_disconnected(unix_now_ms());
+            tokio::time::sleep(cfg.retry).await;
+            continue;
+        };
+        let target = if on_backup {
+            cfg.backup.as_ref().unwrap_or(&cfg.primary)
+        } else {
+            &cfg.primary
+        };
+        shared.on_backup.store(on_backup, Ordering::Release);
+        shared.connected.store(true, Ordering::Release);
+        stats.connects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(parent = %target.name, on_backup, "uplink connected");
+        if let Some(t) = lost_at.take() {
+            let ms = u64::try_from(unix_now_ms() - t).unwrap_or(0);
+            stats.reparent_ms_total.fetch_add(ms, Ordering::Relaxed);
+            stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        }
+        let end = serve(&dialer, &cfg, &shared, link, target, on_backup).await;
+        shared.connected.store(false, Ordering::Release);
+        match end {
+            End::Closed => return,
+            End::Primary => {}
+            End::Lost => {
+                primary_lost = !on_backup;
+                lost_at = Some(unix_now_ms());
+            }
+        }
+    }
+}
+
+/// Replays the backlog (each finished segment on a link of its own), then
+/// streams the live segment until the link ends.
+async fn serve(
+    dialer: &Dialer,
+    cfg: &UplinkConfig,
+    shared: &Shared,
+    mut link: OutboundLink,
+    target: &UplinkTarget,
+    on_backup: bool,
+) -> End {
+    let stats = &shared.stats;
+    loop {
+        let backlog: Vec<Vec<u8>> = shared.outbox().backlog().map(<[u8]>::to_vec).collect();
+        if backlog.is_empty() {
+            break;
+        }
+        for rec in &backlog {
+            if let Err(e) = link.send_record(rec).await {
+                tracing::warn!(error = %e, "uplink lost its parent during replay");
+                return End::Lost;
+            }
+            count_sent(stats, rec.len());
+        }
+        // The receiver reads it all, then a fresh link (fresh decoder)
+        // carries the next segment.
+        link.close().await;
+        shared.outbox().backlog_done();
+        stats.segments_replayed.fetch_add(1, Ordering::Relaxed);
+        match connect(dialer, target).await {
+            Some(l) => link = l,
+            None => return End::Lost,
+        }
+    }
+    let mut probe = tokio::time::interval(cfg.probe_interval);
+    probe.tick().await;
+    // The epoch this link carries once its first live record is written.
+    let mut streaming: Option<u64> = None;
+    loop {
+        if shared.closed.load(Ordering::Acquire) {
+            link.close().await;
+            return End::Closed;
+        }
+        let next = shared.outbox().next_live().map(|(e, r)| (e, r.to_vec()));
+        if let Some((epoch, rec)) = next {
+            if streaming.is_some_and(|s| s != epoch) {
+                // The encoder started over (its old stream was dropped for
+                // the limits): the receiver needs a fresh decoder.
+                link.close().await;
+                return End::Lost;
+            }
+            streaming = Some(epoch);
+            if let Err(e) = link.send_record(&rec).await {
+                tracing::warn!(error = %e, "uplink send failed; reconnecting");
+                shared.outbox().link_lost();
+                return End::Lost;
+            }
+            shared.outbox().sent();
+            count_sent(stats, rec.len());
+            continue;
+        }
+        tokio::select! {
+            () = shared.more.notified() => {}
+            () = shared.restart.notified() => {
+                tracing::info!("uplink restarting its link to resynchronise");
+                shared.outbox().link_lost();
+                link.close().await;
+                return End::Lost;
+            }
+            e = link.closed() => {
+                tracing::warn!(error = %e, "uplink lost its parent");
+                if streaming.is_some() {
+                    shared.outbox().link_lost();
+                }
+                return End::Lost;
+            }
+            _ = probe.tick(), if on_backup => {
+                // Back to the primary as soon as it accepts again.
+                if let Some(p) = connect(dialer, &cfg.primary).await {
+                    p.close().await;
+                    tracing::info!(primary = %cfg.primary.name, "primary parent is back; returning to it");
+                    if streaming.is_some() {
+                        shared.outbox().link_lost();
+                    }
+                    link.close().await;
+                    return End::Primary;
+                }
+            }
+        }
+    }
+}
+
+fn count_sent(stats: &UplinkStats, len: usize) {
+    stats.records_sent.fetch_add(1, Ordering::Relaxed);
+    stats.bytes_sent.fetch_add(len as u64, Ordering::Relaxed);
+}
