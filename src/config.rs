@@ -57,6 +57,17 @@ pub struct NodeFile {
     /// Children the plan gives this node in its home subtree (informational).
     #[serde(default)]
     pub children: Vec<String>,
+    /// Address of the node's own `/metrics` (Prometheus text); none: off.
+    /// The same counters also travel up the tree as `canopy_fabric_*`.
+    #[serde(default)]
+    pub metrics: Option<String>,
+    /// Replay buffer per uplink while no parent takes its frames, bytes;
+    /// beyond it the oldest frames go (counted).
+    #[serde(default = "default_buffer_bytes")]
+    pub buffer_bytes: usize,
+    /// Frames older than this are dropped from the replay buffer, seconds.
+    #[serde(default = "default_buffer_age")]
+    pub buffer_age_secs: u64,
     /// Every gateway's QUIC address. An uplink whose parent is "gateway"
     /// sends to each of them (empty: only its `parent_addr`).
     #[serde(default)]
@@ -86,6 +97,12 @@ pub struct GatewayFile {
 
 fn default_tick_ms() -> u64 {
     1000
+}
+fn default_buffer_bytes() -> usize {
+    16 << 20
+}
+fn default_buffer_age() -> u64 {
+    600
 }
 fn default_http() -> String {
     "127.0.0.1:9700".into()
@@ -215,6 +232,9 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
         host: host.to_string(),
         listen,
         tick_ms,
+        metrics: None,
+        buffer_bytes: default_buffer_bytes(),
+        buffer_age_secs: default_buffer_age(),
         gateways: if gateways.len() > 1 {
             gateways
         } else {

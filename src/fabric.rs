@@ -17,12 +17,13 @@ use canopy_leaf::collect::synthetic::SyntheticTicks;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
-    Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
+    BufferLimits, Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
 };
 use canopy_topology::{GATEWAY_NAME, Peer, Plan, PlanParams, Role, plan};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{self, Addressing, GatewayFile, NodeFile};
+use crate::selfmetrics::FabricMetrics;
 
 /// Writes a CA and one certificate per host plus the gateway into `dir`.
 pub fn write_certs(dir: &Path, hosts: &[String]) -> Result<()> {
@@ -77,6 +78,7 @@ fn load_identity(cfg_path: &Path, tls: &config::TlsFile) -> Result<Identity> {
 
 /// One node's uplink as the plan gives it.
 struct PlannedUplink {
+    subtree: usize,
     interior: bool,
     primary: UplinkTarget,
     backup: Option<UplinkTarget>,
@@ -85,14 +87,18 @@ struct PlannedUplink {
 /// Starts one node: its relay (listener + merger), its leaf agent and its
 /// uplinks. The home-subtree uplink carries the relay's merged frames (its
 /// children plus its own leaf, fed in as an in-memory child); the others
-/// carry the leaf's own frames only.
+/// carry the leaf's own frames only. The node's own counters travel with
+/// its leaf's series and, given `metrics`, on `http://ADDR/metrics`.
+#[allow(clippy::too_many_arguments)]
 async fn spawn_node(
     host: &str,
     identity: &Identity,
     listener: Listener,
     uplinks: Vec<PlannedUplink>,
-    collectors: Vec<Box<dyn Collector + Send>>,
+    mut collectors: Vec<Box<dyn Collector + Send>>,
     tick: Duration,
+    buffer: BufferLimits,
+    metrics: Option<SocketAddr>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let dialer = Arc::new(Dialer::new(
@@ -108,19 +114,34 @@ async fn spawn_node(
         },
         NullSink,
     );
+    let listener_stats = listener.stats_handle();
     relay.spawn_listener(listener, shutdown.clone());
     let (tx, rx) = mpsc::channel(64);
     relay.spawn_local(rx);
     let mut outputs = vec![Output::Local(tx)];
     let mut relay_uplinks = Vec::new();
+    let mut counted = Vec::new();
     for u in uplinks {
-        let up = Uplink::spawn(dialer.clone(), UplinkConfig::new(u.primary, u.backup));
+        let parent = u.primary.name.clone();
+        let up = Uplink::spawn(
+            dialer.clone(),
+            UplinkConfig {
+                buffer: buffer.clone(),
+                ..UplinkConfig::new(u.primary, u.backup)
+            },
+        );
+        counted.push((u.subtree, parent, up.clone()));
         if u.interior {
             relay_uplinks.push(up);
         } else {
             outputs.push(Output::Uplink(up));
         }
     }
+    let fabric = FabricMetrics::new(host, relay.clone(), listener_stats, counted);
+    if let Some(addr) = metrics {
+        serve_metrics(addr, fabric.clone(), shutdown.clone()).await?;
+    }
+    collectors.push(Box::new(fabric));
     relay.spawn_ticker(relay_uplinks, shutdown.clone());
     let cfg = AgentConfig {
         node: host.to_string(),
@@ -129,6 +150,36 @@ async fn spawn_node(
         codec: CodecConfig::default(),
     };
     tokio::spawn(agent::run(cfg, collectors, outputs, shutdown));
+    Ok(())
+}
+
+/// Serves a node's own counters as Prometheus text on `addr`.
+async fn serve_metrics(
+    addr: SocketAddr,
+    fabric: FabricMetrics,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let tcp = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the node's /metrics on {addr}"))?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let f = fabric.clone();
+            async move { ([("content-type", "text/plain; version=0.0.4")], f.render()) }
+        }),
+    );
+    tokio::spawn(async move {
+        let r = axum::serve(tcp, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|v| *v).await;
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "node /metrics stopped");
+        }
+    });
+    tracing::info!(%addr, "node self-metrics on /metrics");
     Ok(())
 }
 
@@ -221,6 +272,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
                 continue;
             };
             ups.push(PlannedUplink {
+                subtree: l.subtree,
                 interior: l.role == Role::Interior,
                 primary,
                 backup: target(&l.backup),
@@ -238,7 +290,18 @@ pub async fn up(args: UpArgs) -> Result<()> {
         let (Some(l), Some(id)) = (listeners.remove(&hp.name), ids.get(&hp.name)) else {
             continue;
         };
-        spawn_node(&hp.name, id, l, ups, collectors, tick, sd_rx.clone()).await?;
+        spawn_node(
+            &hp.name,
+            id,
+            l,
+            ups,
+            collectors,
+            tick,
+            BufferLimits::default(),
+            None,
+            sd_rx.clone(),
+        )
+        .await?;
     }
     let http = gw.http_addr;
     let grpc = args.grpc;
@@ -259,7 +322,12 @@ pub async fn up(args: UpArgs) -> Result<()> {
 }
 
 /// `canopy node --config FILE`.
-pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> {
+pub async fn node(
+    path: &Path,
+    synthetic: bool,
+    no_collect: bool,
+    metrics: Option<String>,
+) -> Result<()> {
     let f: NodeFile = config::load(path)?;
     let id = load_identity(path, &f.tls)?;
     let listener = Listener::bind(
@@ -276,6 +344,7 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
             // alone (the others are its redundancy).
             for g in &f.gateways {
                 ups.push(PlannedUplink {
+                    subtree: u.subtree,
                     interior,
                     primary: UplinkTarget {
                         name: GATEWAY_NAME.into(),
@@ -287,6 +356,7 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
             continue;
         }
         ups.push(PlannedUplink {
+            subtree: u.subtree,
             interior,
             primary: UplinkTarget {
                 name: u.parent.clone(),
@@ -307,7 +377,19 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
     };
     let (sd_tx, sd_rx) = watch::channel(false);
     let tick = Duration::from_millis(f.tick_ms.max(100));
-    spawn_node(&f.host, &id, listener, ups, collectors, tick, sd_rx).await?;
+    let metrics = match metrics.or(f.metrics.clone()) {
+        Some(a) => Some(config::addr("metrics", &a)?),
+        None => None,
+    };
+    let buffer = BufferLimits {
+        max_bytes: f.buffer_bytes,
+        max_age_ms: i64::try_from(f.buffer_age_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+        ..BufferLimits::default()
+    };
+    spawn_node(
+        &f.host, &id, listener, ups, collectors, tick, buffer, metrics, sd_rx,
+    )
+    .await?;
     tracing::info!(host = %f.host, listen = %f.listen, "node running");
     tokio::signal::ctrl_c()
         .await

@@ -4,6 +4,7 @@
 
 mod config;
 mod fabric;
+mod selfmetrics;
 
 use std::path::PathBuf;
 
@@ -104,9 +105,12 @@ enum Cmd {
         /// Replace the host collectors with a deterministic tick counter.
         #[arg(long)]
         synthetic: bool,
-        /// Relay only: collect nothing.
+        /// Relay only: collect nothing (the node's own counters still go up).
         #[arg(long)]
         no_collect: bool,
+        /// Serve the node's own counters on http://ADDR/metrics (overrides the config).
+        #[arg(long)]
+        metrics: Option<String>,
     },
     /// A root gateway: receives every subtree, serves the APIs.
     Gateway {
@@ -219,7 +223,8 @@ fn main() -> Result<()> {
             config,
             synthetic,
             no_collect,
-        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect)),
+            metrics,
+        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect, metrics)),
         Cmd::Gateway { config, http, grpc } => {
             runtime()?.block_on(fabric::gateway(config.as_deref(), http, grpc))
         }

@@ -64,6 +64,8 @@ struct Fabric {
     gateways: Vec<(u16, usize)>,
     /// Index in `procs` of each host.
     hosts: BTreeMap<String, usize>,
+    /// h01's own /metrics port.
+    metrics_port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -80,10 +82,16 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
     canopy(&args);
     let mut procs = Procs::default();
     let mut hosts = BTreeMap::new();
+    let metrics_port = free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
     for i in 1..=16 {
         let h = format!("h{i:02}");
         let file = format!("{d}/{h}.toml");
-        hosts.insert(h, procs.spawn(&["node", "--config", &file, "--synthetic"]));
+        let mut args = vec!["node", "--config", &file, "--synthetic"];
+        if i == 1 {
+            args.extend(["--metrics", &metrics]);
+        }
+        hosts.insert(h, procs.spawn(&args));
     }
     std::thread::sleep(gateway_delay);
     let mut gws = Vec::new();
@@ -115,6 +123,7 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
         procs,
         gateways: gws,
         hosts,
+        metrics_port,
         _dir: dir,
     }
 }
@@ -210,6 +219,29 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
         "{victim} relayed for {children:?}; gaps or duplicates:\n{}",
         faults.join("\n")
     );
+    // The children say so themselves, in series sent up the tree: they
+    // failed over, and their link under the victim now runs on its backup.
+    for ch in &children {
+        let q = format!(
+            "canopy_fabric_uplink_on_backup{{node=\"{ch}\",parent=\"{victim}\"}} == 1 \
+             and on(node) canopy_fabric_failovers_total{{node=\"{ch}\",parent=\"{victim}\"}} >= 1"
+        );
+        wait_for(
+            &format!("{ch} reports its failover"),
+            Duration::from_secs(30),
+            || (results(http, &q).len() == 1).then_some(()),
+        );
+    }
+    // And on its own /metrics (h01 serves one).
+    let (status, text) = get(f.metrics_port, "/metrics").expect("node /metrics answers");
+    assert_eq!(status, 200);
+    for name in [
+        "# TYPE canopy_fabric_records_sent_total counter",
+        "canopy_fabric_buffer_bytes{",
+        "canopy_fabric_refused_peers_total{",
+    ] {
+        assert!(text.contains(name), "node /metrics lacks {name}:\n{text}");
+    }
 }
 
 #[test]

@@ -58,7 +58,7 @@ impl WarnLimiter {
 
 #[derive(Debug, Default)]
 struct Shared {
-    stats: ListenerStats,
+    stats: Arc<ListenerStats>,
     handshake_warn: WarnLimiter,
     setup_warn: WarnLimiter,
 }
@@ -126,6 +126,12 @@ impl Listener {
     /// All counters of this listener.
     pub fn stats(&self) -> &ListenerStats {
         &self.shared.stats
+    }
+
+    /// The counters, shared: they outlive the listener being moved into
+    /// its accept task (self-telemetry reads them from elsewhere).
+    pub fn stats_handle(&self) -> Arc<ListenerStats> {
+        self.shared.stats.clone()
     }
 
     /// Closes every link of this endpoint at once (code [`CloseCode::Shutdown`])

@@ -1,0 +1,192 @@
+//! A node's own telemetry: its relay's merge counters, its listener's
+//! refusals and every uplink's traffic, failovers, reparent time and replay
+//! buffer, as series sent up the tree like any other (`canopy_fabric_*`)
+//! and as Prometheus text on the node's `/metrics`.
+//!
+//! Glue only: the counters live in the crates; this reads them.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use canopy_aggregator::merge::NullSink;
+use canopy_aggregator::relay::Relay;
+use canopy_leaf::{Collector, LeafError, Observation};
+use canopy_proto::MetricKind;
+use canopy_proto::link::{ListenerStats, Uplink};
+
+/// Reads a node's fabric counters.
+#[derive(Clone)]
+pub struct FabricMetrics {
+    node: String,
+    relay: Relay<NullSink>,
+    listener: Arc<ListenerStats>,
+    /// (subtree, primary parent, uplink).
+    uplinks: Vec<(usize, String, Uplink)>,
+}
+
+impl FabricMetrics {
+    /// Counters of `node`'s relay, listener and uplinks.
+    pub fn new(
+        node: &str,
+        relay: Relay<NullSink>,
+        listener: Arc<ListenerStats>,
+        uplinks: Vec<(usize, String, Uplink)>,
+    ) -> Self {
+        Self {
+            node: node.to_string(),
+            relay,
+            listener,
+            uplinks,
+        }
+    }
+
+    /// Every counter, as observations of this node.
+    pub fn observe(&self, out: &mut Vec<Observation>) {
+        let n = self.node.as_str();
+        let c = |name: &str, labels: &[(&str, &str)], v: u64| {
+            Observation::counter(name, n, labels, v as f64)
+        };
+        let g =
+            |name: &str, labels: &[(&str, &str)], v: f64| Observation::gauge(name, n, labels, v);
+        let m = self.relay.with_merger(|m| m.stats().clone());
+        out.push(c("canopy_fabric_frames_in_total", &[], m.frames_in));
+        out.push(c("canopy_fabric_bytes_in_total", &[], m.bytes_in));
+        out.push(c(
+            "canopy_fabric_updates_accepted_total",
+            &[],
+            m.updates_accepted,
+        ));
+        out.push(c(
+            "canopy_fabric_duplicates_dropped_total",
+            &[],
+            m.duplicates_dropped,
+        ));
+        out.push(c(
+            "canopy_fabric_series_over_cap_total",
+            &[],
+            m.dropped_over_cap,
+        ));
+        for (reason, v) in &m.rejected_frames {
+            out.push(c(
+                "canopy_fabric_rejected_frames_total",
+                &[("reason", reason)],
+                *v,
+            ));
+        }
+        out.push(g("canopy_fabric_series", &[], m.series as f64));
+        out.push(g("canopy_fabric_children", &[], m.children as f64));
+        let l = &self.listener;
+        out.push(c(
+            "canopy_fabric_refused_peers_total",
+            &[("stage", "handshake")],
+            l.handshake_failures.load(Ordering::Relaxed),
+        ));
+        out.push(c(
+            "canopy_fabric_refused_peers_total",
+            &[("stage", "setup")],
+            l.setup_failures.load(Ordering::Relaxed),
+        ));
+        for (subtree, parent, u) in &self.uplinks {
+            let st = subtree.to_string();
+            let lab: &[(&str, &str)] = &[("subtree", &st), ("parent", parent)];
+            let s = u.stats();
+            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            out.push(c(
+                "canopy_fabric_records_sent_total",
+                lab,
+                load(&s.records_sent),
+            ));
+            out.push(c(
+                "canopy_fabric_bytes_sent_total",
+                lab,
+                load(&s.bytes_sent),
+            ));
+            out.push(c("canopy_fabric_failovers_total", lab, load(&s.failovers)));
+            out.push(c(
+                "canopy_fabric_connect_failures_total",
+                lab,
+                load(&s.connect_failures),
+            ));
+            out.push(c(
+                "canopy_fabric_reconnects_total",
+                lab,
+                load(&s.reconnects),
+            ));
+            out.push(Observation::counter(
+                "canopy_fabric_reparent_seconds_total",
+                n,
+                lab,
+                load(&s.reparent_ms_total) as f64 / 1000.0,
+            ));
+            out.push(c(
+                "canopy_fabric_segments_replayed_total",
+                lab,
+                load(&s.segments_replayed),
+            ));
+            let (bytes, records, ob) = u.buffer();
+            out.push(g("canopy_fabric_buffer_bytes", lab, bytes as f64));
+            out.push(g("canopy_fabric_buffer_records", lab, records as f64));
+            out.push(c(
+                "canopy_fabric_buffer_dropped_records_total",
+                lab,
+                ob.dropped_records,
+            ));
+            out.push(g(
+                "canopy_fabric_uplink_connected",
+                lab,
+                f64::from(u8::from(u.is_connected())),
+            ));
+            out.push(g(
+                "canopy_fabric_uplink_on_backup",
+                lab,
+                f64::from(u8::from(u.on_backup())),
+            ));
+        }
+    }
+
+    /// Prometheus text exposition of [`FabricMetrics::observe`].
+    pub fn render(&self) -> String {
+        let mut obs = Vec::new();
+        self.observe(&mut obs);
+        render_text(&obs)
+    }
+}
+
+impl Collector for FabricMetrics {
+    fn name(&self) -> &'static str {
+        "fabric_self"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.observe(out);
+        Ok(())
+    }
+}
+
+/// Prometheus text format (0.0.4) for a list of observations, one `# TYPE`
+/// line per metric name.
+pub fn render_text(obs: &[Observation]) -> String {
+    let mut sorted: Vec<&Observation> = obs.iter().collect();
+    sorted.sort_by(|a, b| a.labels.name().cmp(b.labels.name()));
+    let mut out = String::new();
+    let mut last = "";
+    for o in sorted {
+        let name = o.labels.name();
+        if name != last {
+            let kind = match o.kind {
+                MetricKind::Counter => "counter",
+                _ => "gauge",
+            };
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            last = name;
+        }
+        let _ = writeln!(
+            out,
+            "{} {}",
+            o.labels,
+            canopy_proto::model::format_value(o.value)
+        );
+    }
+    out
+}
