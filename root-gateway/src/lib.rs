@@ -13,6 +13,7 @@
 //! input: bad queries, huge ranges and deep nesting become typed errors.
 
 pub mod api;
+pub mod dashboard;
 pub mod promql;
 pub mod server;
 pub mod store;

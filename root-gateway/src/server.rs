@@ -131,7 +131,8 @@ pub async fn start(
         });
     }
     let engine = Arc::new(Engine::new(EngineOpts::default()));
-    let app = router(ApiState::new(Arc::new(store.clone()), engine));
+    let app = router(ApiState::new(Arc::new(store.clone()), engine))
+        .merge(crate::dashboard::router());
     let tcp = tokio::net::TcpListener::bind(opts.http)
         .await
         .map_err(|source| ServerError::Bind {

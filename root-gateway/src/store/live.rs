@@ -10,7 +10,6 @@
 //! caller passes in.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
@@ -119,6 +118,16 @@ impl LiveStore {
             cfg,
             ..Default::default()
         }
+    }
+
+    /// The newest `now` passed to [`LiveStore::maintain`], ms.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &LiveStoreConfig {
+        &self.cfg
     }
 
     /// The store's counters.
@@ -346,10 +355,15 @@ impl LiveStore {
             };
             let tick = src.tick_ms.max(1);
             // Implied points run on the change point's grid to the end of
-            // the covering alive period.
+            // the covering alive period. Real ticks jitter by a few ms
+            // around that grid, so a grid point within half a tick of the
+            // next change point or of the last heartbeat *is* that tick:
+            // stop short of the one and reach the other.
+            let half = tick / 2;
             let k0 = ((mint - cp.ts_ms + tick - 1) / tick).max(1);
             let mut t = cp.ts_ms.saturating_add(k0.saturating_mul(tick));
-            while t < next && t <= maxt && t <= period.end {
+            while t < next.saturating_sub(half) && t <= maxt && t <= period.end.saturating_add(half)
+            {
                 if t >= period.start {
                     out.push(Sample {
                         ts_ms: t,
@@ -358,7 +372,12 @@ impl LiveStore {
                 }
                 t += tick;
             }
-            if period.closed && t > period.end && t < next && t >= mint && t <= maxt {
+            if period.closed
+                && t > period.end.saturating_add(half)
+                && t < next
+                && t >= mint
+                && t <= maxt
+            {
                 out.push(Sample {
                     ts_ms: t,
                     value: stale_nan(),
@@ -488,42 +507,7 @@ impl Querier for LiveStore {
     }
 }
 
-/// A [`LiveStore`] shared between the ingest path and queries. Each query
-/// `select` holds the read lock only while it copies samples out.
-#[derive(Clone, Debug, Default)]
-pub struct SharedStore(pub Arc<RwLock<LiveStore>>);
-
-impl SharedStore {
-    /// Wraps a store.
-    pub fn new(store: LiveStore) -> Self {
-        SharedStore(Arc::new(RwLock::new(store)))
-    }
-
-    /// Runs `f` with the write lock held (for ingestion and maintenance).
-    pub fn write<R>(&self, f: impl FnOnce(&mut LiveStore) -> R) -> R {
-        let mut g = self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut g)
-    }
-}
-
-impl Querier for SharedStore {
-    fn select(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        limit: usize,
-    ) -> Result<Vec<Series>, StoreError> {
-        let g = self
-            .0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.select(matchers, mint, maxt, limit)
-    }
-}
+mod snapshot;
 
 #[cfg(test)]
 mod tests;
