@@ -17,3 +17,4 @@ pub mod dashboard;
 pub mod promql;
 pub mod server;
 pub mod store;
+pub mod wal;
