@@ -103,7 +103,7 @@ pub fn parse_uid_dir(name: &str) -> Option<u32> {
 
 /// Subdirectories of `dir` as (name, path), sorted by name; a missing `dir`
 /// is empty (the cgroup went away, or the controller is not mounted).
-fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -129,7 +129,7 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
 
 /// Every `slurm*/uid_*/job_*` directory under one controller, as
 /// (uid, job id, path).
-fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
     let mut out = Vec::new();
     for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {
         if !root.starts_with("slurm") {

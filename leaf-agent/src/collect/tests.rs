@@ -249,7 +249,13 @@ fn host_collectors_on_fixtures() {
         c.collect(&mut out)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name()));
     }
-    assert!(out.len() > 40);
+    // Node series only: the job collector holds a new job back until the
+    // scheduler answered or its label wait is over.
+    assert!(out.len() > 30, "{}", out.len());
+    assert!(
+        out.iter()
+            .any(|o| o.labels.name() == "canopy_node_network_receive_bytes_total")
+    );
     let mut seen = std::collections::HashSet::new();
     assert!(
         out.iter().all(|o| seen.insert(o.labels.clone())),
