@@ -237,7 +237,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
     let grpc = args.grpc;
     println!(
         "Canopy is up: a gateway, {} simulated nodes and this host ({real}) in {} subtrees, all over QUIC with mutual TLS on loopback.\n\
-         \n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC ({grpc}):  not served yet (scheduler API comes with issue 6)\n\
+         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC ({grpc}):  not served yet (scheduler API comes with issue 6)\n\
          \nCtrl-C stops everything.",
         args.nodes,
         p.subtrees().len()
@@ -327,7 +327,10 @@ pub async fn gateway(
         sd_rx,
     )
     .await?;
-    println!("gateway: HTTP API on http://{}", gw.http_addr);
+    println!(
+        "gateway: HTTP API on http://{0}, dashboard at http://{0}/",
+        gw.http_addr
+    );
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
