@@ -43,16 +43,15 @@ export function jobTable(jobs, sort, onSort, caption) {
     h('td', { class: 'n' }, usedOf(j.cpuUsed, j.cpus)),
     h('td', { class: 'n' }, usedOf(j.mem, j.memAlloc, bytes)),
     h('td', { class: 'n' }, j.gpus > 0 ? usedOf(j.gpusBusy, j.gpus) : '–'),
-    h('td', { class: 'n' }, rate(j.ioRead)),
-    h('td', { class: 'n' }, rate(j.ioWrite)),
+    h('td', { class: 'n' }, `${rate(j.ioRead)} / ${rate(j.ioWrite)}`),
     h('td', { class: 'n' }, pct(j.share))));
   return h('div', { class: 'scroll' }, h('table', {},
     h('caption', {}, caption),
     h('thead', {}, h('tr', {},
       th('Status'), th('Job', 'job'), th('User'), th('Account'), th('Partition'), th('Nodes'),
       th('Cores used / allocated', 'cpu'), th('Memory used / allocated', 'mem'),
-      th('GPUs busy / allocated', 'gpu'), th('Read'), th('Write'), th('Share of cluster I/O', 'io'))),
-    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 12 }, 'No jobs match.')))));
+      th('GPUs busy / allocated', 'gpu'), th('I/O read / write'), th('Share of cluster I/O', 'io'))),
+    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 11 }, 'No jobs match.')))));
 }
 
 function topList(title, jobs, key, fmt) {
