@@ -171,6 +171,7 @@ async function tick() {
   if (busy) return;
   if (paused) return;
   busy = true;
+  const t0 = performance.now();
   try {
     snap = await snapshot();
     refreshes += 1;
@@ -178,6 +179,7 @@ async function tick() {
     banner.hidden = true;
     status.dataset.refreshes = String(refreshes);
     status.dataset.updated = String(snap.t);
+    status.dataset.ms = String(Math.round(performance.now() - t0));
     status.textContent = `Updated ${clock(snap.t)} · refresh ${refreshes} · every ${REFRESH_MS / 1000} s`;
   } catch (e) {
     showError(e);
