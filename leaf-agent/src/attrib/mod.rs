@@ -4,6 +4,8 @@
 //! Pure logic (no I/O): the collectors read the files and pass samples in.
 
 pub mod io_carry;
+pub mod k8s;
+pub mod linuxproc;
 
 #[cfg(test)]
 mod tests;

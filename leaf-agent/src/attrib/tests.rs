@@ -115,3 +115,128 @@ fn parent_cycle_in_stale_links_terminates() {
     j.update(&[p(10, 11, 5, 1), p(11, 10, 6, 1), p(12, 1, 7, 0)]);
     assert_eq!(j.update(&[p(12, 1, 7, 0)]).write_bytes, 2);
 }
+
+mod linuxproc {
+    use std::path::PathBuf;
+
+    use crate::attrib::linuxproc::{
+        ProcNode, assign_jobs, job_from_environ, parse_slurmstepd_cmdline,
+    };
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/linuxproc")
+            .join(name);
+        std::fs::read(p).expect("fixture")
+    }
+
+    #[test]
+    fn recorded_slurmstepd_and_environ() {
+        assert_eq!(
+            parse_slurmstepd_cmdline(&fixture("slurmstepd.cmdline")),
+            Some((4, "batch".to_string()))
+        );
+        assert_eq!(job_from_environ(&fixture("batch.environ")), Some(4));
+        assert_eq!(
+            parse_slurmstepd_cmdline(b"slurmstepd: [42.extern]\0"),
+            Some((42, "extern".into()))
+        );
+        assert_eq!(
+            parse_slurmstepd_cmdline(b"slurmstepd: [7+1.0]\0"),
+            Some((7, "0".into()))
+        );
+        for bad in [
+            &b"slurmstepd\0"[..],
+            b"slurmstepd: [x.0]",
+            b"slurmstepd: [4.]",
+            b"\xff\xfe",
+            b"",
+        ] {
+            assert_eq!(parse_slurmstepd_cmdline(bad), None, "{bad:?}");
+        }
+        assert_eq!(job_from_environ(b"A=1\0SLURM_JOBID=9\0"), Some(9));
+        assert_eq!(job_from_environ(b"SLURM_JOB_ID=x\0"), None);
+        assert_eq!(job_from_environ(b"\0\0"), None);
+    }
+
+    #[test]
+    fn ancestry_maps_descendants_and_leaves_others_out() {
+        let n = |pid, ppid, stepd_job| ProcNode {
+            pid,
+            ppid,
+            stepd_job,
+        };
+        let procs = [
+            n(1, 0, None),
+            n(100, 1, Some(4)), // slurmstepd [4.batch]
+            n(101, 100, None),  // batch shell
+            n(102, 101, None),  // dd
+            n(200, 1, Some(5)), // slurmstepd [5.0]
+            n(201, 200, None),
+            n(300, 1, None), // sshd, not a job
+            n(301, 300, None),
+            n(400, 401, None), // a parent loop (stale links)
+            n(401, 400, None),
+        ];
+        let m = assign_jobs(&procs);
+        assert_eq!(m.get(&102), Some(&4));
+        assert_eq!(m.get(&101), Some(&4));
+        assert_eq!(m.get(&100), Some(&4));
+        assert_eq!(m.get(&201), Some(&5));
+        for outside in [1, 300, 301, 400, 401] {
+            assert_eq!(m.get(&outside), None, "{outside}");
+        }
+    }
+}
+
+mod k8s {
+    use crate::attrib::k8s::{Qos, parse_pod_cgroup};
+
+    const UID: &str = "6f1c2a7e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
+
+    #[test]
+    fn both_cgroup_drivers_and_all_qos_classes() {
+        let cases = [
+            (
+                format!("/kubepods/burstable/pod{UID}/0123abcd"),
+                Qos::Burstable,
+            ),
+            (format!("/kubepods/besteffort/pod{UID}"), Qos::BestEffort),
+            (format!("/kubepods/pod{UID}/cafe"), Qos::Guaranteed),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-ab12.scope",
+                    UID.replace('-', "_")
+                ),
+                Qos::Burstable,
+            ),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-pod{}.slice",
+                    UID.replace('-', "_")
+                ),
+                Qos::Guaranteed,
+            ),
+        ];
+        for (path, qos) in cases {
+            let p = parse_pod_cgroup(&path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!((p.uid.as_str(), p.qos), (UID, qos), "{path}");
+        }
+        assert_eq!(Qos::BestEffort.as_str(), "BestEffort");
+    }
+
+    #[test]
+    fn not_pods() {
+        for path in [
+            "/",
+            "/system.slice/slurmstepd.scope/job_4",
+            "/kubepods",
+            "/kubepods/burstable",
+            "/kubepods/burstable/podnot-a-uid",
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podzz.slice",
+            "/slurm_localhost/uid_1002/job_2/step_batch",
+        ] {
+            assert_eq!(parse_pod_cgroup(path), None, "{path}");
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! sampler, which turns the disappearance into a staleness marker.
 
 pub mod cgroup_v1;
+pub mod cgroup_v2;
 pub mod diskstats;
 pub mod loadavg;
 pub mod meminfo;
@@ -26,6 +27,8 @@ pub mod synthetic;
 mod slurm_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v2_tests;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cgroup_v1::{self, JobCgroup};
+use super::cgroup_v2;
 use super::proc_io::{self, IoCounters};
 use super::{Collector, Observation};
 use crate::attrib::JobIo;
@@ -163,7 +164,46 @@ impl SlurmJobsCollector {
                 break;
             }
         }
+        for root in self.v2_roots() {
+            match cgroup_v2::job_dirs(&root) {
+                Ok(dirs) => {
+                    for (id, p) in dirs {
+                        out.entry(id).or_default().push(p);
+                    }
+                }
+                Err(e) => errs.push(e),
+            }
+        }
         out
+    }
+
+    /// Where a cgroup v2 hierarchy may be: the root itself (pure v2) or
+    /// `unified/` (hybrid).
+    fn v2_roots(&self) -> Vec<PathBuf> {
+        [self.cgroup_root.clone(), self.cgroup_root.join("unified")]
+            .into_iter()
+            .filter(|r| r.join("system.slice").is_dir())
+            .collect()
+    }
+
+    /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
+    fn scan(&mut self, first: &mut Option<LeafError>) -> Vec<JobCgroup> {
+        let (mut jobs, errs) = cgroup_v1::scan_jobs(&self.cgroup_root);
+        for e in errs {
+            self.count("cgroup", first, e);
+        }
+        for root in self.v2_roots() {
+            let (v2, errs) = cgroup_v2::scan_jobs(&root);
+            for e in errs {
+                self.count("cgroup", first, e);
+            }
+            for j in v2 {
+                if !jobs.iter().any(|k| k.job_id == j.job.job_id) {
+                    jobs.push(j.job);
+                }
+            }
+        }
+        jobs
     }
 
     fn user_of(&mut self, uid: u32) -> String {
@@ -198,7 +238,7 @@ impl SlurmJobsCollector {
             },
             None => JobLabels {
                 job_id: job.job_id.to_string(),
-                user: self.user_of(job.uid),
+                user: job.uid.map(|u| self.user_of(u)).unwrap_or_default(),
                 account: String::new(),
                 partition: String::new(),
             },
@@ -301,10 +341,7 @@ impl Collector for SlurmJobsCollector {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
-        let (jobs, scan_errs) = cgroup_v1::scan_jobs(&self.cgroup_root);
-        for e in scan_errs {
-            self.count("cgroup", &mut first, e);
-        }
+        let jobs = self.scan(&mut first);
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
         self.scheduler_round(&ids, &mut first);
 

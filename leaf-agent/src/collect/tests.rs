@@ -191,7 +191,7 @@ fn cgroup_v1_slurm_fixture() {
     let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
     assert_eq!(ids, [7, 42, 43, 44, 45]);
     let j42 = &jobs[1];
-    assert_eq!(j42.uid, 1001);
+    assert_eq!(j42.uid, Some(1001));
     assert_eq!(j42.cpu_usage_ns, Some(7_254_000_123));
     assert_eq!(j42.memory_usage_bytes, Some(216_395_776));
     assert_eq!(j42.memory_limit_bytes, Some(2_147_483_648));
