@@ -147,8 +147,9 @@ function route() {
     if (routed) heading.focus();
   }
   routed = true;
+  // Paint the new view from the last snapshot at once; the loop goes on.
   if (snap) current.update(snap).catch(showError);
-  tick();
+  else tick();
 }
 function showError(e) {
   if (e instanceof AuthError) {

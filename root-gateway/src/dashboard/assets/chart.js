@@ -50,7 +50,7 @@ export class Chart {
   }
 
   size() {
-    return { width: Math.max(200, this.el.clientWidth - 2), height: 180 };
+    return { width: Math.max(200, this.plotEl.clientWidth), height: 180 };
   }
 
   /** Draws `series`: [{label, ys}] over the time grid `xs` (Unix seconds). */

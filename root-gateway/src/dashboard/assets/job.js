@@ -1,7 +1,7 @@
 // One job (#/job/ID): verdict with reasons, facts, and its use against its
 // allocation over the last 15 minutes.
 
-import { h, nodeLink, num, pct, bytes, rate, usedOf } from './ui.js';
+import { h, nodeLink, pct, bytes, rate, usedOf, replaceKeepFocus } from './ui.js';
 import { light } from './verdict.js';
 import { Chart } from './chart.js';
 
@@ -31,7 +31,7 @@ export function mount(ctx, id) {
       facts.replaceChildren();
     } else {
       verdictBox.replaceChildren(light(j.verdict, true));
-      facts.replaceChildren(
+      replaceKeepFocus(facts,
         ...fact('User', j.user || '–'), ...fact('Account', j.account || '–'),
         ...fact('Partition', j.partition || '–'),
         ...fact('Nodes', j.nodes.flatMap((n, i) => (i ? [', ', nodeLink(n)] : [nodeLink(n)]))),

@@ -1,6 +1,6 @@
 // One node (#/node/NAME): state, CPU and memory over time, its jobs.
 
-import { h, num, bytes, usedOf, tile } from './ui.js';
+import { h, num, bytes, usedOf, tile, replaceKeepFocus } from './ui.js';
 import { Chart } from './chart.js';
 import { jobTable } from './overview.js';
 
@@ -25,7 +25,7 @@ export function mount(ctx, name) {
   function paint() {
     if (!last) return;
     const jobs = [...last.jobs.values()].filter((j) => j.nodes.includes(name));
-    jobsBox.replaceChildren(jobTable(jobs, sort, (k) => {
+    replaceKeepFocus(jobsBox, jobTable(jobs, sort, (k) => {
       sort = k;
       ctx.setParams(new URLSearchParams({ sort }));
       paint();

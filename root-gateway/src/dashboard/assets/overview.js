@@ -1,7 +1,7 @@
 // The cluster overview (#/): tiles, cluster charts, top jobs by CPU, GPU and
 // I/O, the filterable job table and the node table.
 
-import { h, jobLink, nodeLink, num, pct, bytes, rate, usedOf, tile } from './ui.js';
+import { h, jobLink, nodeLink, num, pct, bytes, rate, usedOf, tile, replaceKeepFocus } from './ui.js';
 import { light, FILTERS } from './verdict.js';
 import { Chart } from './chart.js';
 
@@ -33,7 +33,7 @@ export function jobTable(jobs, sort, onSort, caption) {
     if (!key) return h('th', { scope: 'col' }, label);
     const active = (sort || 'cpu') === key;
     return h('th', { scope: 'col', 'aria-sort': active ? 'descending' : null },
-      h('button', { class: 'sort', type: 'button', onclick: () => onSort(key) }, label, active ? ' ▼' : ''));
+      h('button', { class: 'sort', type: 'button', 'data-key': `sort:${key}`, onclick: () => onSort(key) }, label, active ? ' ▼' : ''));
   };
   const rows = sorted(jobs, sort).slice(0, MAX_ROWS).map((j) => h('tr', { 'data-job': j.id },
     h('td', {}, light(j.verdict)),
@@ -116,7 +116,7 @@ export function mount(ctx) {
       || [j.id, j.user, j.account, j.partition].some((s) => s.toLowerCase().includes(needle)));
     const what = filter === 'all' ? '' : ` (${FILTERS[filter].label.toLowerCase()})`;
     const more = shown.length > MAX_ROWS ? `; the first ${MAX_ROWS} are listed` : '';
-    jobsBox.replaceChildren(jobTable(shown, sort, (k) => { sort = k; save(); paint(); },
+    replaceKeepFocus(jobsBox, jobTable(shown, sort, (k) => { sort = k; save(); paint(); },
       `${shown.length} of ${all.length} running jobs${what}${more}`));
   }
 
@@ -135,12 +135,12 @@ export function mount(ctx) {
       tile('Cores used / allocated', `${num(sum((j) => j.cpuUsed))} / ${num(sum((j) => j.cpus))}`, `of ${num(cores)} in the cluster`),
       tile('GPUs busy / allocated', `${num(sum((j) => j.gpusBusy))} / ${num(sum((j) => j.gpus))}`),
       tile('Job I/O', `${rate(sum((j) => j.ioRead))} read`, `${rate(sum((j) => j.ioWrite))} written`));
-    tops.replaceChildren(
+    replaceKeepFocus(tops, 
       topList('By CPU (cores used)', jobs, (j) => j.cpuUsed, (j) => `${num(j.cpuUsed)} cores`),
       topList('By GPU (GPUs busy)', jobs, (j) => j.gpusBusy, (j) => `${num(j.gpusBusy)} of ${num(j.gpus)} GPUs`),
       topList('By I/O (share of cluster I/O)', jobs, (j) => j.share, (j) => `${pct(j.share)} · ${rate(j.ioRead + j.ioWrite)}`));
     paint();
-    nodesBox.replaceChildren(h('div', { class: 'scroll' }, h('table', {},
+    replaceKeepFocus(nodesBox, h('div', { class: 'scroll' }, h('table', {},
       h('caption', {}, `${nodes.length} nodes`),
       h('thead', {}, h('tr', {}, ['Node', 'State', 'CPU busy (cores)', 'Memory used', 'Jobs']
         .map((t) => h('th', { scope: 'col' }, t)))),

@@ -19,12 +19,26 @@ export function h(tag, attrs, ...children) {
 
 /** Link to a job's page. */
 export function jobLink(id) {
-  return h('a', { href: `#/job/${encodeURIComponent(id)}` }, id);
+  return h('a', { href: `#/job/${encodeURIComponent(id)}`, 'data-key': `job:${id}` }, id);
 }
 
 /** Link to a node's page. */
 export function nodeLink(name) {
-  return h('a', { href: `#/node/${encodeURIComponent(name)}` }, name);
+  return h('a', { href: `#/node/${encodeURIComponent(name)}`, 'data-key': `node:${name}` }, name);
+}
+
+/**
+ * Replaces the children of `box` and, when keyboard focus was on an element
+ * with a data-key inside it, moves focus to its successor, so a refresh
+ * every 5 s does not throw a keyboard or screen-reader user out of a table.
+ */
+export function replaceKeepFocus(box, ...children) {
+  const active = document.activeElement;
+  const key = active && box.contains(active) ? active.dataset.key : undefined;
+  box.replaceChildren(...children);
+  if (key === undefined) return;
+  const next = [...box.querySelectorAll('[data-key]')].find((e) => e.dataset.key === key);
+  if (next) next.focus();
 }
 
 /** A number with sensible precision, or an en dash when unknown. */
