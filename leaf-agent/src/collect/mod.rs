@@ -18,6 +18,7 @@ pub mod diskstats;
 pub mod loadavg;
 pub mod meminfo;
 pub mod netdev;
+pub mod pressure;
 pub mod proc_io;
 pub mod slurm_jobs;
 pub mod stat;
@@ -42,6 +43,7 @@ pub use diskstats::DiskStatsCollector;
 pub use loadavg::LoadAvgCollector;
 pub use meminfo::MemInfoCollector;
 pub use netdev::NetDevCollector;
+pub use pressure::PressureCollector;
 pub use slurm_jobs::{SlurmJobsCollector, SlurmJobsOptions};
 pub use stat::StatCollector;
 pub use synthetic::SyntheticTicks;
@@ -119,6 +121,7 @@ pub fn host_collectors(
         Box::new(LoadAvgCollector::new(node, proc_root)),
         Box::new(NetDevCollector::new(node, proc_root)),
         Box::new(DiskStatsCollector::new(node, proc_root)),
+        Box::new(PressureCollector::new(node, proc_root)),
         Box::new(SlurmJobsCollector::new(
             node,
             proc_root,

@@ -108,3 +108,42 @@ fn collector_reads_v2_jobs_and_their_processes_in_every_scope() {
     assert_eq!(get("canopy_job_cpu_seconds_total", "52"), Some(2.0));
     assert_eq!(get("canopy_job_io_write_bytes_total", "52"), Some(0.0));
 }
+
+#[test]
+fn pressure_recorded_files_and_garbage() {
+    use super::pressure::{PressureCollector, parse_pressure};
+    let cpu = std::fs::read_to_string(data("proc/pressure/cpu")).expect("fixture");
+    let p = parse_pressure(&cpu).expect("parses");
+    assert!(p.some_usec > 0 && p.full_usec.is_some());
+    let p = parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=1500000\n")
+        .expect("old cpu file");
+    assert_eq!((p.some_usec, p.full_usec), (1_500_000, None));
+    assert!(
+        parse_pressure("full avg10=0 total=5\n").is_err(),
+        "no some line"
+    );
+    assert!(parse_pressure("some avg10=0.00\n").is_err());
+    assert!(parse_pressure("some total=-3\n").is_err());
+
+    let mut out = Vec::new();
+    PressureCollector::new("n1", &data("proc"))
+        .collect(&mut out)
+        .expect("collects");
+    let names: Vec<&str> = out.iter().map(|o| o.labels.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "canopy_node_pressure_cpu_waiting_seconds_total",
+            "canopy_node_pressure_io_waiting_seconds_total",
+            "canopy_node_pressure_io_stalled_seconds_total",
+            "canopy_node_pressure_memory_waiting_seconds_total",
+            "canopy_node_pressure_memory_stalled_seconds_total",
+        ]
+    );
+    // A kernel without PSI: nothing, no error, every tick.
+    let mut c = PressureCollector::new("n1", &data("proc-hpc"));
+    for _ in 0..3 {
+        c.collect(&mut out).expect("absent is fine");
+    }
+    assert_eq!(out.len(), 5);
+}
