@@ -253,3 +253,50 @@ fn proc_file_parsers_on_recorded_files() {
     assert!(parse_stat_identity("12 (x) R").is_err());
     assert!(super::proc_io::parse_pid_list("1\n\n2\nx\n").is_err());
 }
+
+#[test]
+fn odd_names_and_unreadable_files_degrade_without_panic() {
+    let d = crate::TestDir::new();
+    let (proc_root, cg) = tree(d.path());
+    // Odd directory names next to the real job: none is a job.
+    for odd in [
+        "memory/slurm_n1/uid_1002/job_",
+        "memory/slurm_n1/uid_1002/job_99999999999999999999999",
+        "memory/slurm_n1/uid_x/job_6",
+        "memory/slurm_n1/uid_1002/job 7",
+        "memory/slurm_n1/uid_1002/job_8\nx",
+        "memory/slurmy/uid_1/not_a_job",
+    ] {
+        std::fs::create_dir_all(cg.join(odd)).expect("mkdir");
+    }
+    // An `io` that is a directory (EISDIR) and a garbage cgroup.procs.
+    std::fs::remove_file(proc_root.join("101/io")).expect("rm");
+    std::fs::create_dir_all(proc_root.join("101/io")).expect("mkdir");
+    put(
+        &cg.join("memory/slurm_n1/uid_1002/job_5/step_extern/cgroup.procs"),
+        "12x\n",
+    );
+    let opts = SlurmJobsOptions {
+        scontrol: None,
+        passwd: d.path().join("passwd"),
+        ..SlurmJobsOptions::default()
+    };
+    let mut c = SlurmJobsCollector::new("n1", &proc_root, &cg, opts);
+    let mut out = Vec::new();
+    let err = c.collect(&mut out).expect_err("the bad files are reported");
+    assert!(!err.to_string().is_empty());
+    let jobs: std::collections::BTreeSet<&str> =
+        out.iter().filter_map(|o| o.labels.get("job_id")).collect();
+    assert_eq!(jobs.into_iter().collect::<Vec<_>>(), ["5"]);
+    // 100 and 102 still count; 101 is skipped.
+    assert_eq!(
+        value(&out, "canopy_job_io_write_bytes_total", "5"),
+        Some((16_384 + (100 << 20)) as f64)
+    );
+    let errors: f64 = out
+        .iter()
+        .filter(|o| o.labels.name() == "canopy_leaf_collector_errors_total")
+        .map(|o| o.value)
+        .sum();
+    assert!(errors >= 2.0, "{errors}");
+}
