@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::{MergeConfig, NullSink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
 use canopy_gateway::server::{GatewayOptions, start};
+use canopy_gateway::wal::WalConfig;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
 use canopy_leaf::{Collector, SimNode, host_collectors};
@@ -179,6 +180,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             listener: Some(gw_listener),
             retention_ms: 2 * 3600 * 1000,
             tick,
+            wal: None,
         },
         sd_rx.clone(),
     )
@@ -293,13 +295,25 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
     Ok(())
 }
 
+/// Command-line overrides of `canopy gateway`.
+pub struct GatewayArgs {
+    /// HTTP API address.
+    pub http: Option<String>,
+    /// gRPC API address.
+    pub grpc: Option<String>,
+    /// Data directory (write-ahead log and snapshots).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Live window, e.g. `2h`.
+    pub retention: Option<String>,
+    /// fsync policy: always, tick, never.
+    pub fsync: Option<String>,
+}
+
 /// `canopy gateway [--config FILE]`.
-pub async fn gateway(
-    path: Option<&Path>,
-    http: Option<String>,
-    _grpc: Option<String>,
-) -> Result<()> {
-    let (listener, http_cfg, retention) = match path {
+pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
+    let http = args.http;
+    let _ = &args.grpc; // no gRPC API in this build
+    let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
             let id = load_identity(p, &f.tls)?;
@@ -308,9 +322,34 @@ pub async fn gateway(
                 &id,
                 LinkTuning::default(),
             )?;
-            (Some(l), f.http, f.retention_secs)
+            let dd = f.data_dir.as_deref().map(|d| config::rel(p, d));
+            (Some(l), f.http, f.retention_secs, dd, f.fsync)
         }
-        None => (None, "127.0.0.1:9700".to_string(), 7200),
+        None => (
+            None,
+            "127.0.0.1:9700".to_string(),
+            7200,
+            None,
+            "tick".to_string(),
+        ),
+    };
+    let retention = match args.retention.as_deref() {
+        Some(r) => config::duration_secs("--retention", r)?,
+        None => retention,
+    };
+    let wal = match args.data_dir.or(data_dir) {
+        Some(dir) => {
+            let mut w = WalConfig::new(dir);
+            w.fsync = args
+                .fsync
+                .as_deref()
+                .unwrap_or(&fsync)
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("fsync")?;
+            Some(w)
+        }
+        None => None,
     };
     let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
     if !http.ip().is_loopback() {
@@ -323,6 +362,7 @@ pub async fn gateway(
             listener,
             retention_ms: i64::try_from(retention).unwrap_or(7200) * 1000,
             tick: Duration::from_secs(1),
+            wal,
         },
         sd_rx,
     )

@@ -115,6 +115,16 @@ enum Cmd {
         /// gRPC API address (overrides the config).
         #[arg(long)]
         grpc: Option<String>,
+        /// Keep a write-ahead log and snapshots here, so a restart loses
+        /// nothing (overrides the config; default: memory only).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Live window kept, e.g. `2h`, `30m` (overrides the config; default 2h).
+        #[arg(long)]
+        retention: Option<String>,
+        /// When the log is fsynced: always, tick (default), never.
+        #[arg(long)]
+        fsync: Option<String>,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -214,9 +224,23 @@ fn main() -> Result<()> {
             synthetic,
             no_collect,
         } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect)),
-        Cmd::Gateway { config, http, grpc } => {
-            runtime()?.block_on(fabric::gateway(config.as_deref(), http, grpc))
-        }
+        Cmd::Gateway {
+            config,
+            http,
+            grpc,
+            data_dir,
+            retention,
+            fsync,
+        } => runtime()?.block_on(fabric::gateway(
+            config.as_deref(),
+            fabric::GatewayArgs {
+                http,
+                grpc,
+                data_dir,
+                retention,
+                fsync,
+            },
+        )),
         Cmd::PromqlTest { files, verbose } => promql_test(&files, verbose),
     }
 }
