@@ -191,6 +191,53 @@ fn dashboard_renders_live_jobs_and_refreshes() {
     );
     assert!(dom2.contains("Updated "), "visible update time");
 
+    // The quick filter "asked for more than it used" (cores busy < 50% of
+    // allocated): every row shown qualifies, and every job clearly below
+    // the line per the API, before and after the render, is shown.
+    let idle = |port| -> BTreeSet<String> {
+        results(
+            port,
+            "sum by (job_id) (rate(canopy_job_cpu_seconds_total[30s])) \
+             / sum by (job_id) (canopy_job_cpus_allocated) < 0.3",
+        )
+        .iter()
+        .filter_map(|r| r["metric"]["job_id"].as_str().map(str::to_string))
+        .collect()
+    };
+    let idle_before = idle(http);
+    let page = dump_dom(&format!("{url}#/?filter=waste"), 6_000);
+    let idle_after = idle(http);
+    assert!(
+        page.contains("(asked for more than it used)"),
+        "filter caption"
+    );
+    let rows: Vec<(String, f64)> = page
+        .split("<tr data-job=\"")
+        .skip(1)
+        .map(|row| {
+            let id = row.split('"').next().unwrap_or_default().to_string();
+            // First numeric cell: "used / allocated (percent)"; the page
+            // rounds the percent, so a job under 50% shows at most "50%".
+            let pct: f64 = row
+                .split("class=\"n\">")
+                .nth(1)
+                .and_then(|c| c.split('<').next())
+                .and_then(|c| c.rsplit_once('(')?.1.split('%').next()?.parse().ok())
+                .unwrap_or(f64::NAN);
+            (id, pct)
+        })
+        .collect();
+    for (id, pct) in &rows {
+        assert!(
+            *pct <= 50.0,
+            "job {id} at {pct}% of its cores passed the filter"
+        );
+    }
+    let shown: BTreeSet<_> = rows.iter().map(|(id, _)| id.clone()).collect();
+    for id in idle_before.intersection(&idle_after) {
+        assert!(shown.contains(id), "idle job {id} missing under the filter");
+    }
+
     // A job page: its heading, its verdict in words, and charts with data.
     let job = stable.iter().next().expect("a job");
     let page = dump_dom(&format!("{url}#/job/{job}"), 6_000);
