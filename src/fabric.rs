@@ -181,6 +181,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             retention_ms: 2 * 3600 * 1000,
             tick,
             wal: None,
+            grpc: Some(args.grpc),
         },
         sd_rx.clone(),
     )
@@ -236,10 +237,12 @@ pub async fn up(args: UpArgs) -> Result<()> {
         spawn_node(&hp.name, id, l, ups, collectors, tick, sd_rx.clone()).await?;
     }
     let http = gw.http_addr;
-    let grpc = args.grpc;
+    let grpc = gw
+        .grpc_addr
+        .map_or_else(|| "off".to_string(), |a| a.to_string());
     println!(
         "Canopy is up: a gateway, {} simulated nodes and this host ({real}) in {} subtrees, all over QUIC with mutual TLS on loopback.\n\
-         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC ({grpc}):  not served yet (scheduler API comes with issue 6)\n\
+         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC scheduler API: {grpc} (canopy.api.v1.Scheduler, with health and reflection)\n  Jobs:            canopy jobs --gateway http://{http}\n\
          \nCtrl-C stops everything.",
         args.nodes,
         p.subtrees().len()
@@ -312,10 +315,11 @@ pub struct GatewayArgs {
 /// `canopy gateway [--config FILE]`.
 pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let http = args.http;
-    let _ = &args.grpc; // no gRPC API in this build
+    let mut grpc_cfg = "127.0.0.1:9701".to_string();
     let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
+            grpc_cfg.clone_from(&f.grpc);
             let id = load_identity(p, &f.tls)?;
             let l = Listener::bind(
                 config::addr("listen", &f.listen)?,
@@ -355,6 +359,7 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     if !http.ip().is_loopback() {
         tracing::warn!(%http, "the API listens beyond loopback without access control (tokens come with issue 6)");
     }
+    let grpc = config::addr("--grpc", args.grpc.as_deref().unwrap_or(&grpc_cfg))?;
     let (sd_tx, sd_rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -363,6 +368,7 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             retention_ms: i64::try_from(retention).unwrap_or(7200) * 1000,
             tick: Duration::from_secs(1),
             wal,
+            grpc: Some(grpc),
         },
         sd_rx,
     )
@@ -371,6 +377,9 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
         "gateway: HTTP API on http://{0}, dashboard at http://{0}/",
         gw.http_addr
     );
+    if let Some(g) = gw.grpc_addr {
+        println!("gateway: gRPC scheduler API on {g}");
+    }
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;

@@ -2,8 +2,11 @@
 //! crates; the roles themselves live in the libraries.
 #![allow(clippy::print_stdout)]
 
+mod client;
 mod config;
 mod fabric;
+mod jobs;
+mod report;
 
 use std::path::PathBuf;
 
@@ -126,6 +129,48 @@ enum Cmd {
         #[arg(long)]
         fsync: Option<String>,
     },
+    /// A table of running and recent jobs with efficiency columns (like seff/cacct).
+    Jobs {
+        /// The gateway's HTTP API.
+        #[arg(long, default_value = "http://127.0.0.1:9700")]
+        gateway: String,
+        /// Only this user's jobs.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this account's jobs.
+        #[arg(long)]
+        account: Option<String>,
+        /// Only this partition's jobs.
+        #[arg(long)]
+        partition: Option<String>,
+        /// Only jobs running on this node.
+        #[arg(long)]
+        node: Option<String>,
+        /// Order: id, cpu (busiest), gpu, io, waste (most idle allocation).
+        #[arg(long, value_enum, default_value = "id")]
+        sort: report::JobSort,
+        /// Running jobs only (default: also those ended in the last hour).
+        #[arg(long)]
+        running: bool,
+    },
+    /// Run a PromQL query against a gateway and print the answer as a table.
+    Query {
+        /// The PromQL expression.
+        query: String,
+        /// The gateway's HTTP API.
+        #[arg(long, default_value = "http://127.0.0.1:9700")]
+        gateway: String,
+        /// Evaluation time (unix seconds or RFC 3339; default now). With
+        /// --range: the end of the range.
+        #[arg(long)]
+        time: Option<String>,
+        /// A range query over this long before the time, e.g. `15m`.
+        #[arg(long)]
+        range: Option<String>,
+        /// Step of a range query.
+        #[arg(long, default_value = "15s")]
+        step: String,
+    },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
         /// Script files.
@@ -241,6 +286,32 @@ fn main() -> Result<()> {
                 fsync,
             },
         )),
+        Cmd::Jobs {
+            gateway,
+            user,
+            account,
+            partition,
+            node,
+            sort,
+            running,
+        } => {
+            let filter = jobs::filter(user, account, partition, node, running);
+            print!("{}", jobs::jobs(&gateway, &filter, sort)?);
+            Ok(())
+        }
+        Cmd::Query {
+            query,
+            gateway,
+            time,
+            range,
+            step,
+        } => {
+            print!(
+                "{}",
+                jobs::query(&gateway, &query, time.as_deref(), range.as_deref(), &step)?
+            );
+            Ok(())
+        }
         Cmd::PromqlTest { files, verbose } => promql_test(&files, verbose),
     }
 }

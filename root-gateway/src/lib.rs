@@ -17,4 +17,5 @@ pub mod dashboard;
 pub mod promql;
 pub mod server;
 pub mod store;
+pub mod stress;
 pub mod wal;

@@ -32,6 +32,9 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// The gRPC API could not start.
+    #[error(transparent)]
+    Grpc(#[from] crate::api::grpc::GrpcError),
     /// The data directory could not be opened or recovered.
     #[error("data directory: {0}")]
     Wal(#[from] WalError),
@@ -156,6 +159,8 @@ pub struct GatewayOptions {
     pub retention_ms: i64,
     /// Tick of the merge path and store maintenance.
     pub tick: Duration,
+    /// Scheduler gRPC API address (none: not served).
+    pub grpc: Option<SocketAddr>,
     /// Write-ahead log and snapshots (none: memory only, nothing survives a restart).
     pub wal: Option<WalConfig>,
 }
@@ -168,6 +173,8 @@ pub struct Gateway {
     pub relay: Relay<StoreSink>,
     /// Where the HTTP API listens.
     pub http_addr: SocketAddr,
+    /// Where the gRPC API listens (when served).
+    pub grpc_addr: Option<SocketAddr>,
     /// Counters of the write-ahead log (when durable).
     pub wal_stats: Option<Arc<WalStats>>,
 }
@@ -246,6 +253,13 @@ pub async fn start(
         });
     }
     let engine = Arc::new(Engine::new(EngineOpts::default()));
+    let grpc_addr = match opts.grpc {
+        Some(addr) => {
+            let st = crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
+            Some(crate::api::grpc::serve(addr, st, opts.tick, shutdown.clone()).await?)
+        }
+        None => None,
+    };
     let mut api = ApiState::new(Arc::new(store.clone()), engine);
     api.exporters = self_metrics(&store, &relay, wal_stats.clone());
     let app = router(api).merge(crate::dashboard::router());
@@ -275,6 +289,7 @@ pub async fn start(
         store,
         relay,
         http_addr,
+        grpc_addr,
         wal_stats,
     })
 }

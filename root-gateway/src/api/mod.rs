@@ -2,6 +2,7 @@
 
 mod error;
 pub(crate) mod federate;
+pub mod grpc;
 pub mod http;
 mod params;
 pub mod selfmetrics;

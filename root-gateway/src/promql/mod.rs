@@ -21,6 +21,7 @@ mod value;
 
 use crate::store::{Querier, StoreError};
 
+pub use duration::parse_units_ms as parse_duration_ms;
 pub use value::{Matrix, Point, RangeSeries, Value, VectorSample, format_value};
 
 /// Errors from parsing or evaluating a query.
