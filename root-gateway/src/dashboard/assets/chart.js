@@ -65,15 +65,17 @@ export class Chart {
       if (this.u) this.u.destroy();
       this.labels = labels;
       const fmt = this.fmt;
+      // Canvas has no currentColor: read the text colour (light or dark).
+      const fg = getComputedStyle(this.el).color || '#1f2328';
       this.u = new uPlot({
         ...this.size(),
         legend: { show: series.length > 0, live: false },
         cursor: { drag: { x: false, y: false } },
         scales: { y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
         axes: [
-          { stroke: 'currentColor', grid: { stroke: 'rgba(128,128,128,0.2)' } },
+          { stroke: fg, grid: { stroke: 'rgba(128,128,128,0.2)' } },
           {
-            stroke: 'currentColor',
+            stroke: fg,
             size: (u, values) => (values ? Math.max(4, ...values.map((v) => v.length)) * 7.5 + 18 : 50),
             grid: { stroke: 'rgba(128,128,128,0.2)' },
             values: (u, ticks) => ticks.map((t) => fmt(t)),
