@@ -21,34 +21,89 @@
 //!   init, after reparenting) is lost: at most one tick of that process.
 //! - a PID whose start time changed is a new process (PID reuse).
 
+//!
+//! The same holds for CPU time read from `/proc/<pid>/stat` (`utime + stime +
+//! cutime + cstime`: a reaped child's times are added to its parent's
+//! `cutime`/`cstime`), so the state machine is generic over [`Counters`].
+
 use std::collections::HashMap;
 
-use crate::collect::proc_io::{IoCounters, ProcSample};
+use crate::collect::proc_io::{IoCounters, ProcIdentity, ProcSample};
+
+/// A set of monotonic per-process counters that a job carries.
+pub trait Counters: Copy + Default {
+    /// Field-wise saturating sum.
+    fn plus(self, o: Self) -> Self;
+    /// Field-wise saturating difference.
+    fn minus(self, o: Self) -> Self;
+    /// Field-wise minimum.
+    fn least(self, o: Self) -> Self;
+}
+
+impl Counters for IoCounters {
+    fn plus(self, o: Self) -> Self {
+        self.saturating_add(o)
+    }
+    fn minus(self, o: Self) -> Self {
+        self.saturating_sub(o)
+    }
+    fn least(self, o: Self) -> Self {
+        min(self, o)
+    }
+}
+
+/// CPU time of a process and its reaped children, clock ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks(pub u64);
+
+impl Counters for CpuTicks {
+    fn plus(self, o: Self) -> Self {
+        CpuTicks(self.0.saturating_add(o.0))
+    }
+    fn minus(self, o: Self) -> Self {
+        CpuTicks(self.0.saturating_sub(o.0))
+    }
+    fn least(self, o: Self) -> Self {
+        CpuTicks(self.0.min(o.0))
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
-struct Tracked {
+struct Tracked<C> {
     ppid: u32,
     start_ticks: u64,
-    last: IoCounters,
+    last: C,
     /// Already counted I/O of vanished descendants, not yet seen absorbed.
-    pending: IoCounters,
+    pending: C,
 }
 
-/// The I/O state of one job across ticks; see the module docs.
+/// The carried totals of one job across ticks; see the module docs.
 #[derive(Clone, Debug, Default)]
-pub struct JobIo {
-    procs: HashMap<u32, Tracked>,
-    total: IoCounters,
+pub struct JobCarry<C> {
+    procs: HashMap<u32, Tracked<C>>,
+    total: C,
 }
+
+/// The I/O totals of one job.
+pub type JobIo = JobCarry<IoCounters>;
 
 impl JobIo {
+    /// Folds in one tick's reading of the job's processes; returns the total.
+    pub fn update(&mut self, samples: &[ProcSample]) -> IoCounters {
+        let v: Vec<(u32, ProcIdentity, IoCounters)> =
+            samples.iter().map(|s| (s.pid, s.id, s.io)).collect();
+        self.update_with(&v)
+    }
+}
+
+impl<C: Counters> JobCarry<C> {
     /// A job not seen before: total zero, no processes.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The running total (never decreases).
-    pub fn total(&self) -> IoCounters {
+    pub fn total(&self) -> C {
         self.total
     }
 
@@ -57,15 +112,16 @@ impl JobIo {
         self.procs.len()
     }
 
-    /// Folds in one tick's reading of the job's processes; returns the total.
-    pub fn update(&mut self, samples: &[ProcSample]) -> IoCounters {
-        let same = |t: &Tracked, s: &ProcSample| t.start_ticks == s.id.start_ticks;
-        let live: HashMap<u32, &ProcSample> = samples.iter().map(|s| (s.pid, s)).collect();
-        let survives = |pid: u32, t: &Tracked| live.get(&pid).is_some_and(|s| same(t, s));
+    /// Folds in one tick's reading (pid, identity, counters) of the job's
+    /// processes; returns the total.
+    pub fn update_with(&mut self, samples: &[(u32, ProcIdentity, C)]) -> C {
+        let same = |t: &Tracked<C>, s: &ProcIdentity| t.start_ticks == s.start_ticks;
+        let live: HashMap<u32, &ProcIdentity> = samples.iter().map(|s| (s.0, &s.1)).collect();
+        let survives = |pid: u32, t: &Tracked<C>| live.get(&pid).is_some_and(|s| same(t, s));
 
         // Vanished processes: credit what was counted to a live ancestor that
         // absorbs their counters when it reaps them.
-        let mut credit: HashMap<u32, IoCounters> = HashMap::new();
+        let mut credit: HashMap<u32, C> = HashMap::new();
         for (&pid, t) in &self.procs {
             if survives(pid, t) {
                 continue;
@@ -76,7 +132,7 @@ impl JobIo {
                 match self.procs.get(&up) {
                     Some(a) if survives(up, a) => {
                         let c = credit.entry(up).or_default();
-                        *c = c.saturating_add(t.last).saturating_add(t.pending);
+                        *c = c.plus(t.last).plus(t.pending);
                         break;
                     }
                     Some(a) if up != a.ppid => up = a.ppid,
@@ -86,27 +142,27 @@ impl JobIo {
         }
 
         let mut next = HashMap::with_capacity(samples.len());
-        for s in samples {
-            let (inc, pending) = match self.procs.get(&s.pid) {
-                Some(t) if same(t, s) => {
+        for &(pid, id, cur) in samples {
+            let (inc, pending) = match self.procs.get(&pid) {
+                Some(t) if same(t, &id) => {
                     let pending = t
                         .pending
-                        .saturating_add(credit.get(&s.pid).copied().unwrap_or_default());
-                    let delta = s.io.saturating_sub(t.last);
+                        .plus(credit.get(&pid).copied().unwrap_or_default());
+                    let delta = cur.minus(t.last);
                     // The part of the increment that is absorbed, already
-                    // counted I/O is not counted again.
-                    let used = min(delta, pending);
-                    (delta.saturating_sub(used), pending.saturating_sub(used))
+                    // counted work is not counted again.
+                    let used = delta.least(pending);
+                    (delta.minus(used), pending.minus(used))
                 }
-                _ => (s.io, IoCounters::default()),
+                _ => (cur, C::default()),
             };
-            self.total = self.total.saturating_add(inc);
+            self.total = self.total.plus(inc);
             next.insert(
-                s.pid,
+                pid,
                 Tracked {
-                    ppid: s.id.ppid,
-                    start_ticks: s.id.start_ticks,
-                    last: s.io,
+                    ppid: id.ppid,
+                    start_ticks: id.start_ticks,
+                    last: cur,
                     pending,
                 },
             );

@@ -10,4 +10,4 @@ pub mod linuxproc;
 #[cfg(test)]
 mod tests;
 
-pub use io_carry::JobIo;
+pub use io_carry::{CpuTicks, JobCarry, JobIo};

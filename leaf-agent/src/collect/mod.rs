@@ -21,6 +21,7 @@ pub mod netdev;
 pub mod pressure;
 pub mod proc_io;
 pub mod slurm_jobs;
+pub mod slurm_procs;
 pub mod stat;
 pub mod synthetic;
 

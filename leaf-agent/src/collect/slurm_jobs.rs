@@ -14,6 +14,13 @@
 //! counters hold the children it reaped), or the cpuacct one if memory is
 //! not mounted. Processes outside jobs are not exported per process.
 //!
+//! Without any Slurm cgroup on the host (`proctrack/linuxproc`), jobs are
+//! found in `/proc` instead ([`super::slurm_procs`]): CPU time is the
+//! carried `utime + stime + cutime + cstime` of the job's processes (at
+//! `USER_HZ` = 100 ticks per second, as Linux exports it on every
+//! architecture), I/O the same `/proc/<pid>/io` carry. While no slurmstepd
+//! runs, `/proc` is scanned only every tenth tick.
+//!
 //! Failures degrade: an unreadable process or file costs that value, a
 //! scheduler that fails or answers garbage costs the account and partition
 //! labels; each failure counts in `canopy_leaf_collector_errors_total{collector,
@@ -27,8 +34,9 @@ use std::time::Duration;
 use super::cgroup_v1::{self, JobCgroup};
 use super::cgroup_v2;
 use super::proc_io::{self, IoCounters};
+use super::slurm_procs;
 use super::{Collector, Observation};
-use crate::attrib::JobIo;
+use crate::attrib::{CpuTicks, JobCarry, JobIo};
 use crate::error::LeafError;
 use crate::sched::cache::{CachePolicy, MetaCache};
 use crate::sched::worker::ScontrolWorker;
@@ -36,6 +44,10 @@ use crate::sched::{JobMeta, parse_passwd};
 
 /// Processes read per job at most (a fork bomb must not stall the tick).
 const MAX_PIDS_PER_JOB: usize = 4096;
+/// Processes read by a linuxproc scan at most.
+const MAX_PROCS: usize = 65_536;
+/// `/proc/<pid>/stat` times are in USER_HZ ticks: 100 per second on Linux.
+const NS_PER_TICK: u64 = 10_000_000;
 
 /// Settings of [`SlurmJobsCollector`].
 #[derive(Clone, Debug)]
@@ -84,6 +96,10 @@ pub struct SlurmJobsCollector {
     worker: Option<ScontrolWorker>,
     meta: MetaCache,
     io: HashMap<u64, JobIo>,
+    /// linuxproc mode: carried CPU ticks per job.
+    cpu: HashMap<u64, JobCarry<CpuTicks>>,
+    /// linuxproc mode: ticks to wait before the next `/proc` scan.
+    proc_skip: u32,
     labels: HashMap<u64, JobLabels>,
     first_seen: HashMap<u64, i64>,
     users: Vec<(u32, String)>,
@@ -108,6 +124,8 @@ impl SlurmJobsCollector {
             opts,
             worker,
             io: HashMap::new(),
+            cpu: HashMap::new(),
+            proc_skip: 0,
             labels: HashMap::new(),
             first_seen: HashMap::new(),
             users: Vec::new(),
@@ -184,6 +202,51 @@ impl SlurmJobsCollector {
             .into_iter()
             .filter(|r| r.join("system.slice").is_dir())
             .collect()
+    }
+
+    /// Whether Slurm's cgroup layout exists here (then jobs come from it).
+    fn cgroup_layout(&self) -> bool {
+        let v1 = ["memory", "cpuacct"].iter().any(|c| {
+            cgroup_v1::subdirs(&self.cgroup_root.join(c))
+                .is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm")))
+        });
+        v1 || self.v2_roots().iter().any(|r| {
+            cgroup_v1::subdirs(&r.join("system.slice"))
+                .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
+        })
+    }
+
+    /// linuxproc mode: jobs from `/proc`, with their carried CPU and I/O.
+    fn scan_procs(
+        &mut self,
+        jobs: &mut Vec<JobCgroup>,
+        io: &mut HashMap<u64, IoCounters>,
+        first: &mut Option<LeafError>,
+    ) {
+        if self.proc_skip > 0 {
+            self.proc_skip -= 1;
+            return;
+        }
+        let s = slurm_procs::scan(&self.proc_root, MAX_PROCS);
+        for e in s.errors {
+            self.count("proc_scan", first, e);
+        }
+        if !s.saw_stepd {
+            self.proc_skip = 9;
+        }
+        for (job, procs) in s.jobs {
+            let cpu: Vec<_> = procs.iter().map(|p| (p.0, p.1, p.2)).collect();
+            let ios: Vec<_> = procs.iter().map(|p| (p.0, p.1, p.3)).collect();
+            let ticks = self.cpu.entry(job).or_default().update_with(&cpu);
+            io.insert(job, self.io.entry(job).or_default().update_with(&ios));
+            jobs.push(JobCgroup {
+                job_id: job,
+                cpu_usage_ns: Some(ticks.0.saturating_mul(NS_PER_TICK)),
+                ..JobCgroup::default()
+            });
+        }
+        let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
+        self.cpu.retain(|id, _| ids.contains(id));
     }
 
     /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
@@ -341,7 +404,11 @@ impl Collector for SlurmJobsCollector {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
-        let jobs = self.scan(&mut first);
+        let mut jobs = self.scan(&mut first);
+        let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
+        if jobs.is_empty() && !self.cgroup_layout() {
+            self.scan_procs(&mut jobs, &mut proc_io, &mut first);
+        }
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
         self.scheduler_round(&ids, &mut first);
 
@@ -351,17 +418,19 @@ impl Collector for SlurmJobsCollector {
             self.count("cgroup", &mut first, e);
         }
         for j in &jobs {
-            let io = dirs.get(&j.job_id).map(|d| {
-                let pids = Self::job_pids(d, &mut errs);
-                let mut samples = Vec::with_capacity(pids.len());
-                for pid in pids {
-                    match proc_io::read_proc(&self.proc_root, pid) {
-                        Ok(Some(s)) => samples.push(s),
-                        Ok(None) => {}
-                        Err(e) => errs.push(e),
+            let io = proc_io.get(&j.job_id).copied().or_else(|| {
+                dirs.get(&j.job_id).map(|d| {
+                    let pids = Self::job_pids(d, &mut errs);
+                    let mut samples = Vec::with_capacity(pids.len());
+                    for pid in pids {
+                        match proc_io::read_proc(&self.proc_root, pid) {
+                            Ok(Some(s)) => samples.push(s),
+                            Ok(None) => {}
+                            Err(e) => errs.push(e),
+                        }
                     }
-                }
-                self.io.entry(j.job_id).or_default().update(&samples)
+                    self.io.entry(j.job_id).or_default().update(&samples)
+                })
             });
             for e in errs.drain(..) {
                 self.count("proc_io", &mut first, e);

@@ -147,3 +147,78 @@ fn pressure_recorded_files_and_garbage() {
     }
     assert_eq!(out.len(), 5);
 }
+
+#[test]
+fn linuxproc_jobs_from_proc_when_no_slurm_cgroup_exists() {
+    use super::slurm_procs::parse_stat_line;
+    let real = std::fs::read_to_string(data("pid/stat")).expect("fixture");
+    let st = parse_stat_line(&real).expect("parses");
+    assert_eq!(
+        (st.comm.as_str(), st.id.ppid, st.cpu_ticks),
+        ("cat", 5025, 0)
+    );
+    assert!(parse_stat_line("1 (x) S 0 1").is_err());
+    assert!(parse_stat_line("1 x) S").is_err());
+
+    let d = crate::TestDir::new();
+    let proc_root = d.path().join("proc");
+    let entry = |pid: u32, comm: &str, ppid: u32, ticks: u64, write: u64, cmdline: &str| {
+        let dir = proc_root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let stat = format!(
+            "{pid} ({comm}) S {ppid} 0 0 0 0 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0 {} 0 0",
+            1000 + pid
+        );
+        std::fs::write(dir.join("stat"), stat).expect("stat");
+        std::fs::write(
+            dir.join("io"),
+            format!("read_bytes: 0\nwrite_bytes: {write}\nsyscr: 0\nsyscw: 1\n"),
+        )
+        .expect("io");
+        std::fs::write(dir.join("cmdline"), cmdline).expect("cmdline");
+    };
+    entry(1, "init", 0, 5, 0, "/sbin/init\0");
+    entry(500, "slurmstepd", 1, 1, 10, "slurmstepd: [9.batch]\0");
+    entry(501, "slurm_script", 500, 150, 0, "/bin/sh\0");
+    entry(502, "dd", 501, 250, 4096, "dd\0");
+    entry(600, "sshd", 1, 999, 999, "sshd\0");
+    std::fs::create_dir_all(proc_root.join("self")).expect("non-numeric entry");
+    let opts = SlurmJobsOptions {
+        scontrol: None,
+        passwd: d.path().join("none"),
+        ..SlurmJobsOptions::default()
+    };
+    let mut c = SlurmJobsCollector::new("n1", &proc_root, &d.path().join("cg"), opts);
+    let mut out = Vec::new();
+    c.collect(&mut out).expect("collects");
+    let get = |out: &[super::Observation], name: &str| {
+        out.iter()
+            .find(|o| o.labels.name() == name && o.labels.get("job_id") == Some("9"))
+            .map(|o| o.value)
+    };
+    assert_eq!(get(&out, "canopy_job_cpu_seconds_total"), Some(4.01));
+    assert_eq!(get(&out, "canopy_job_io_write_bytes_total"), Some(4106.0));
+    assert_eq!(
+        out.iter()
+            .filter(|o| o.labels.get("job_id").is_some())
+            .count(),
+        5,
+        "CPU and the 4 I/O counters"
+    );
+
+    // dd exits and is reaped by the shell: its CPU moves to cutime, counted once.
+    std::fs::remove_dir_all(proc_root.join("502")).expect("rm");
+    entry(501, "slurm_script", 500, 410, 4096, "/bin/sh\0");
+    let mut out = Vec::new();
+    c.collect(&mut out).expect("collects");
+    assert_eq!(get(&out, "canopy_job_cpu_seconds_total"), Some(4.11));
+    assert_eq!(get(&out, "canopy_job_io_write_bytes_total"), Some(4106.0));
+
+    // The job ends: no job series; /proc is then scanned every tenth tick.
+    for pid in [500, 501] {
+        std::fs::remove_dir_all(proc_root.join(pid.to_string())).expect("rm");
+    }
+    let mut out = Vec::new();
+    c.collect(&mut out).expect("collects");
+    assert!(out.iter().all(|o| o.labels.get("job_id").is_none()));
+}
