@@ -145,3 +145,59 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pb::scheduler_server::Scheduler;
+
+    use super::*;
+    use crate::promql::Engine;
+    use crate::store::{LiveStore, LiveStoreConfig, SharedStore};
+
+    fn service() -> SchedulerService {
+        let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+        SchedulerService::new(GrpcState::new(Arc::new(store), Arc::new(Engine::default())))
+    }
+
+    #[tokio::test]
+    async fn bad_requests_get_invalid_argument_and_empty_stores_answer_empty() {
+        let s = service();
+        for t in [1.5, -0.1, f64::NAN] {
+            let e = s
+                .watch_jobs(Request::new(pb::WatchJobsRequest {
+                    filter: None,
+                    share_threshold: t,
+                }))
+                .await
+                .expect_err("bad threshold");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{t}");
+        }
+        let e = s
+            .job_stress(Request::new(pb::JobStressRequest {
+                job_id: String::new(),
+            }))
+            .await
+            .expect_err("empty id");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let e = s
+            .node_stress(Request::new(pb::NodeStressRequest { node: "n".into() }))
+            .await
+            .expect_err("unknown node");
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        let l = s
+            .list_jobs(Request::new(pb::ListJobsRequest { filter: None }))
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(l.jobs.is_empty());
+        let io = s
+            .cluster_io_share(Request::new(pb::ClusterIoShareRequest { top_n: 0 }))
+            .await
+            .expect("io share")
+            .into_inner();
+        assert_eq!(io.jobs_total, 0);
+        assert_eq!(io.total.and_then(|t| t.read_bytes_per_second), None);
+    }
+}
