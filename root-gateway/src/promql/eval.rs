@@ -181,6 +181,32 @@ impl<'a> Evaluator<'a> {
         Ok(rc)
     }
 
+    /// Series matching `matchers` with their newest sample time in the
+    /// lookback window ending at `t` (stale series left out).
+    pub(crate) fn select_latest(
+        &mut self,
+        matchers: &[crate::store::Matcher],
+        t: i64,
+    ) -> Result<Vec<(Labels, i64)>, PromqlError> {
+        let lookback = self.opts.lookback_ms;
+        let lo = t.saturating_sub(lookback) + 1;
+        let series = self
+            .q
+            .select(matchers, lo, t, self.opts.max_series_per_selector)?;
+        let mut out = Vec::new();
+        for s in series {
+            let idx = s.samples.partition_point(|p| p.ts_ms <= t);
+            let Some(p) = idx.checked_sub(1).and_then(|i| s.samples.get(i)) else {
+                continue;
+            };
+            if p.ts_ms > t - lookback && !is_stale_nan(p.value) {
+                out.push((s.labels, p.ts_ms));
+            }
+        }
+        self.hold(out.len())?;
+        Ok(out)
+    }
+
     /// An instant selector at `t`: the newest sample in the lookback window,
     /// unless it is a staleness marker. `VectorSample::t` is the sample's time.
     pub(crate) fn vector_select(

@@ -9,6 +9,7 @@ use super::{PromqlError, aggregate};
 use crate::store::Labels;
 use canopy_proto::model::METRIC_NAME;
 
+mod info;
 mod label;
 mod math;
 mod range;
@@ -228,6 +229,7 @@ pub(crate) fn call(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value, Pr
             return Ok(Value::Vector(v));
         }
         "label_replace" => return label_replace(ev, c, t),
+        "info" => return info::info(ev, c, t),
         "label_join" => return label_join(ev, c, t),
         "histogram_quantile" => return aggregate::histogram_quantile(ev, c, t),
         _ => {}
