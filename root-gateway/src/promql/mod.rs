@@ -13,6 +13,7 @@
 mod aggregate;
 mod binary;
 pub(crate) mod duration;
+mod durexpr;
 mod eval;
 mod functions;
 mod prepass;
@@ -124,7 +125,8 @@ impl Engine {
         ts_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<Value, PromqlError> {
-        let expr = prepass::parse(query, &self.opts)?;
+        let query = durexpr::rewrite(query, durexpr::DurCtx::default())?;
+        let expr = prepass::parse(&query, &self.opts)?;
         eval::instant(&self.opts, q, &expr, ts_ms, cancel)
     }
 
@@ -166,9 +168,25 @@ impl Engine {
                 self.opts.max_points_per_series
             )));
         }
-        let expr = prepass::parse(query, &self.opts)?;
+        let ctx = durexpr::DurCtx {
+            step_ms,
+            range_ms: end_ms - start_ms,
+        };
+        let query = durexpr::rewrite(query, ctx)?;
+        let expr = prepass::parse(&query, &self.opts)?;
         eval::range(&self.opts, q, &expr, start_ms, end_ms, step_ms, cancel)
     }
+}
+
+/// True when `query` parses (duration expressions included, taking
+/// `step()` and `range()` as one minute).
+pub fn parses(query: &str) -> bool {
+    let ctx = durexpr::DurCtx {
+        step_ms: 60_000,
+        range_ms: 60_000,
+    };
+    durexpr::rewrite(query, ctx)
+        .is_ok_and(|q| promql_parser::parser::parse(&q).is_ok())
 }
 
 /// Parses a series selector (as in `match[]`) into store matchers.
