@@ -29,6 +29,8 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
     let mut braces = 0usize;
     // The last significant byte copied (for deciding if `offset` is a keyword).
     let mut prev: u8 = 0;
+    // Where the most recent selector ends in `out` (for `anchored`/`smoothed`).
+    let mut last_sel: Option<usize> = None;
     while i < b.len() {
         let c = b[i];
         match c {
@@ -47,6 +49,9 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
             b'}' => {
                 braces = braces.saturating_sub(1);
                 out.push('}');
+                if braces == 0 {
+                    last_sel = Some(out.len());
+                }
                 i += 1;
                 prev = c;
             }
@@ -77,8 +82,36 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
                     j += 1;
                 }
                 let word = &q[i..j];
+                let next = b[j..].iter().copied().find(|x| !x.is_ascii_whitespace());
+                let is_mode = (word == "anchored" || word == "smoothed")
+                    && (prev == b']' || prev == b'}' || prev == b')' || is_ident(prev))
+                    && !matches!(next, Some(b'(' | b'{' | b'['));
+                if let (true, Some(at)) = (is_mode, last_sel) {
+                    mark_selector(&mut out, at, word);
+                    last_sel = None;
+                    i = j;
+                    continue;
+                }
                 out.push_str(word);
                 i = j;
+                const KEYWORDS: [&str; 11] = [
+                    "offset",
+                    "bool",
+                    "by",
+                    "without",
+                    "on",
+                    "ignoring",
+                    "group_left",
+                    "group_right",
+                    "and",
+                    "or",
+                    "unless",
+                ];
+                if !matches!(next, Some(b'(' | b'{'))
+                    && !KEYWORDS.iter().any(|k| word.eq_ignore_ascii_case(k))
+                {
+                    last_sel = Some(out.len());
+                }
                 if word.eq_ignore_ascii_case("offset")
                     && (prev == b']' || prev == b'}' || prev == b')' || is_ident(prev))
                     && let Some((end, text)) = offset_operand(q, j, ctx)?
@@ -104,6 +137,26 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
         }
     }
     Ok(out)
+}
+
+/// The label matcher that carries an `anchored`/`smoothed` modifier to the
+/// engine (the parser has no field for it); removed before selection.
+pub(crate) const MODE_LABEL: &str = "__canopy_range_mode__";
+
+/// Adds the modifier matcher to the selector ending at `at` in `out`.
+fn mark_selector(out: &mut String, at: usize, mode: &str) {
+    let matcher = format!("{MODE_LABEL}=\"{mode}\"");
+    if out[..at].ends_with('}') {
+        let before = out[..at - 1].trim_end();
+        let sep = if before.ends_with('{') || before.ends_with(',') {
+            ""
+        } else {
+            ","
+        };
+        out.insert_str(at - 1, &format!("{sep}{matcher}"));
+    } else {
+        out.insert_str(at, &format!("{{{matcher}}}"));
+    }
 }
 
 fn is_ident_start(c: u8) -> bool {
@@ -475,6 +528,15 @@ mod tests {
         );
         assert_eq!(rw(r#"x{a="[1+1]"}[1m]"#, 0, 0), r#"x{a="[1+1]"}[1m]"#);
         assert_eq!(rw("x{offset=\"1\"}", 0, 0), "x{offset=\"1\"}");
+        assert_eq!(
+            rw("rate(x[1m] anchored)", 0, 0),
+            format!("rate(x{{{MODE_LABEL}=\"anchored\"}}[1m] )")
+        );
+        assert_eq!(
+            rw("x{a=\"b\"} offset -100 smoothed + 0", 0, 0),
+            format!("x{{a=\"b\",{MODE_LABEL}=\"smoothed\"}} offset -100000ms  + 0")
+        );
+        assert_eq!(rw("sum(smoothed)", 0, 0), "sum(smoothed)");
     }
 
     #[test]

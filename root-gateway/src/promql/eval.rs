@@ -7,7 +7,7 @@ use canopy_proto::model::is_stale_nan;
 use promql_parser::parser::value::ValueType;
 use promql_parser::parser::{Expr, MatrixSelector, SubqueryExpr, VectorSelector};
 
-use super::prepass::{self, Windows, adjust, dur_ms};
+use super::prepass::{self, Mode, Windows, adjust, dur_ms};
 use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_labels};
 use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
 use crate::store::{Labels, Querier, Series};
@@ -217,6 +217,7 @@ impl<'a> Evaluator<'a> {
         let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
         let lookback = self.opts.lookback_ms;
         let all = self.fetch(vs, tt, lookback)?;
+        let smoothed = prepass::mode(vs) == Mode::Smoothed;
         let mut out = Vec::new();
         for s in all.iter() {
             let idx = s.samples.partition_point(|p| p.ts_ms <= tt);
@@ -226,10 +227,20 @@ impl<'a> Evaluator<'a> {
             if p.ts_ms <= tt - lookback || is_stale_nan(p.value) {
                 continue;
             }
+            let mut v = p.value;
+            if smoothed
+                && p.ts_ms < tt
+                && let Some(n) = s.samples.get(idx)
+                && n.ts_ms <= tt + lookback
+                && !is_stale_nan(n.value)
+            {
+                let w = (tt - p.ts_ms) as f64 / (n.ts_ms - p.ts_ms) as f64;
+                v = p.value + (n.value - p.value) * w;
+            }
             out.push(VectorSample {
                 labels: s.labels.clone(),
-                t: p.ts_ms,
-                v: p.value,
+                t: if smoothed { tt } else { p.ts_ms },
+                v,
                 drop_name: false,
             });
         }
@@ -248,19 +259,45 @@ impl<'a> Evaluator<'a> {
         let range = dur_ms(&ms.range);
         let all = self.fetch(vs, tt, range)?;
         let lo = tt.saturating_sub(range);
+        let mode = prepass::mode(vs);
+        let lookback = self.opts.lookback_ms;
         let mut out = Vec::new();
         let mut n = 0;
         for s in all.iter() {
             let a = s.samples.partition_point(|p| p.ts_ms <= lo);
             let b = s.samples.partition_point(|p| p.ts_ms <= tt);
-            let points: Vec<Point> = s.samples[a..b.max(a)]
-                .iter()
-                .filter(|p| !is_stale_nan(p.value))
-                .map(|p| Point {
+            let live = |p: &&crate::store::Sample| !is_stale_nan(p.value);
+            let inner = s.samples[a..b.max(a)].iter().filter(live);
+            let mut points: Vec<Point> = Vec::new();
+            if mode != Mode::Plain {
+                if mode == Mode::Anchored && !s.samples[a..b.max(a)].iter().any(|p| live(&p)) {
+                    continue;
+                }
+                // The last sample at or before the window start, within lookback.
+                if let Some(p) = a.checked_sub(1).and_then(|i| s.samples.get(i))
+                    && p.ts_ms > lo - lookback
+                    && live(&p)
+                {
+                    points.push(Point {
+                        t: p.ts_ms,
+                        v: p.value,
+                    });
+                }
+            }
+            points.extend(inner.map(|p| Point {
+                t: p.ts_ms,
+                v: p.value,
+            }));
+            if mode == Mode::Smoothed
+                && let Some(p) = s.samples.get(b)
+                && p.ts_ms <= tt + lookback
+                && live(&p)
+            {
+                points.push(Point {
                     t: p.ts_ms,
                     v: p.value,
-                })
-                .collect();
+                });
+            }
             if points.is_empty() {
                 continue;
             }

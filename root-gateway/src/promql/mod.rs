@@ -185,8 +185,7 @@ pub fn parses(query: &str) -> bool {
         step_ms: 60_000,
         range_ms: 60_000,
     };
-    durexpr::rewrite(query, ctx)
-        .is_ok_and(|q| promql_parser::parser::parse(&q).is_ok())
+    durexpr::rewrite(query, ctx).is_ok_and(|q| promql_parser::parser::parse(&q).is_ok())
 }
 
 /// Parses a series selector (as in `match[]`) into store matchers.

@@ -38,7 +38,7 @@ fn absent_labels(e: &Expr) -> Labels {
     let mut seen = std::collections::HashSet::new();
     let mut dup = std::collections::HashSet::new();
     for m in &vs.matchers.matchers {
-        if m.name == METRIC_NAME {
+        if m.name == METRIC_NAME || m.name == super::durexpr::MODE_LABEL {
             continue;
         }
         if !seen.insert(m.name.clone()) {

@@ -4,7 +4,7 @@ use promql_parser::parser::{Call, Expr};
 
 use super::super::PromqlError;
 use super::super::eval::Evaluator;
-use super::super::prepass::{self, dur_ms};
+use super::super::prepass::{self, Mode, dur_ms};
 use super::super::value::{Point, RangeSeries, Value, VectorSample};
 use super::arg;
 use super::math::{avg, kahan_inc, quantile, variance};
@@ -127,6 +127,11 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     };
     let marg = arg(c, mi)?;
     let (range, end, at_t) = matrix_range(ev, marg, t);
+    let mode = match marg {
+        Expr::MatrixSelector(ms) => prepass::mode(&ms.vs),
+        _ => Mode::Plain,
+    };
+    check_mode(name, mode)?;
     let m = ev.eval_matrix(marg, t)?;
     if let ("holt_winters" | "double_exponential_smoothing", [sf, tf]) = (name, params.as_slice())
         && !(*sf > 0.0 && *sf < 1.0 && *tf > 0.0 && *tf < 1.0)
@@ -144,6 +149,14 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     {
         let vals = || p.iter().map(|x| x.v);
         let r = match name {
+            "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
+                &p,
+                end - range,
+                end,
+                mode == Mode::Smoothed,
+                name != "delta",
+                name == "rate",
+            ),
             "rate" => extrapolated_rate(&p, end, range, true, true),
             "increase" => extrapolated_rate(&p, end, range, true, false),
             "delta" => extrapolated_rate(&p, end, range, false, false),
@@ -234,4 +247,85 @@ fn holt_winters(p: &[Point], sf: f64, tf: f64) -> Option<f64> {
         s1 = sf * x.v + y;
     }
     Some(s1)
+}
+
+/// Refuses `anchored`/`smoothed` ranges for functions that do not define them.
+pub(super) fn check_mode(name: &str, mode: Mode) -> Result<(), PromqlError> {
+    let (allowed, label): (&[&str], &str) = match mode {
+        Mode::Plain => return Ok(()),
+        Mode::Anchored => (
+            &["changes", "delta", "increase", "rate", "resets"],
+            "anchored",
+        ),
+        Mode::Smoothed => (&["delta", "increase", "rate"], "smoothed"),
+    };
+    if allowed.contains(&name) {
+        return Ok(());
+    }
+    Err(PromqlError::Execution(format!(
+        "{label} modifier can only be used with: {} - not with {name}",
+        allowed.join(", ")
+    )))
+}
+
+/// Linear interpolation at `t`; a counter that reset restarts from zero.
+fn interpolate(a: Point, b: Point, t: i64, counter: bool) -> f64 {
+    let y1 = if counter && b.v < a.v { 0.0 } else { a.v };
+    y1 + (b.v - y1) * (t - a.t) as f64 / (b.t - a.t) as f64
+}
+
+/// rate/increase/delta over an `anchored` or `smoothed` window
+/// `(start, end]`: `p` holds the window's samples plus the boundary samples
+/// the selector added (the one at or before `start`; for `smoothed` also
+/// the first after `end`). No extrapolation: the boundary values are the
+/// boundary samples, interpolated to the window edges when smoothed.
+fn extended_rate(
+    p: &[Point],
+    start: i64,
+    end: i64,
+    smoothed: bool,
+    counter: bool,
+    is_rate: bool,
+) -> Option<f64> {
+    let mut last = p.len().checked_sub(1)?;
+    let first = p[..last]
+        .iter()
+        .position(|x| x.t > start)
+        .unwrap_or(last)
+        .saturating_sub(1);
+    if smoothed {
+        last = p[..last].iter().position(|x| x.t >= end).unwrap_or(last);
+    }
+    if p[last].t <= start || (smoothed && p[first].t > end) {
+        return None;
+    }
+    let left = if smoothed && p[first].t < start {
+        interpolate(p[first], *p.get(first + 1)?, start, counter)
+    } else {
+        p[first].v
+    };
+    let right = if smoothed && last > 0 && p[last].t > end {
+        interpolate(p[last - 1], p[last], end, counter)
+    } else {
+        p[last].v
+    };
+    let mut result = right - left;
+    if counter {
+        let lo = first + usize::from(p[first].t <= start);
+        let hi = if p[last].t >= end { last } else { last + 1 };
+        let mut prev = left;
+        for x in p.get(lo..hi).unwrap_or(&[]) {
+            if x.v < prev {
+                result += prev;
+            }
+            prev = x.v;
+        }
+        if right < prev {
+            result += prev;
+        }
+    }
+    if is_rate {
+        result /= (end - start) as f64 / 1e3;
+    }
+    Some(result)
 }
