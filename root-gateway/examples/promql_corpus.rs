@@ -1,13 +1,15 @@
 //! Runs Prometheus `.test` scripts with Canopy's runner and prints counts.
 //!
-//! `cargo run -p canopy-gateway --example promql_corpus -- <files...> [-v]`
+//! `cargo run -p canopy-gateway --example promql_corpus -- <files...> [-v|-vv]`
+//! (`-v` lists failures, `-vv` also skipped evals).
 #![allow(clippy::print_stdout)]
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let verbose = args.iter().any(|a| a == "-v");
+    let verbose = args.iter().any(|a| a == "-v" || a == "-vv");
+    let very = args.iter().any(|a| a == "-vv");
     let (mut p, mut f, mut s) = (0, 0, 0);
-    for path in args.iter().filter(|a| *a != "-v") {
+    for path in args.iter().filter(|a| !a.starts_with("-v")) {
         let Ok(text) = std::fs::read_to_string(path) else {
             println!("{path}: cannot read");
             continue;
@@ -21,6 +23,11 @@ fn main() {
         if verbose {
             for fl in &r.failures {
                 println!("    {name}:{} {} -- {}", fl.line, fl.expr, fl.message);
+            }
+        }
+        if very {
+            for sk in &r.skips {
+                println!("    skip {name}:{} {} -- {}", sk.line, sk.expr, sk.message);
             }
         }
         p += r.passed;

@@ -136,7 +136,81 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
             }
         }
     }
-    Ok(out)
+    Ok(mark_info_selectors(out))
+}
+
+/// The data-label selector of `info(v, {…})` may match only empty values
+/// (`{data=~".*"}`), which the parser refuses for a selector: a marker
+/// matcher (dropped again by the engine) keeps it parseable.
+fn mark_info_selectors(q: String) -> String {
+    let b = q.as_bytes();
+    let mut inserts = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' | b'\'' | b'`' => {
+                i = string_end(b, i);
+                continue;
+            }
+            c if is_ident_start(c) && (i == 0 || !is_ident(b[i - 1])) => {
+                let mut j = i;
+                while j < b.len() && is_ident(b[j]) {
+                    j += 1;
+                }
+                let open = b[j..]
+                    .iter()
+                    .position(|x| !x.is_ascii_whitespace())
+                    .map(|k| j + k);
+                if q[i..j].eq_ignore_ascii_case("info")
+                    && let Some(open) = open.filter(|o| b[*o] == b'(')
+                    && let Some(close) = matching(b, open, b'(', b')')
+                    && let Some(comma) = last_top_comma(b, open + 1, close)
+                    && let Some(brace) = b[comma + 1..close]
+                        .iter()
+                        .position(|x| !x.is_ascii_whitespace())
+                        .map(|k| comma + 1 + k)
+                        .filter(|k| b[*k] == b'{')
+                {
+                    let empty = b[brace + 1..close]
+                        .iter()
+                        .find(|x| !x.is_ascii_whitespace())
+                        == Some(&b'}');
+                    inserts.push((brace + 1, empty));
+                }
+                i = j;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut out = q;
+    for (at, empty) in inserts.into_iter().rev() {
+        let sep = if empty { "" } else { "," };
+        out.insert_str(at, &format!("{MODE_LABEL}=\"info\"{sep}"));
+    }
+    out
+}
+
+/// The last comma in `b[from..to]` outside brackets and strings.
+fn last_top_comma(b: &[u8], from: usize, to: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    let mut found = None;
+    let mut k = from;
+    while k < to {
+        match b[k] {
+            b'"' | b'\'' | b'`' => {
+                k = string_end(b, k);
+                continue;
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            b',' if depth == 0 => found = Some(k),
+            _ => {}
+        }
+        k += 1;
+    }
+    found
 }
 
 /// The label matcher that carries an `anchored`/`smoothed` modifier to the
@@ -537,6 +611,11 @@ mod tests {
             format!("x{{a=\"b\",{MODE_LABEL}=\"smoothed\"}} offset -100000ms  + 0")
         );
         assert_eq!(rw("sum(smoothed)", 0, 0), "sum(smoothed)");
+        assert_eq!(
+            rw("info(x, {data=~\".*\"})", 0, 0),
+            format!("info(x, {{{MODE_LABEL}=\"info\",data=~\".*\"}})")
+        );
+        assert_eq!(rw("info(x)", 0, 0), "info(x)");
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub(super) fn info(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value, Pr
         |s: &VectorSample| positive && ignore_by.iter().all(|m| m.matches(s.labels.name()));
     if name_matchers.is_empty() {
         selector.insert(0, default_name);
+    } else if !positive {
+        // Only negative name matchers: they narrow the set of info metrics.
+        selector.push(Matcher {
+            name: METRIC_NAME.to_string(),
+            op: MatchOp::Regex(prepass::compile_re(".+_info")?),
+        });
     }
     let data: Vec<Matcher> = selector
         .iter()

@@ -40,10 +40,17 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Skip reasons with counts.
     pub skip_reasons: BTreeMap<String, usize>,
+    /// Each skipped eval: line, expression and reason.
+    pub skips: Vec<Failure>,
 }
 
 impl Report {
-    fn skip(&mut self, why: &str) {
+    fn skip(&mut self, line: usize, expr: &str, why: &str) {
+        self.skips.push(Failure {
+            line,
+            expr: expr.to_string(),
+            message: why.to_string(),
+        });
         self.skipped += 1;
         *self.skip_reasons.entry(why.to_string()).or_default() += 1;
     }
@@ -286,19 +293,19 @@ fn run_eval(
         _ => {}
     }
     if let Some(why) = unsupported {
-        return report.skip(why);
+        return report.skip(line, &expr, why);
     }
     if exp.hist {
-        return report.skip("native histograms");
+        return report.skip(line, &expr, "native histograms");
     }
     if exp.annotations {
-        return report.skip("annotations");
+        return report.skip(line, &expr, "annotations");
     }
     if let Some(b) = exp.bad_line {
         return report.fail(line, &expr, format!("cannot parse expectation line {b:?}"));
     }
     if !super::parses(&expr) {
-        return report.skip("syntax the parser does not support");
+        return report.skip(line, &expr, "syntax the parser does not support");
     }
     let result = match kind {
         Kind::Instant(t) => {
