@@ -36,7 +36,11 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
         match c {
             b'"' | b'\'' | b'`' => {
                 let end = string_end(b, i);
-                out.push_str(&q[i..end]);
+                if c == b'`' {
+                    out.push_str(&q[i..end]);
+                } else {
+                    out.push_str(&hex_escapes(&q[i..end]));
+                }
                 i = end;
                 prev = c;
             }
@@ -211,6 +215,49 @@ fn last_top_comma(b: &[u8], from: usize, to: usize) -> Option<usize> {
         k += 1;
     }
     found
+}
+
+/// Go reads `\xHH` in a string as a raw byte; the parser crate reads it as
+/// the char U+00HH. Runs of such escapes are decoded as bytes here: valid
+/// UTF-8 becomes `\u` escapes of its chars, invalid bytes U+FFFD (which
+/// label-name validation then refuses, as Go refuses invalid UTF-8).
+fn hex_escapes(lit: &str) -> String {
+    let b = lit.as_bytes();
+    let mut out = String::with_capacity(lit.len());
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        let mut j = i;
+        while j + 3 < b.len() && b[j] == b'\\' && (b[j + 1] == b'x' || b[j + 1] == b'X') {
+            match lit
+                .get(j + 2..j + 4)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(v) => bytes.push(v),
+                None => break,
+            }
+            j += 4;
+        }
+        if bytes.is_empty() {
+            i += 2;
+            continue;
+        }
+        if bytes.iter().any(|x| *x >= 0x80) {
+            out.push_str(&lit[last..i]);
+            for ch in String::from_utf8_lossy(&bytes).chars() {
+                out.push_str(&format!("\\U{:08x}", u32::from(ch)));
+            }
+            last = j;
+        }
+        i = j;
+    }
+    out.push_str(&lit[last..]);
+    out
 }
 
 /// The label matcher that carries an `anchored`/`smoothed` modifier to the
@@ -616,6 +663,12 @@ mod tests {
             format!("info(x, {{{MODE_LABEL}=\"info\",data=~\".*\"}})")
         );
         assert_eq!(rw("info(x)", 0, 0), "info(x)");
+        assert_eq!(rw(r#"f("\xff")"#, 0, 0), r#"f("\U0000fffd")"#);
+        assert_eq!(
+            rw(r#"f("\xc3\xa9\x41")"#, 0, 0),
+            r#"f("\U000000e9\U00000041")"#
+        );
+        assert_eq!(rw(r#"f("\x41")"#, 0, 0), r#"f("\x41")"#);
     }
 
     #[test]

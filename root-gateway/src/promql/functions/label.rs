@@ -114,9 +114,10 @@ pub(super) fn label_join(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Val
     Ok(Value::Vector(out))
 }
 
-/// Prometheus 3 accepts any non-empty UTF-8 label name.
+/// Prometheus 3 accepts any non-empty UTF-8 label name (U+FFFD stands for
+/// invalid UTF-8 written as `\x` escapes).
 pub(crate) fn valid_label_name(n: &str) -> bool {
-    !n.is_empty()
+    !n.is_empty() && !n.contains('\u{FFFD}')
 }
 
 fn check_unique(v: &[VectorSample]) -> Result<(), PromqlError> {
