@@ -175,7 +175,8 @@ impl<'a> Evaluator<'a> {
         let matchers = prepass::matchers(vs)?;
         let series = self
             .q
-            .select(&matchers, lo, hi, self.opts.max_series_per_selector)?;
+            .select(&matchers, lo, hi, self.opts.max_series_per_selector)
+            .map_err(series_limit)?;
         let rc = Rc::new(series);
         self.cache.insert(k, Rc::clone(&rc));
         Ok(rc)
@@ -192,7 +193,8 @@ impl<'a> Evaluator<'a> {
         let lo = t.saturating_sub(lookback) + 1;
         let series = self
             .q
-            .select(matchers, lo, t, self.opts.max_series_per_selector)?;
+            .select(matchers, lo, t, self.opts.max_series_per_selector)
+            .map_err(series_limit)?;
         let mut out = Vec::new();
         for s in series {
             let idx = s.samples.partition_point(|p| p.ts_ms <= t);
@@ -371,6 +373,14 @@ impl<'a> Evaluator<'a> {
             it += step;
         }
         Ok(out)
+    }
+}
+
+/// The store's per-selection limit as the engine's typed error.
+fn series_limit(e: crate::store::StoreError) -> PromqlError {
+    match e {
+        crate::store::StoreError::SelectLimit { limit } => PromqlError::TooManySeries { limit },
+        other => PromqlError::Store(other),
     }
 }
 

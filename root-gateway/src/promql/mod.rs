@@ -38,11 +38,17 @@ pub enum PromqlError {
     #[error("{0}")]
     Execution(String),
     /// The query would hold more samples than allowed.
-    #[error(
-        "query processing would load too many samples into memory in query execution (limit {limit})"
-    )]
+    #[error("query processing would load too many samples into memory in query execution")]
     TooManySamples {
         /// The configured maximum.
+        limit: usize,
+    },
+    /// A selector matched more series than allowed.
+    #[error(
+        "query processing would load too many series into memory in query execution: a selector matched more than {limit} series"
+    )]
+    TooManySeries {
+        /// The configured maximum per selector.
         limit: usize,
     },
     /// The caller's cancellation check fired.
@@ -178,14 +184,18 @@ impl Engine {
     }
 }
 
-/// True when `query` parses (duration expressions included, taking
-/// `step()` and `range()` as one minute).
+/// False when the parser cannot read `query` after the pre-pass (taking
+/// `step()` and `range()` as one minute); an error of the pre-pass itself
+/// (a zero range, division by zero) is left for evaluation to report.
 pub fn parses(query: &str) -> bool {
     let ctx = durexpr::DurCtx {
         step_ms: 60_000,
         range_ms: 60_000,
     };
-    durexpr::rewrite(query, ctx).is_ok_and(|q| promql_parser::parser::parse(&q).is_ok())
+    match durexpr::rewrite(query, ctx) {
+        Ok(q) => promql_parser::parser::parse(&q).is_ok(),
+        Err(_) => true,
+    }
 }
 
 /// Parses a series selector (as in `match[]`) into store matchers.
