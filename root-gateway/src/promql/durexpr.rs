@@ -44,6 +44,15 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
                 i = end;
                 prev = c;
             }
+            b'#' if braces == 0 => {
+                // A comment runs to the end of the line.
+                let end = b[i..]
+                    .iter()
+                    .position(|x| *x == b'\n')
+                    .map_or(b.len(), |k| i + k);
+                out.push_str(&q[i..end]);
+                i = end;
+            }
             b'{' => {
                 braces += 1;
                 out.push('{');
@@ -663,6 +672,10 @@ mod tests {
             format!("info(x, {{{MODE_LABEL}=\"info\",data=~\".*\"}})")
         );
         assert_eq!(rw("info(x)", 0, 0), "info(x)");
+        assert_eq!(
+            rw("x[5m] # see [docs]\n+ y", 0, 0),
+            "x[5m] # see [docs]\n+ y"
+        );
         assert_eq!(rw(r#"f("\xff")"#, 0, 0), r#"f("\U0000fffd")"#);
         assert_eq!(
             rw(r#"f("\xc3\xa9\x41")"#, 0, 0),
