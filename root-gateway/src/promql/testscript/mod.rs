@@ -85,8 +85,22 @@ enum Kind {
     Range(i64, i64, i64),
 }
 
-/// Runs a whole script and reports per-eval results.
+/// Optional checks of the upstream runner.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Also run each instant eval as a range query from `T-1m` to `T+1m`
+    /// (step 1m) and check its points at `T` (Prometheus' range-mode check).
+    pub range_check: bool,
+}
+
+/// Runs a whole script and reports per-eval results, with the range-mode
+/// check on (as the upstream runner does).
 pub fn run_script(text: &str) -> Report {
+    run_script_with(text, Options { range_check: true })
+}
+
+/// [`run_script`] with optional checks.
+pub fn run_script_with(text: &str, opts: Options) -> Report {
     let lines: Vec<String> = text
         .split('\n')
         .map(|l| {
@@ -178,6 +192,7 @@ pub fn run_script(text: &str) -> Report {
                 rest,
                 exp,
                 unsupported_segment,
+                opts,
             );
         } else {
             report.fail(start + 1, line, format!("invalid command {cmd:?}"));
@@ -281,6 +296,7 @@ fn run_eval(
     rest: &str,
     mut exp: Expect,
     unsupported: Option<&'static str>,
+    opts: Options,
 ) {
     let Some((kind, expr)) = parse_header(cmd, rest) else {
         report.fail(line, rest, "cannot parse eval command".into());
@@ -356,10 +372,61 @@ fn run_eval(
         },
         Kind::Range(s, e, step) => compare_matrix(&value, &exp, s, step, Some(e)),
     };
+    let verdict = match (verdict, kind) {
+        (Ok(()), Kind::Instant(t))
+            if opts.range_check
+                && exp.range_vector.is_none()
+                && exp.string.is_none()
+                && !exp.ordered
+                && !["start()", "end()", "range()", "step()"]
+                    .iter()
+                    .any(|f| expr.contains(f)) =>
+        {
+            range_mode(engine, store, &expr, t, &exp)
+        }
+        (v, _) => v,
+    };
     match verdict {
         Ok(()) => report.passed += 1,
         Err(m) => report.fail(line, &expr, m),
     }
+}
+
+/// Prometheus' range-mode check: the instant eval as a range query around
+/// `t`, its points at `t` compared with the same expectations.
+fn range_mode(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    t: i64,
+    exp: &Expect,
+) -> Result<(), String> {
+    let m = engine
+        .range(store, expr, t - 60_000, t + 60_000, 60_000)
+        .map_err(|e| format!("range mode: unexpected error: {e}"))?;
+    let at_t = m.iter().filter_map(|s| {
+        s.points
+            .iter()
+            .find(|p| p.t == t)
+            .map(|p| (s.labels.clone(), p.v))
+    });
+    let value = if exp.scalar.is_some() {
+        match at_t.collect::<Vec<_>>().as_slice() {
+            [(_, v)] => Value::Scalar { t, v: *v },
+            other => return Err(format!("range mode: {} series for a scalar", other.len())),
+        }
+    } else {
+        Value::Vector(
+            at_t.map(|(labels, v)| super::VectorSample {
+                labels,
+                t,
+                v,
+                drop_name: false,
+            })
+            .collect(),
+        )
+    };
+    compare_instant(&value, exp).map_err(|e| format!("range mode: {e}"))
 }
 
 fn feq(a: f64, b: f64) -> bool {
