@@ -6,6 +6,7 @@
 //! know) are counted as skipped, each with its reason.
 
 mod notation;
+mod variants;
 
 use std::collections::BTreeMap;
 
@@ -80,6 +81,7 @@ struct Expect {
     bad_line: Option<String>,
 }
 
+#[derive(Clone, Copy)]
 enum Kind {
     Instant(i64),
     Range(i64, i64, i64),
@@ -89,7 +91,8 @@ enum Kind {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
     /// Also run each instant eval as a range query from `T-1m` to `T+1m`
-    /// (step 1m) and check its points at `T` (Prometheus' range-mode check).
+    /// (step 1m) and check its points at `T` (Prometheus' range-mode check),
+    /// and its `@ T` variants at other times.
     pub range_check: bool,
 }
 
@@ -377,6 +380,17 @@ fn run_eval(
             if opts.range_check
                 && exp.range_vector.is_none()
                 && exp.string.is_none()
+                && variants::applies(&expr) =>
+        {
+            at_variants(engine, store, &expr, t, &exp)
+        }
+        (v, _) => v,
+    };
+    let verdict = match (verdict, kind) {
+        (Ok(()), Kind::Instant(t))
+            if opts.range_check
+                && exp.range_vector.is_none()
+                && exp.string.is_none()
                 && !exp.ordered
                 && !["start()", "end()", "range()", "step()"]
                     .iter()
@@ -390,6 +404,23 @@ fn run_eval(
         Ok(()) => report.passed += 1,
         Err(m) => report.fail(line, &expr, m),
     }
+}
+
+/// The `@` variants: the query pinned to `t` must give the same answer
+/// when run at other times.
+fn at_variants(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    t: i64,
+    exp: &Expect,
+) -> Result<(), String> {
+    for at in variants::times(t) {
+        let v = variants::run(engine, store, expr, t, at)
+            .map_err(|e| format!("@ {t}ms variant at {at}ms: unexpected error: {e}"))?;
+        compare_instant(&v, exp).map_err(|e| format!("@ {t}ms variant at {at}ms: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Prometheus' range-mode check: the instant eval as a range query around
