@@ -46,6 +46,9 @@ fn group(
 }
 
 fn int_param(p: f64) -> Result<i64, PromqlError> {
+    if p.is_nan() {
+        return Err(PromqlError::Execution("Parameter value is NaN".into()));
+    }
     if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&p) {
         return Err(PromqlError::Execution(format!(
             "Scalar value {} overflows int64",
@@ -125,7 +128,7 @@ pub(crate) fn eval(
             return Ok(Value::Vector(out));
         }
         "count_values" => {
-            if str_param.is_empty() {
+            if !super::functions::valid_label_name(&str_param) {
                 return Err(PromqlError::Execution(format!(
                     "invalid label name {str_param:?}"
                 )));

@@ -25,7 +25,13 @@ pub(crate) fn quantile(q: f64, vals: &mut [f64]) -> f64 {
     if q > 1.0 {
         return f64::INFINITY;
     }
-    vals.sort_by(|a, b| a.total_cmp(b));
+    // NaN sorts first, as Go's sort.Float64s does.
+    vals.sort_by(|a, b| match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => a.total_cmp(b),
+    });
     let n = vals.len() as f64;
     let rank = q * (n - 1.0);
     let lower = rank.floor().max(0.0);

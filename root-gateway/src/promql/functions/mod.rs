@@ -15,6 +15,7 @@ mod math;
 mod range;
 mod time;
 
+pub(crate) use label::valid_label_name;
 use label::{label_join, label_replace, natural_cmp};
 use math::math_fn;
 pub(crate) use math::{avg, go_max, go_min, kahan_inc, quantile, variance};

@@ -96,18 +96,17 @@ fn instant_rate(p: &[Point], is_rate: bool) -> Option<f64> {
     Some(r)
 }
 
-/// The range of a matrix argument (a selector or a subquery) in ms, the
-/// end of its window (offset and `@` applied) and its `@` time (offset not).
-fn matrix_range(ev: &Evaluator<'_>, e: &Expr, t: i64) -> (i64, i64, i64) {
+/// The range of a matrix argument (a selector or a subquery) in ms and the
+/// end of its window (offset and `@` applied).
+fn matrix_range(ev: &Evaluator<'_>, e: &Expr, t: i64) -> (i64, i64) {
     let (range, at, off) = match e {
         Expr::MatrixSelector(m) => (dur_ms(&m.range), &m.vs.at, &m.vs.offset),
         Expr::Subquery(s) => (dur_ms(&s.range), &s.at, &s.offset),
         Expr::Paren(p) => return matrix_range(ev, &p.expr, t),
-        _ => return (0, t, t),
+        _ => return (0, t),
     };
     let end = prepass::adjust(at, off, t, ev.qstart, ev.qend);
-    let at_t = prepass::adjust(at, &None, t, ev.qstart, ev.qend);
-    (range, end, at_t)
+    (range, end)
 }
 
 pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value, PromqlError> {
@@ -126,7 +125,7 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
         _ => (0, Vec::new()),
     };
     let marg = arg(c, mi)?;
-    let (range, end, at_t) = matrix_range(ev, marg, t);
+    let (range, end) = matrix_range(ev, marg, t);
     let mode = match marg {
         Expr::MatrixSelector(ms) => prepass::mode(&ms.vs),
         _ => Mode::Plain,
@@ -175,6 +174,7 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
             "present_over_time" => Some(1.0),
             "stddev_over_time" => Some(variance(vals()).sqrt()),
             "stdvar_over_time" => Some(variance(vals())),
+            "mad_over_time" if vals().any(f64::is_nan) => Some(f64::NAN),
             "mad_over_time" => {
                 let mut v: Vec<f64> = vals().collect();
                 let med = quantile(0.5, &mut v);
@@ -197,7 +197,8 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
             ),
             "deriv" => (p.len() >= 2).then(|| linear_regression(&p, p[0].t).0),
             "predict_linear" => (p.len() >= 2).then(|| {
-                let (slope, icpt) = linear_regression(&p, at_t);
+                // The intercept is at the evaluation time, even under `@`.
+                let (slope, icpt) = linear_regression(&p, t);
                 icpt + slope * params[0]
             }),
             "holt_winters" | "double_exponential_smoothing" => {
