@@ -9,6 +9,7 @@ use super::{PromqlError, aggregate};
 use crate::store::Labels;
 use canopy_proto::model::METRIC_NAME;
 
+mod histogram;
 mod info;
 mod label;
 mod math;
@@ -231,6 +232,8 @@ pub(crate) fn call(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value, Pr
         }
         "label_replace" => return label_replace(ev, c, t),
         "info" => return info::info(ev, c, t),
+        "histogram_fraction" => return histogram::histogram_fraction(ev, c, t),
+        "histogram_quantiles" => return histogram::histogram_quantiles(ev, c, t),
         "label_join" => return label_join(ev, c, t),
         "histogram_quantile" => return aggregate::histogram_quantile(ev, c, t),
         _ => {}
