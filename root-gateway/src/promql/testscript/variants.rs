@@ -57,21 +57,9 @@ fn system_time(ms: i64) -> SystemTime {
 /// subquery is left alone (it is pinned through the subquery).
 fn pin(e: &mut Expr, at: &AtModifier) {
     match e {
-        Expr::VectorSelector(vs) => {
-            if vs.at.is_none() {
-                vs.at = Some(at.clone());
-            }
-        }
-        Expr::MatrixSelector(ms) => {
-            if ms.vs.at.is_none() {
-                ms.vs.at = Some(at.clone());
-            }
-        }
-        Expr::Subquery(sq) => {
-            if sq.at.is_none() {
-                sq.at = Some(at.clone());
-            }
-        }
+        Expr::VectorSelector(vs) if vs.at.is_none() => vs.at = Some(at.clone()),
+        Expr::MatrixSelector(ms) if ms.vs.at.is_none() => ms.vs.at = Some(at.clone()),
+        Expr::Subquery(sq) if sq.at.is_none() => sq.at = Some(at.clone()),
         Expr::Aggregate(a) => {
             if let Some(p) = a.param.as_mut() {
                 pin(p, at);
