@@ -277,24 +277,7 @@ pub(crate) fn histogram_quantile(
     };
     let q = ev.eval_scalar(qa, t)?;
     let v = ev.eval_vector(va, t)?;
-    let mut idx: HashMap<Labels, usize> = HashMap::new();
-    let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
-    for s in v {
-        let Some(ub) = s
-            .labels
-            .get("le")
-            .and_then(|x| x.trim().parse::<f64>().ok())
-        else {
-            continue;
-        };
-        let mut k = s.labels.clone();
-        k.remove("le");
-        let i = *idx.entry(k.clone()).or_insert_with(|| {
-            groups.push((k, Vec::new()));
-            groups.len() - 1
-        });
-        groups[i].1.push((ub, s.v));
-    }
+    let groups = super::functions::classic_groups(ev, v, "histogram_quantile", va);
     Ok(Value::Vector(
         groups
             .into_iter()

@@ -27,6 +27,10 @@ pub(crate) struct Evaluator<'a> {
     cur_samples: usize,
     /// Step of a range query (0 for an instant query), for `step()`.
     pub(crate) step_ms: i64,
+    /// The query text (after the pre-pass), for annotation positions.
+    pub(crate) text: &'a str,
+    /// Warnings raised so far, as the HTTP API words them (deduplicated).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -51,6 +55,25 @@ impl<'a> Evaluator<'a> {
             calls: 0,
             cur_samples: 0,
             step_ms: 0,
+            text: "",
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records a warning about the sub-expression `arg` of a call to `func`,
+    /// positioned (line:column) where `arg` is written after `func(`.
+    pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {
+        let call = self.text.find(&format!("{func}(")).unwrap_or(0);
+        let shown = arg.to_string();
+        let at = self.text[call..]
+            .find(shown.as_str())
+            .map_or(call, |k| call + k);
+        let before = &self.text[..at];
+        let line = before.matches('\n').count() + 1;
+        let col = before.len() - before.rfind('\n').map_or(0, |k| k + 1) + 1;
+        let w = format!("PromQL warning: {msg} ({line}:{col})");
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
         }
     }
 
@@ -418,29 +441,30 @@ fn finish(v: Value, t: i64) -> Result<Value, PromqlError> {
     }
 }
 
-/// Runs an instant query.
+/// Runs an instant query; also returns its warnings.
 pub(crate) fn instant(
     opts: &EngineOpts,
     q: &dyn Querier,
-    expr: &Expr,
+    (expr, text): (&Expr, &str),
     ts: i64,
     cancel: Cancel<'_>,
-) -> Result<Value, PromqlError> {
+) -> Result<(Value, Vec<String>), PromqlError> {
     let mut ev = Evaluator::new(opts, q, cancel, expr, ts, ts);
+    ev.text = text;
     let v = ev.eval(expr, ts)?;
-    finish(v, ts)
+    Ok((finish(v, ts)?, ev.warnings))
 }
 
-/// Runs a range query.
+/// Runs a range query; also returns its warnings.
 pub(crate) fn range(
     opts: &EngineOpts,
     q: &dyn Querier,
-    expr: &Expr,
+    (expr, text): (&Expr, &str),
     start: i64,
     end: i64,
     step: i64,
     cancel: Cancel<'_>,
-) -> Result<Matrix, PromqlError> {
+) -> Result<(Matrix, Vec<String>), PromqlError> {
     match expr.value_type() {
         ValueType::Scalar | ValueType::Vector => {}
         other => {
@@ -456,6 +480,7 @@ pub(crate) fn range(
     }
     let mut ev = Evaluator::new(opts, q, cancel, expr, start, end);
     ev.step_ms = step;
+    ev.text = text;
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut out: Matrix = Vec::new();
     let mut total = 0usize;
@@ -500,5 +525,5 @@ pub(crate) fn range(
         };
     }
     out.sort_by(|a, b| a.labels.cmp(&b.labels));
-    Ok(out)
+    Ok((out, ev.warnings))
 }

@@ -131,9 +131,22 @@ impl Engine {
         ts_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<Value, PromqlError> {
+        self.instant_annotated(q, query, ts_ms, cancel)
+            .map(|(v, _)| v)
+    }
+
+    /// [`Engine::instant_with_cancel`], also returning the query's warnings
+    /// as Prometheus words them (`PromQL warning: ... (line:col)`).
+    pub fn instant_annotated(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        ts_ms: i64,
+        cancel: Cancel<'_>,
+    ) -> Result<(Value, Vec<String>), PromqlError> {
         let query = durexpr::rewrite(query, durexpr::DurCtx::default())?;
         let expr = prepass::parse(&query, &self.opts)?;
-        eval::instant(&self.opts, q, &expr, ts_ms, cancel)
+        eval::instant(&self.opts, q, (&expr, &query), ts_ms, cancel)
     }
 
     /// Evaluates `query` at every `step_ms` from `start_ms` to `end_ms`.
@@ -158,6 +171,19 @@ impl Engine {
         step_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<Matrix, PromqlError> {
+        self.range_annotated(q, query, (start_ms, end_ms, step_ms), cancel)
+            .map(|(m, _)| m)
+    }
+
+    /// [`Engine::range_with_cancel`] for `(start, end, step)` in ms, also
+    /// returning the query's warnings.
+    pub fn range_annotated(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        (start_ms, end_ms, step_ms): (i64, i64, i64),
+        cancel: Cancel<'_>,
+    ) -> Result<(Matrix, Vec<String>), PromqlError> {
         if step_ms <= 0 {
             return Err(PromqlError::BadRequest(
                 "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
@@ -180,7 +206,15 @@ impl Engine {
         };
         let query = durexpr::rewrite(query, ctx)?;
         let expr = prepass::parse(&query, &self.opts)?;
-        eval::range(&self.opts, q, &expr, start_ms, end_ms, step_ms, cancel)
+        eval::range(
+            &self.opts,
+            q,
+            (&expr, &query),
+            start_ms,
+            end_ms,
+            step_ms,
+            cancel,
+        )
     }
 }
 

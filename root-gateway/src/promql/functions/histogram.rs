@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use promql_parser::parser::Call;
+use promql_parser::parser::{Call, Expr};
 
 use super::super::PromqlError;
 use super::super::aggregate::bucket_quantile;
@@ -13,16 +13,24 @@ use super::arg;
 use crate::store::Labels;
 
 /// Bucket series grouped by their labels without `le`: (upper bound,
-/// cumulative count) per group. Series without a numeric `le` are left out.
-pub(crate) fn classic_groups(v: Vec<VectorSample>) -> Vec<(Labels, Vec<(f64, f64)>)> {
+/// cumulative count) per group. Series without a numeric `le` are left out
+/// with a warning about `arg` (the bucket argument of `func`).
+pub(crate) fn classic_groups(
+    ev: &mut Evaluator<'_>,
+    v: Vec<VectorSample>,
+    func: &str,
+    arg: &Expr,
+) -> Vec<(Labels, Vec<(f64, f64)>)> {
     let mut idx: HashMap<Labels, usize> = HashMap::new();
     let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
     for s in v {
-        let Some(ub) = s
-            .labels
-            .get("le")
-            .and_then(|x| x.trim().parse::<f64>().ok())
-        else {
+        let le = s.labels.get("le").unwrap_or("");
+        let Some(ub) = le.trim().parse::<f64>().ok().filter(|_| !le.is_empty()) else {
+            let msg = format!(
+                "bucket label \"le\" is missing or has a malformed value of {le:?} for metric name {:?}",
+                s.labels.name()
+            );
+            ev.warn(&msg, func, arg);
             continue;
         };
         let mut k = s.labels;
@@ -87,7 +95,7 @@ pub(super) fn histogram_fraction(
     let upper = ev.eval_scalar(arg(c, 1)?, t)?;
     let v = ev.eval_vector(arg(c, 2)?, t)?;
     Ok(Value::Vector(
-        classic_groups(v)
+        classic_groups(ev, v, "histogram_fraction", arg(c, 2)?)
             .into_iter()
             .map(|(labels, b)| VectorSample {
                 labels,
@@ -128,7 +136,7 @@ pub(super) fn histogram_quantiles(
         qs.push(ev.eval_scalar(arg(c, i)?, t)?);
     }
     let mut out = Vec::new();
-    for (labels, b) in classic_groups(v) {
+    for (labels, b) in classic_groups(ev, v, "histogram_quantiles", arg(c, 0)?) {
         for q in &qs {
             let mut l = labels.clone();
             l.set(&label, &quantile_label(*q));

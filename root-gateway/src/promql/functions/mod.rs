@@ -16,6 +16,7 @@ mod math;
 mod range;
 mod time;
 
+pub(crate) use histogram::classic_groups;
 pub(crate) use label::valid_label_name;
 use label::{label_join, label_replace, natural_cmp};
 use math::math_fn;

@@ -72,7 +72,11 @@ struct Expect {
     fail_msg: Option<String>,
     fail_regex: Option<String>,
     ordered: bool,
-    annotations: bool,
+    /// `expect info` lines or `eval_info` (infos are not produced yet).
+    infos: bool,
+    /// `expect warn` lines: exact message, regex, or anything (`None`).
+    warns: Vec<Option<(bool, String)>>,
+    no_warn: bool,
     range_vector: Option<(i64, i64, i64)>,
     string: Option<String>,
     scalar: Option<f64>,
@@ -220,8 +224,18 @@ fn parse_expect_line(l: &str, exp: &mut Expect) -> bool {
                 }
             }
             "ordered" => exp.ordered = true,
-            "warn" | "info" => exp.annotations = true,
-            "no_warn" | "no_info" => {}
+            "info" => exp.infos = true,
+            "warn" => {
+                let t = tail.trim();
+                exp.warns.push(if let Some(m) = t.strip_prefix("msg:") {
+                    Some((false, m.trim().to_string()))
+                } else {
+                    t.strip_prefix("regex:")
+                        .map(|r| (true, r.trim().to_string()))
+                });
+            }
+            "no_warn" => exp.no_warn = true,
+            "no_info" => {}
             "range" => {
                 let parts: Vec<&str> = tail.split_whitespace().collect();
                 match parts.as_slice() {
@@ -308,7 +322,8 @@ fn run_eval(
     match cmd {
         "eval_fail" => exp.fail = true,
         "eval_ordered" => exp.ordered = true,
-        "eval_warn" | "eval_info" => exp.annotations = true,
+        "eval_warn" => exp.warns.push(None),
+        "eval_info" => exp.infos = true,
         _ => {}
     }
     if let Some(why) = unsupported {
@@ -317,8 +332,8 @@ fn run_eval(
     if exp.hist {
         return report.skip(line, &expr, "native histograms");
     }
-    if exp.annotations {
-        return report.skip(line, &expr, "annotations");
+    if exp.infos {
+        return report.skip(line, &expr, "info annotations");
     }
     if let Some(b) = exp.bad_line {
         return report.fail(line, &expr, format!("cannot parse expectation line {b:?}"));
@@ -329,9 +344,11 @@ fn run_eval(
     let result = match kind {
         Kind::Instant(t) => {
             let t = exp.range_vector.map_or(t, |(_, t2, _)| t2);
-            engine.instant(store, &expr, t)
+            engine.instant_annotated(store, &expr, t, &|| false)
         }
-        Kind::Range(s, e, step) => engine.range(store, &expr, s, e, step).map(Value::Matrix),
+        Kind::Range(s, e, step) => engine
+            .range_annotated(store, &expr, (s, e, step), &|| false)
+            .map(|(m, w)| (Value::Matrix(m), w)),
     };
     if exp.fail {
         match result {
@@ -364,10 +381,13 @@ fn run_eval(
         }
         return;
     }
-    let value = match result {
+    let (value, warnings) = match result {
         Ok(v) => v,
         Err(e) => return report.fail(line, &expr, format!("unexpected error: {e}")),
     };
+    if let Err(m) = check_warnings(&exp, &warnings) {
+        return report.fail(line, &expr, m);
+    }
     let verdict = match kind {
         Kind::Instant(_) => match exp.range_vector {
             Some((a, _, s)) => compare_matrix(&value, &exp, a, s, None),
@@ -458,6 +478,35 @@ fn range_mode(
         )
     };
     compare_instant(&value, exp).map_err(|e| format!("range mode: {e}"))
+}
+
+/// Warnings against `expect warn` / `expect no_warn` (§6.2 of the format).
+fn check_warnings(exp: &Expect, got: &[String]) -> Result<(), String> {
+    if exp.no_warn && !got.is_empty() {
+        return Err(format!("expected no warnings, got {got:?}"));
+    }
+    if exp.warns.is_empty() {
+        return Ok(());
+    }
+    let matches = |want: &Option<(bool, String)>, w: &str| match want {
+        None => true,
+        Some((false, m)) => w.trim() == m,
+        Some((true, r)) => super::prepass::regex_matcher(&format!(".*(?:{r}).*"))
+            .map(|m| m.is_match(w))
+            .unwrap_or(false),
+    };
+    for want in &exp.warns {
+        if !got.iter().any(|w| matches(want, w)) {
+            return Err(format!("expected warning {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(extra) = got
+        .iter()
+        .find(|w| !exp.warns.iter().any(|x| matches(x, w)))
+    {
+        return Err(format!("unexpected warning {extra:?}"));
+    }
+    Ok(())
 }
 
 fn feq(a: f64, b: f64) -> bool {

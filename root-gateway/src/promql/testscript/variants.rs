@@ -92,5 +92,5 @@ pub(super) fn run(
     let text = durexpr::rewrite(expr, durexpr::DurCtx::default())?;
     let mut parsed = prepass::parse(&text, engine.opts())?;
     pin(&mut parsed, &AtModifier::At(system_time(t)));
-    eval::instant(engine.opts(), store, &parsed, at_time, &|| false)
+    eval::instant(engine.opts(), store, (&parsed, &text), at_time, &|| false).map(|(v, _)| v)
 }
