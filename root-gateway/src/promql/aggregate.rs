@@ -87,6 +87,11 @@ pub(crate) fn eval(
             num_param = ev.eval_scalar(p, t)?;
         }
     }
+    if op == "quantile"
+        && let Some(p) = &a.param
+    {
+        ev.check_quantile(num_param, "quantile", p);
+    }
     let v = ev.eval_vector(&a.expr, t)?;
     let m = &a.modifier;
     match op {
@@ -276,6 +281,7 @@ pub(crate) fn histogram_quantile(
         ));
     };
     let q = ev.eval_scalar(qa, t)?;
+    ev.check_quantile(q, "histogram_quantile", qa);
     let v = ev.eval_vector(va, t)?;
     let groups = super::functions::classic_groups(ev, v, "histogram_quantile", va);
     Ok(Value::Vector(

@@ -77,6 +77,18 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// Warns when a quantile parameter (written as `arg` in `func`) is
+    /// outside [0, 1], as Prometheus does.
+    pub(crate) fn check_quantile(&mut self, q: f64, func: &str, arg: &Expr) {
+        if !(0.0..=1.0).contains(&q) {
+            let msg = format!(
+                "quantile value should be between 0 and 1, got {}",
+                super::format_value(q)
+            );
+            self.warn(&msg, func, arg);
+        }
+    }
+
     /// Accounts for `n` more samples held in this step.
     pub(crate) fn hold(&mut self, n: usize) -> Result<(), PromqlError> {
         self.cur_samples = self.cur_samples.saturating_add(n);

@@ -133,10 +133,17 @@ pub(super) fn histogram_quantiles(
     }
     let mut qs = Vec::new();
     for i in 2..c.args.args.len() {
-        qs.push(ev.eval_scalar(arg(c, i)?, t)?);
+        let q = ev.eval_scalar(arg(c, i)?, t)?;
+        ev.check_quantile(q, "histogram_quantiles", arg(c, i)?);
+        qs.push(q);
     }
     let mut out = Vec::new();
     for (labels, b) in classic_groups(ev, v, "histogram_quantiles", arg(c, 0)?) {
+        if labels.get(&label).is_some() {
+            return Err(PromqlError::Execution(format!(
+                "histogram_quantiles(): label {label:?} already exists on the input series"
+            )));
+        }
         for q in &qs {
             let mut l = labels.clone();
             l.set(&label, &quantile_label(*q));

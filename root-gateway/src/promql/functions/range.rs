@@ -113,7 +113,11 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     let name = c.func.name;
     // Scalar parameters come first for quantile_over_time, after the matrix otherwise.
     let (mi, params) = match name {
-        "quantile_over_time" => (1, vec![ev.eval_scalar(arg(c, 0)?, t)?]),
+        "quantile_over_time" => {
+            let q = ev.eval_scalar(arg(c, 0)?, t)?;
+            ev.check_quantile(q, name, arg(c, 0)?);
+            (1, vec![q])
+        }
         "predict_linear" => (0, vec![ev.eval_scalar(arg(c, 1)?, t)?]),
         "holt_winters" | "double_exponential_smoothing" => (
             0,
