@@ -98,6 +98,7 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
                 let next = b[j..].iter().copied().find(|x| !x.is_ascii_whitespace());
                 let is_mode = (word == "anchored" || word == "smoothed")
                     && (prev == b']' || prev == b'}' || prev == b')' || is_ident(prev))
+                    && !ends_with_keyword(&out)
                     && !matches!(next, Some(b'(' | b'{' | b'['));
                 if let (true, Some(at)) = (is_mode, last_sel) {
                     mark_selector(&mut out, at, word);
@@ -107,19 +108,6 @@ pub(crate) fn rewrite(q: &str, ctx: DurCtx) -> Result<String, PromqlError> {
                 }
                 out.push_str(word);
                 i = j;
-                const KEYWORDS: [&str; 11] = [
-                    "offset",
-                    "bool",
-                    "by",
-                    "without",
-                    "on",
-                    "ignoring",
-                    "group_left",
-                    "group_right",
-                    "and",
-                    "or",
-                    "unless",
-                ];
                 if !matches!(next, Some(b'(' | b'{'))
                     && !KEYWORDS.iter().any(|k| word.eq_ignore_ascii_case(k))
                 {
@@ -267,6 +255,31 @@ fn hex_escapes(lit: &str) -> String {
     }
     out.push_str(&lit[last..]);
     out
+}
+
+/// Words after which a name is an operand, never a modifier.
+const KEYWORDS: [&str; 11] = [
+    "offset",
+    "bool",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+];
+
+/// True when `out` ends (before whitespace) with a keyword of [`KEYWORDS`].
+fn ends_with_keyword(out: &str) -> bool {
+    let t = out.trim_end();
+    let start = t
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |k| k + 1);
+    let w = &t[start..];
+    KEYWORDS.iter().any(|k| w.eq_ignore_ascii_case(k))
 }
 
 /// The label matcher that carries an `anchored`/`smoothed` modifier to the
@@ -667,6 +680,7 @@ mod tests {
             format!("x{{a=\"b\",{MODE_LABEL}=\"smoothed\"}} offset -100000ms  + 0")
         );
         assert_eq!(rw("sum(smoothed)", 0, 0), "sum(smoothed)");
+        assert_eq!(rw("x and smoothed", 0, 0), "x and smoothed");
         assert_eq!(
             rw("info(x, {data=~\".*\"})", 0, 0),
             format!("info(x, {{{MODE_LABEL}=\"info\",data=~\".*\"}})")
