@@ -137,7 +137,7 @@ fn dashboard_renders_live_jobs_and_refreshes() {
     wait_for("job CPU rates", Duration::from_secs(60), || {
         let r = results(
             http,
-            "sum by (job_id) (rate(canopy_job_cpu_seconds_total[30s]))",
+            "sum by (job_id) (rate(canopy_job_cpu_seconds_total[1m]))",
         );
         (r.len() >= 3).then_some(())
     });
@@ -197,7 +197,7 @@ fn dashboard_renders_live_jobs_and_refreshes() {
     let idle = |port| -> BTreeSet<String> {
         results(
             port,
-            "sum by (job_id) (rate(canopy_job_cpu_seconds_total[30s])) \
+            "sum by (job_id) (rate(canopy_job_cpu_seconds_total[1m])) \
              / sum by (job_id) (canopy_job_cpus_allocated) < 0.3",
         )
         .iter()

@@ -147,6 +147,13 @@ fn dashboard_queries_compute_the_expected_figures() {
     };
     let cpu = by("job_cpu_used", "job_id");
     assert!(close(cpu["101"], 3.0) && close(cpu["202"], 14.0), "{cpu:?}");
+    // Seen for longer than the 1m rate window: its first sample in the
+    // left-open window (END - 60 s, END] is at END - 59 s.
+    let seen = by("job_observed_seconds", "job_id");
+    assert!(
+        close(seen["101"], 59.0) && close(seen["202"], 59.0),
+        "{seen:?}"
+    );
     let alloc = by("job_cpus_allocated", "user");
     assert_eq!(alloc["alice"], 16.0);
     assert_eq!(alloc["dana"], 16.0);

@@ -47,7 +47,7 @@ async function snapshot() {
     const id = m.job_id;
     if (!jobs.has(id)) {
       jobs.set(id, { id, user: '', account: '', partition: '', nodes: [], cpus: 0, cpuUsed: NaN, mem: NaN,
-        memAlloc: 0, gpus: 0, gpusBusy: NaN, ioRead: NaN, ioWrite: NaN, share: NaN });
+        memAlloc: 0, gpus: 0, gpusBusy: NaN, ioRead: NaN, ioWrite: NaN, share: NaN, observed: NaN });
     }
     return jobs.get(id);
   };
@@ -62,6 +62,7 @@ async function snapshot() {
     for (const r of q[name]) if (jobs.has(r.metric.job_id)) jobs.get(r.metric.job_id)[key] = val(r);
   };
   put('job_cpu_used', 'cpuUsed');
+  put('job_observed_seconds', 'observed');
   put('job_memory', 'mem');
   put('job_memory_allocated', 'memAlloc');
   put('job_gpus_allocated', 'gpus');

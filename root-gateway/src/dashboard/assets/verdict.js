@@ -10,6 +10,8 @@ import { h, num, pct, bytes, rate } from './ui.js';
  * so the light here and the gRPC JobStress verdict agree.
  */
 export const LIMITS = {
+  /** A job observed for less than this many seconds of the rate window is not called underusing. */
+  minObservedSecs: 50,
   /** Below this share of allocated cores busy, CPU is underused. */
   cpuUnder: 0.5,
   /** Above this share of allocated cores busy, CPU is oversubscribed. */
@@ -61,11 +63,17 @@ export function judge(j) {
       over.push(`dominates cluster I/O: ${pct(share)} of cluster ${what} (${rate(r)})`);
     }
   }
+  const young = Number.isFinite(j.observed) && j.observed < LIMITS.minObservedSecs;
+  if (young) under.length = 0;
   let level = 'unknown';
   if (over.length) level = 'over';
   else if (under.length) level = 'under';
   else if (judged && Number.isFinite(j.cpuUsed)) level = 'ok';
-  return { level, word: WORDS[level], reasons: over.concat(under) };
+  const reasons = over.concat(under);
+  if (young) {
+    reasons.push(`observed for ${Math.round(j.observed)} s only: not judged for underuse before ${LIMITS.minObservedSecs} s`);
+  }
+  return { level, word: WORDS[level], reasons };
 }
 
 /** The traffic light element for a verdict; `long` adds the reasons as text. */
