@@ -85,6 +85,10 @@ pub struct GatewayFile {
     /// under any policy; a machine crash loses at most one tick under "tick".
     #[serde(default = "default_fsync")]
     pub fsync: String,
+    /// Prometheus remote_write endpoints every series is sent to, e.g.
+    /// `["http://victoria:8428/api/v1/write"]`.
+    #[serde(default)]
+    pub remote_write: Vec<String>,
     /// Certificates.
     pub tls: TlsFile,
 }
@@ -240,6 +244,7 @@ pub fn gateway_file(a: &Addressing, plan: &Plan) -> Result<GatewayFile> {
         retention_secs: default_retention(),
         data_dir: None,
         fsync: default_fsync(),
+        remote_write: Vec::new(),
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),

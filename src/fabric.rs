@@ -138,6 +138,8 @@ pub struct UpArgs {
     pub subtrees: usize,
     /// Tick, ms.
     pub tick_ms: u64,
+    /// remote_write endpoints.
+    pub remote_write: Vec<String>,
 }
 
 fn this_host() -> String {
@@ -182,6 +184,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             tick,
             wal: None,
             grpc: Some(args.grpc),
+            remote_write: args.remote_write.clone(),
         },
         sd_rx.clone(),
     )
@@ -310,16 +313,22 @@ pub struct GatewayArgs {
     pub retention: Option<String>,
     /// fsync policy: always, tick, never.
     pub fsync: Option<String>,
+    /// remote_write endpoints (replace the config's when given).
+    pub remote_write: Vec<String>,
 }
 
 /// `canopy gateway [--config FILE]`.
 pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let http = args.http;
     let mut grpc_cfg = "127.0.0.1:9701".to_string();
+    let mut remote_write = args.remote_write;
     let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
             grpc_cfg.clone_from(&f.grpc);
+            if remote_write.is_empty() {
+                remote_write.clone_from(&f.remote_write);
+            }
             let id = load_identity(p, &f.tls)?;
             let l = Listener::bind(
                 config::addr("listen", &f.listen)?,
@@ -369,6 +378,7 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             tick: Duration::from_secs(1),
             wal,
             grpc: Some(grpc),
+            remote_write,
         },
         sd_rx,
     )

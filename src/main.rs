@@ -52,6 +52,10 @@ enum Cmd {
         /// Sampling tick, ms.
         #[arg(long, default_value_t = 1000)]
         tick_ms: u64,
+        /// Send every series to this Prometheus remote_write endpoint
+        /// (`http://host:port/api/v1/write`); repeatable.
+        #[arg(long = "remote-write", value_name = "URL")]
+        remote_write: Vec<String>,
     },
     /// Print the plan for a host list, or write one config file per host.
     Plan {
@@ -128,6 +132,11 @@ enum Cmd {
         /// When the log is fsynced: always, tick (default), never.
         #[arg(long)]
         fsync: Option<String>,
+        /// Send every series to this Prometheus remote_write endpoint
+        /// (`http://host:port/api/v1/write`); repeatable;
+        /// replaces the config's `remote_write` list.
+        #[arg(long = "remote-write", value_name = "URL")]
+        remote_write: Vec<String>,
     },
     /// A table of running and recent jobs with efficiency columns (like seff/cacct).
     Jobs {
@@ -197,12 +206,14 @@ fn main() -> Result<()> {
             grpc,
             subtrees,
             tick_ms,
+            remote_write,
         } => runtime()?.block_on(fabric::up(fabric::UpArgs {
             nodes,
             http: config::addr("--http", &http)?,
             grpc: config::addr("--grpc", &grpc)?,
             subtrees,
             tick_ms,
+            remote_write,
         })),
         Cmd::Plan {
             hosts,
@@ -276,6 +287,7 @@ fn main() -> Result<()> {
             data_dir,
             retention,
             fsync,
+            remote_write,
         } => runtime()?.block_on(fabric::gateway(
             config.as_deref(),
             fabric::GatewayArgs {
@@ -284,6 +296,7 @@ fn main() -> Result<()> {
                 data_dir,
                 retention,
                 fsync,
+                remote_write,
             },
         )),
         Cmd::Jobs {

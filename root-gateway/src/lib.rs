@@ -15,6 +15,7 @@
 pub mod api;
 pub mod dashboard;
 pub mod promql;
+pub mod remote_write;
 pub mod server;
 pub mod store;
 pub mod stress;

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::api::http::{ApiState, router};
 use crate::promql::{Engine, EngineOpts};
+use crate::remote_write::{self, RemoteWrite, SenderConfig, Tap, TapEvent};
 use crate::store::{LiveStore, LiveStoreConfig, Op, SharedStore};
 use crate::wal::{Wal, WalConfig, WalError, WalStats};
 
@@ -38,6 +39,9 @@ pub enum ServerError {
     /// The data directory could not be opened or recovered.
     #[error("data directory: {0}")]
     Wal(#[from] WalError),
+    /// A remote_write URL is unusable.
+    #[error(transparent)]
+    RemoteWrite(#[from] remote_write::RemoteWriteError),
 }
 
 /// Ops buffered by a durable [`StoreSink`] before it flushes them itself
@@ -55,6 +59,7 @@ pub struct StoreSink {
     rejected: u64,
     accepted: u64,
     pending: Vec<Op>,
+    tap: Option<Tap>,
 }
 
 impl StoreSink {
@@ -65,7 +70,14 @@ impl StoreSink {
             rejected: 0,
             accepted: 0,
             pending: Vec::new(),
+            tap: None,
         }
+    }
+
+    /// Also hands every accepted event to remote_write out.
+    pub fn with_tap(mut self, tap: Option<Tap>) -> Self {
+        self.tap = tap;
+        self
     }
 
     /// Samples the store refused (series limit, out of order).
@@ -124,6 +136,14 @@ impl StoreSink {
 
 impl Sink for StoreSink {
     fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Sample {
+                source: source.to_string(),
+                labels: labels.clone(),
+                ts_ms,
+                value,
+            });
+        }
         self.push(Op::Append {
             source: Some(source.to_string()),
             labels: labels.clone(),
@@ -133,6 +153,13 @@ impl Sink for StoreSink {
     }
 
     fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32) {
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Heartbeat {
+                source: source.to_string(),
+                ts_ms,
+                tick_ms,
+            });
+        }
         self.push(Op::Heartbeat {
             source: source.to_string(),
             ts_ms,
@@ -140,7 +167,14 @@ impl Sink for StoreSink {
         });
     }
 
-    fn retire(&mut self, _source: &str, labels: &Labels, ts_ms: i64) {
+    fn retire(&mut self, source: &str, labels: &Labels, ts_ms: i64) {
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Retire {
+                source: source.to_string(),
+                labels: labels.clone(),
+                ts_ms,
+            });
+        }
         self.push(Op::Retire {
             labels: labels.clone(),
             ts_ms,
@@ -163,6 +197,8 @@ pub struct GatewayOptions {
     pub grpc: Option<SocketAddr>,
     /// Write-ahead log and snapshots (none: memory only, nothing survives a restart).
     pub wal: Option<WalConfig>,
+    /// remote_write endpoints every sample the gateway holds is sent to.
+    pub remote_write: Vec<String>,
 }
 
 /// A running gateway.
@@ -177,6 +213,8 @@ pub struct Gateway {
     pub grpc_addr: Option<SocketAddr>,
     /// Counters of the write-ahead log (when durable).
     pub wal_stats: Option<Arc<WalStats>>,
+    /// remote_write senders (when endpoints are configured).
+    pub remote_write: Option<RemoteWrite>,
 }
 
 /// Starts the gateway's tasks; they run until `shutdown` turns true.
@@ -202,13 +240,23 @@ pub async fn start(
         }
         None => (SharedStore::new(LiveStore::new(store_cfg)), None),
     };
+    let remote_write = if opts.remote_write.is_empty() {
+        None
+    } else {
+        let cfg = SenderConfig {
+            urls: opts.remote_write.clone(),
+            ..SenderConfig::default()
+        };
+        Some(remote_write::spawn(cfg, shutdown.clone())?)
+    };
+    let tap = remote_write.as_ref().map(RemoteWrite::tap);
     let relay = Relay::new(
         RelayConfig {
             tick: opts.tick,
             merge: MergeConfig::default(),
             codec: CodecConfig::default(),
         },
-        StoreSink::new(store.clone()),
+        StoreSink::new(store.clone()).with_tap(tap.clone()),
     );
     if let Some(l) = opts.listener {
         relay.spawn_listener(l, shutdown.clone());
@@ -262,7 +310,13 @@ pub async fn start(
     };
     let mut api = ApiState::new(Arc::new(store.clone()), engine);
     api.exporters = self_metrics(&store, &relay, wal_stats.clone());
-    let app = router(api).merge(crate::dashboard::router());
+    let app = router(api)
+        .merge(crate::dashboard::router())
+        .merge(remote_write::router(remote_write::ReceiverState {
+            store: store.clone(),
+            tap,
+            limits: remote_write::wire::WireLimits::default(),
+        }));
     let tcp = tokio::net::TcpListener::bind(opts.http)
         .await
         .map_err(|source| ServerError::Bind {
@@ -291,6 +345,7 @@ pub async fn start(
         http_addr,
         grpc_addr,
         wal_stats,
+        remote_write,
     })
 }
 
