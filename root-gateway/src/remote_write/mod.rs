@@ -66,4 +66,6 @@ pub enum RemoteWriteError {
 #[cfg(test)]
 mod receiver_tests;
 #[cfg(test)]
+mod sender_tests;
+#[cfg(test)]
 mod tests;
