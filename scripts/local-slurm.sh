@@ -38,14 +38,32 @@ die() {
 
 [ "$(id -u)" = 0 ] || { say "must run as root"; exit 1; }
 
+# Is process $1 still running? A zombie waiting for init to reap it counts
+# as gone; a daemon whose main thread exited first (shown as Z) but whose
+# other threads still run does not.
+live() { # pid
+  local t
+  for t in /proc/"$1"/task/*/stat; do
+    [ -r "$t" ] && [ "$(awk '{print $3}' "$t" 2>/dev/null)" != Z ] && return 0
+  done
+  return 1
+}
+
+# Running processes named $1 (zombies left out).
+running() { # comm
+  local p
+  for p in $(pgrep -x "$1" 2>/dev/null || true); do
+    live "$p" && echo "$p"
+  done
+  return 0
+}
+
 # A running process with this pid file and this command name?
 alive() { # pidfile comm
   local pid
   [ -f "$1" ] || return 1
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
-  # A zombie waiting for init to reap it counts as gone.
-  [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
+  [ -n "$pid" ] && live "$pid" || return 1
   [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
 }
 
@@ -223,7 +241,7 @@ stop_daemons() {
   for _ in $(seq 100); do
     local left=0
     for p in "${pids[@]}"; do
-      [ -r "/proc/$p/stat" ] && [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && left=1
+      live "$p" && left=1
     done
     [ "$left" = 0 ] && break
     sleep 0.1
@@ -232,7 +250,7 @@ stop_daemons() {
   # Job processes of this cluster: slurmstepd of node localhost.
   # (start refuses to run beside a slurmd it did not start, so every
   # slurmstepd here belongs to this cluster.)
-  for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
+  for p in $(running slurmstepd); do
     kill -KILL "$p" 2>/dev/null || true
   done
   # Empty Slurm cgroups left behind (rmdir only removes empty ones).
@@ -258,8 +276,8 @@ start() {
     stop_daemons
   fi
   for d in slurmctld slurmd; do
-    if ! alive "$DIR/run/$d.pid" "$d" && pgrep -x "$d" >/dev/null 2>&1; then
-      die "a $d this script did not start is running (pid $(pgrep -x "$d" | tr '\n' ' ')); stop it first"
+    if ! alive "$DIR/run/$d.pid" "$d" && [ -n "$(running "$d")" ]; then
+      die "a $d this script did not start is running (pid $(running "$d" | tr '\n' ' ')); stop it first"
     fi
   done
   if ! alive "$DIR/run/slurmctld.pid" slurmctld; then
