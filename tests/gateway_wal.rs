@@ -199,3 +199,36 @@ fn get_text(port: u16, path: &str) -> Option<String> {
     s.read_to_string(&mut buf).ok()?;
     buf.starts_with("HTTP/1.1 200").then_some(buf)
 }
+
+#[test]
+fn bad_retention_and_fsync_are_clear_errors() {
+    for (flag, value, expect) in [
+        ("--retention", "30s", "shorter than the 1m minimum"),
+        ("--retention", "2 hours", "unit must be s, m, h or d"),
+        ("--retention", "h", "not a duration like 2h"),
+        (
+            "--fsync",
+            "sometimes",
+            "expected \"always\", \"tick\" or \"never\"",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(BIN)
+            .args([
+                "gateway",
+                "--http",
+                &format!("127.0.0.1:{}", free_port()),
+                "--grpc",
+                &format!("127.0.0.1:{}", free_port()),
+                "--data-dir",
+                dir.path().to_str().expect("utf-8"),
+                flag,
+                value,
+            ])
+            .output()
+            .expect("canopy gateway runs");
+        assert!(!out.status.success(), "{flag} {value} refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{flag} {value}: {err}");
+    }
+}
