@@ -159,6 +159,8 @@ pub struct Wal {
     payload: Vec<u8>,
     frame: Vec<u8>,
     stats: Arc<WalStats>,
+    /// When a failure was last logged (one line per minute, not a flood).
+    last_error_log: Option<std::time::Instant>,
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WalError + 'a {
@@ -325,6 +327,7 @@ impl Wal {
             payload: Vec::new(),
             frame: Vec::new(),
             stats,
+            last_error_log: None,
         };
         Ok((store, wal, rec))
     }
@@ -335,9 +338,17 @@ impl Wal {
     }
 
     fn fail(&mut self, what: &str, e: std::io::Error) -> StoreError {
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let total = self.stats.errors.fetch_add(1, Ordering::Relaxed) + 1;
         self.broken = true;
-        tracing::error!(segment = self.seg, error = %e, "write-ahead log {what} failed");
+        let now = std::time::Instant::now();
+        if self
+            .last_error_log
+            .is_none_or(|t| now.duration_since(t).as_secs() >= 60)
+        {
+            self.last_error_log = Some(now);
+            tracing::error!(segment = self.seg, error = %e, errors_total = total,
+                "write-ahead log {what} failed; ops are refused until it works again");
+        }
         StoreError::Journal {
             reason: format!("{what} segment {}: {e}", self.seg),
         }
