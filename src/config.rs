@@ -91,6 +91,19 @@ pub struct GatewayFile {
     /// Live window kept in memory, seconds.
     #[serde(default = "default_retention")]
     pub retention_secs: u64,
+    /// Directory of the write-ahead log and snapshots (relative to this
+    /// file); absent: memory only, nothing survives a restart.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// When the log is fsynced: "always" (each batch), "tick" (once per
+    /// second) or "never" (the OS decides). A process crash loses nothing
+    /// under any policy; a machine crash loses at most one tick under "tick".
+    #[serde(default = "default_fsync")]
+    pub fsync: String,
+    /// Prometheus remote_write endpoints every series is sent to, e.g.
+    /// `["http://victoria:8428/api/v1/write"]`.
+    #[serde(default)]
+    pub remote_write: Vec<String>,
     /// Certificates.
     pub tls: TlsFile,
 }
@@ -112,6 +125,29 @@ fn default_grpc() -> String {
 }
 fn default_retention() -> u64 {
     7200
+}
+fn default_fsync() -> String {
+    "tick".into()
+}
+
+/// Parses a retention like `2h`, `90m` or `3600` (seconds) into seconds.
+pub fn duration_secs(field: &str, s: &str) -> Result<u64> {
+    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+    let num: u64 = s[..s.len() - unit.len()]
+        .parse()
+        .with_context(|| format!("{field}: {s:?} is not a duration like 2h or 90m"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => bail!("{field}: {s:?}: unit must be s, m, h or d"),
+    };
+    let ms = num.saturating_mul(mult).saturating_mul(1000);
+    if ms < 60_000 {
+        bail!("{field}: {s:?} is shorter than the 1m minimum");
+    }
+    Ok(ms / 1000)
 }
 
 /// Reads and parses a TOML file.
@@ -268,6 +304,9 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
         http: default_http(),
         grpc: default_grpc(),
         retention_secs: default_retention(),
+        data_dir: None,
+        fsync: default_fsync(),
+        remote_write: Vec::new(),
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),

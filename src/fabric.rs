@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::{MergeConfig, NullSink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
 use canopy_gateway::server::{GatewayOptions, start};
+use canopy_gateway::wal::WalConfig;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
 use canopy_leaf::{Collector, SimNode, host_collectors};
@@ -195,6 +196,8 @@ pub struct UpArgs {
     pub subtrees: usize,
     /// Tick, ms.
     pub tick_ms: u64,
+    /// remote_write endpoints.
+    pub remote_write: Vec<String>,
 }
 
 fn this_host() -> String {
@@ -237,6 +240,9 @@ pub async fn up(args: UpArgs) -> Result<()> {
             listener: Some(gw_listener),
             retention_ms: 2 * 3600 * 1000,
             tick,
+            wal: None,
+            grpc: Some(args.grpc),
+            remote_write: args.remote_write.clone(),
         },
         sd_rx.clone(),
     )
@@ -304,10 +310,12 @@ pub async fn up(args: UpArgs) -> Result<()> {
         .await?;
     }
     let http = gw.http_addr;
-    let grpc = args.grpc;
+    let grpc = gw
+        .grpc_addr
+        .map_or_else(|| "off".to_string(), |a| a.to_string());
     println!(
         "Canopy is up: a gateway, {} simulated nodes and this host ({real}) in {} subtrees, all over QUIC with mutual TLS on loopback.\n\
-         \n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC ({grpc}):  not served yet (scheduler API comes with issue 6)\n\
+         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC scheduler API: {grpc} (canopy.api.v1.Scheduler, with health and reflection)\n  Jobs:            canopy jobs --gateway http://{http}\n\
          \nCtrl-C stops everything.",
         args.nodes,
         p.subtrees().len()
@@ -399,29 +407,74 @@ pub async fn node(
     Ok(())
 }
 
+/// Command-line overrides of `canopy gateway`.
+pub struct GatewayArgs {
+    /// HTTP API address.
+    pub http: Option<String>,
+    /// gRPC API address.
+    pub grpc: Option<String>,
+    /// Data directory (write-ahead log and snapshots).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Live window, e.g. `2h`.
+    pub retention: Option<String>,
+    /// fsync policy: always, tick, never.
+    pub fsync: Option<String>,
+    /// remote_write endpoints (replace the config's when given).
+    pub remote_write: Vec<String>,
+}
+
 /// `canopy gateway [--config FILE]`.
-pub async fn gateway(
-    path: Option<&Path>,
-    http: Option<String>,
-    _grpc: Option<String>,
-) -> Result<()> {
-    let (listener, http_cfg, retention) = match path {
+pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
+    let http = args.http;
+    let mut grpc_cfg = "127.0.0.1:9701".to_string();
+    let mut remote_write = args.remote_write;
+    let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
+            grpc_cfg.clone_from(&f.grpc);
+            if remote_write.is_empty() {
+                remote_write.clone_from(&f.remote_write);
+            }
             let id = load_identity(p, &f.tls)?;
             let l = Listener::bind(
                 config::addr("listen", &f.listen)?,
                 &id,
                 LinkTuning::default(),
             )?;
-            (Some(l), f.http, f.retention_secs)
+            let dd = f.data_dir.as_deref().map(|d| config::rel(p, d));
+            (Some(l), f.http, f.retention_secs, dd, f.fsync)
         }
-        None => (None, "127.0.0.1:9700".to_string(), 7200),
+        None => (
+            None,
+            "127.0.0.1:9700".to_string(),
+            7200,
+            None,
+            "tick".to_string(),
+        ),
+    };
+    let retention = match args.retention.as_deref() {
+        Some(r) => config::duration_secs("--retention", r)?,
+        None => retention,
+    };
+    let wal = match args.data_dir.or(data_dir) {
+        Some(dir) => {
+            let mut w = WalConfig::new(dir);
+            w.fsync = args
+                .fsync
+                .as_deref()
+                .unwrap_or(&fsync)
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .context("fsync")?;
+            Some(w)
+        }
+        None => None,
     };
     let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
     if !http.ip().is_loopback() {
         tracing::warn!(%http, "the API listens beyond loopback without access control (tokens come with issue 6)");
     }
+    let grpc = config::addr("--grpc", args.grpc.as_deref().unwrap_or(&grpc_cfg))?;
     let (sd_tx, sd_rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -429,11 +482,20 @@ pub async fn gateway(
             listener,
             retention_ms: i64::try_from(retention).unwrap_or(7200) * 1000,
             tick: Duration::from_secs(1),
+            wal,
+            grpc: Some(grpc),
+            remote_write,
         },
         sd_rx,
     )
     .await?;
-    println!("gateway: HTTP API on http://{}", gw.http_addr);
+    println!(
+        "gateway: HTTP API on http://{0}, dashboard at http://{0}/",
+        gw.http_addr
+    );
+    if let Some(g) = gw.grpc_addr {
+        println!("gateway: gRPC scheduler API on {g}");
+    }
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;

@@ -2,8 +2,11 @@
 //! crates; the roles themselves live in the libraries.
 #![allow(clippy::print_stdout)]
 
+mod client;
 mod config;
 mod fabric;
+mod jobs;
+mod report;
 mod selfmetrics;
 
 use std::path::PathBuf;
@@ -50,6 +53,10 @@ enum Cmd {
         /// Sampling tick, ms.
         #[arg(long, default_value_t = 1000)]
         tick_ms: u64,
+        /// Send every series to this Prometheus remote_write endpoint
+        /// (`http://host:port/api/v1/write`); repeatable.
+        #[arg(long = "remote-write", value_name = "URL")]
+        remote_write: Vec<String>,
     },
     /// Print the plan for a host list, or write one config file per host.
     Plan {
@@ -123,6 +130,63 @@ enum Cmd {
         /// gRPC API address (overrides the config).
         #[arg(long)]
         grpc: Option<String>,
+        /// Keep a write-ahead log and snapshots here, so a restart loses
+        /// nothing (overrides the config; default: memory only).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Live window kept, e.g. `2h`, `30m` (overrides the config; default 2h).
+        #[arg(long)]
+        retention: Option<String>,
+        /// When the log is fsynced: always, tick (default), never.
+        #[arg(long)]
+        fsync: Option<String>,
+        /// Send every series to this Prometheus remote_write endpoint
+        /// (`http://host:port/api/v1/write`); repeatable;
+        /// replaces the config's `remote_write` list.
+        #[arg(long = "remote-write", value_name = "URL")]
+        remote_write: Vec<String>,
+    },
+    /// A table of running and recent jobs with efficiency columns (like seff/cacct).
+    Jobs {
+        /// The gateway's HTTP API.
+        #[arg(long, default_value = "http://127.0.0.1:9700")]
+        gateway: String,
+        /// Only this user's jobs.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this account's jobs.
+        #[arg(long)]
+        account: Option<String>,
+        /// Only this partition's jobs.
+        #[arg(long)]
+        partition: Option<String>,
+        /// Only jobs running on this node.
+        #[arg(long)]
+        node: Option<String>,
+        /// Order: id, cpu (busiest), gpu, io, waste (most idle allocation).
+        #[arg(long, value_enum, default_value = "id")]
+        sort: report::JobSort,
+        /// Running jobs only (default: also those ended in the last hour).
+        #[arg(long)]
+        running: bool,
+    },
+    /// Run a PromQL query against a gateway and print the answer as a table.
+    Query {
+        /// The PromQL expression.
+        query: String,
+        /// The gateway's HTTP API.
+        #[arg(long, default_value = "http://127.0.0.1:9700")]
+        gateway: String,
+        /// Evaluation time (unix seconds or RFC 3339; default now). With
+        /// --range: the end of the range.
+        #[arg(long)]
+        time: Option<String>,
+        /// A range query over this long before the time, e.g. `15m`.
+        #[arg(long)]
+        range: Option<String>,
+        /// Step of a range query.
+        #[arg(long, default_value = "15s")]
+        step: String,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -150,12 +214,14 @@ fn main() -> Result<()> {
             grpc,
             subtrees,
             tick_ms,
+            remote_write,
         } => runtime()?.block_on(fabric::up(fabric::UpArgs {
             nodes,
             http: config::addr("--http", &http)?,
             grpc: config::addr("--grpc", &grpc)?,
             subtrees,
             tick_ms,
+            remote_write,
         })),
         Cmd::Plan {
             hosts,
@@ -225,8 +291,50 @@ fn main() -> Result<()> {
             no_collect,
             metrics,
         } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect, metrics)),
-        Cmd::Gateway { config, http, grpc } => {
-            runtime()?.block_on(fabric::gateway(config.as_deref(), http, grpc))
+        Cmd::Gateway {
+            config,
+            http,
+            grpc,
+            data_dir,
+            retention,
+            fsync,
+            remote_write,
+        } => runtime()?.block_on(fabric::gateway(
+            config.as_deref(),
+            fabric::GatewayArgs {
+                http,
+                grpc,
+                data_dir,
+                retention,
+                fsync,
+                remote_write,
+            },
+        )),
+        Cmd::Jobs {
+            gateway,
+            user,
+            account,
+            partition,
+            node,
+            sort,
+            running,
+        } => {
+            let filter = jobs::filter(user, account, partition, node, running);
+            print!("{}", jobs::jobs(&gateway, &filter, sort)?);
+            Ok(())
+        }
+        Cmd::Query {
+            query,
+            gateway,
+            time,
+            range,
+            step,
+        } => {
+            print!(
+                "{}",
+                jobs::query(&gateway, &query, time.as_deref(), range.as_deref(), &step)?
+            );
+            Ok(())
         }
         Cmd::PromqlTest { files, verbose } => promql_test(&files, verbose),
     }

@@ -33,6 +33,14 @@ pub enum LeafError {
         /// The field that was not found.
         field: &'static str,
     },
+    /// The scheduler could not tell about a job (timeout, failure, garbage).
+    #[error("scheduler, job {job_id}: {reason}")]
+    Scheduler {
+        /// The job asked about.
+        job_id: u64,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 impl LeafError {

@@ -14,10 +14,45 @@
 //! into a staleness marker. Nothing here reads the clock.
 
 pub mod agent;
+pub mod attrib;
 pub mod collect;
 pub mod error;
+pub mod sched;
 pub mod sim;
 
 pub use collect::{Collector, Observation, host_collectors};
 pub use error::LeafError;
 pub use sim::SimNode;
+
+/// A scratch directory for unit tests, removed on drop (no extra crate).
+#[cfg(test)]
+pub(crate) struct TestDir(std::path::PathBuf);
+
+#[cfg(test)]
+impl TestDir {
+    /// A new empty directory under the system temp dir.
+    pub(crate) fn new() -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "canopy-leaf-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create test dir");
+        TestDir(p)
+    }
+
+    /// Its path.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

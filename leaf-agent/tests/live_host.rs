@@ -1,8 +1,8 @@
 //! The host collectors on the machine running the tests (Linux only).
 //!
 //! With `CANOPY_EXPECT_SLURM_JOB=<id>` set while that Slurm job runs on this
-//! host (see `shared/slurm/start-local-slurm.sh`), also checks that the cgroup
-//! v1 scan finds it.
+//! host (see `scripts/local-slurm.sh`), also checks that the job collector
+//! finds it (ticking until the scheduler's labels arrived).
 
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)] // Tests may panic on the unexpected.
@@ -17,10 +17,25 @@ fn host_collectors_read_this_machine() {
     if !Path::new("/proc/stat").exists() {
         return;
     }
+    let job = std::env::var("CANOPY_EXPECT_SLURM_JOB").ok();
+    let mut cs = host_collectors("self", Path::new("/proc"), Path::new("/sys/fs/cgroup"));
     let mut out = Vec::new();
-    for mut c in host_collectors("self", Path::new("/proc"), Path::new("/sys/fs/cgroup")) {
-        c.collect(&mut out)
-            .unwrap_or_else(|e| panic!("{}: {e}", c.name()));
+    // One tick, or with an expected job up to 15 ticks of 1 s until it shows.
+    for tick in 0..15 {
+        out.clear();
+        for c in &mut cs {
+            c.set_tick_time(1_000 * tick);
+            c.collect(&mut out)
+                .unwrap_or_else(|e| panic!("{}: {e}", c.name()));
+        }
+        let found = |j: &String| {
+            out.iter()
+                .any(|o| o.labels.get("job_id") == Some(j.as_str()))
+        };
+        if job.as_ref().is_none_or(found) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
     let mut seen = HashSet::new();
     assert!(
@@ -32,7 +47,7 @@ fn host_collectors_read_this_machine() {
             .any(|o| o.labels.name() == "canopy_node_memory_total_bytes")
     );
 
-    if let Ok(job) = std::env::var("CANOPY_EXPECT_SLURM_JOB") {
+    if let Some(job) = job {
         let of_job = |name: &str| {
             out.iter()
                 .find(|o| o.labels.name() == name && o.labels.get("job_id") == Some(job.as_str()))
@@ -42,5 +57,12 @@ fn host_collectors_read_this_machine() {
         assert!(of_job("canopy_job_memory_bytes").is_some_and(|v| v > 0.0));
         assert!(of_job("canopy_job_memory_allocated_bytes").is_some());
         assert!(of_job("canopy_job_cpus_allocated").is_some_and(|v| v >= 1.0));
+        assert!(of_job("canopy_job_io_write_bytes_total").is_some());
+        assert!(
+            out.iter()
+                .filter(|o| o.labels.get("job_id") == Some(job.as_str()))
+                .all(|o| o.labels.get("user").is_some_and(|u| !u.is_empty())),
+            "every job series has a user"
+        );
     }
 }

@@ -13,6 +13,10 @@
 //! input: bad queries, huge ranges and deep nesting become typed errors.
 
 pub mod api;
+pub mod dashboard;
 pub mod promql;
+pub mod remote_write;
 pub mod server;
 pub mod store;
+pub mod stress;
+pub mod wal;

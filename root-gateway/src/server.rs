@@ -17,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::api::http::{ApiState, router};
 use crate::promql::{Engine, EngineOpts};
-use crate::store::{Appender, LiveStore, LiveStoreConfig, SharedStore};
+use crate::remote_write::{self, RemoteWrite, SenderConfig, Tap, TapEvent};
+use crate::store::{LiveStore, LiveStoreConfig, Op, SharedStore};
+use crate::wal::{Wal, WalConfig, WalError, WalStats};
 
 /// Errors starting the gateway.
 #[derive(Debug, thiserror::Error)]
@@ -31,44 +33,152 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// The gRPC API could not start.
+    #[error(transparent)]
+    Grpc(#[from] crate::api::grpc::GrpcError),
+    /// The data directory could not be opened or recovered.
+    #[error("data directory: {0}")]
+    Wal(#[from] WalError),
+    /// A remote_write URL is unusable.
+    #[error(transparent)]
+    RemoteWrite(#[from] remote_write::RemoteWriteError),
 }
 
+/// Ops buffered by a durable [`StoreSink`] before it flushes them itself
+/// (the flush task normally takes them first, every 100 ms).
+const MAX_PENDING_OPS: usize = 1 << 20;
+
 /// Writes what the merge path accepts into the live store.
+///
+/// With a write-ahead log the ops are buffered and [`StoreSink::flush`]ed
+/// as one batch (one log write, then visible to queries); without one they
+/// apply at once.
 #[derive(Clone, Debug)]
 pub struct StoreSink {
     store: SharedStore,
     rejected: u64,
+    accepted: u64,
+    pending: Vec<Op>,
+    tap: Option<Tap>,
 }
 
 impl StoreSink {
     /// A sink writing into `store`.
     pub fn new(store: SharedStore) -> Self {
-        Self { store, rejected: 0 }
+        Self {
+            store,
+            rejected: 0,
+            accepted: 0,
+            pending: Vec::new(),
+            tap: None,
+        }
+    }
+
+    /// Also hands every accepted event to remote_write out.
+    pub fn with_tap(mut self, tap: Option<Tap>) -> Self {
+        self.tap = tap;
+        self
     }
 
     /// Samples the store refused (series limit, out of order).
     pub fn rejected(&self) -> u64 {
         self.rejected
     }
+
+    /// Samples the store accepted.
+    pub fn accepted(&self) -> u64 {
+        self.accepted
+    }
+
+    fn take_pending(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.pending)
+    }
+
+    fn count(&mut self, appends: usize, rejected: usize) {
+        self.accepted += (appends - rejected.min(appends)) as u64;
+        self.rejected += rejected as u64;
+    }
+
+    /// Applies buffered ops now (journal first).
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let ops = self.take_pending();
+        let appends = ops
+            .iter()
+            .filter(|o| matches!(o, Op::Append { .. }))
+            .count();
+        match self.store.apply(&ops) {
+            Ok(o) => self.count(appends, o.rejected),
+            Err(e) => {
+                self.rejected += appends as u64;
+                tracing::error!(error = %e, ops = ops.len(), "ops not stored");
+            }
+        }
+    }
+
+    fn push(&mut self, op: Op) {
+        if self.store.is_durable() {
+            self.pending.push(op);
+            if self.pending.len() >= MAX_PENDING_OPS {
+                self.flush();
+            }
+        } else {
+            let is_append = matches!(op, Op::Append { .. });
+            let ok = self.store.write(|s| op.apply(s)).is_ok();
+            if is_append {
+                self.count(1, usize::from(!ok));
+            }
+        }
+    }
 }
 
 impl Sink for StoreSink {
     fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
-        if self
-            .store
-            .write(|s| s.append(Some(source), labels, ts_ms, value))
-            .is_err()
-        {
-            self.rejected += 1;
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Sample {
+                source: source.to_string(),
+                labels: labels.clone(),
+                ts_ms,
+                value,
+            });
         }
+        self.push(Op::Append {
+            source: Some(source.to_string()),
+            labels: labels.clone(),
+            ts_ms,
+            value,
+        });
     }
 
     fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32) {
-        self.store.write(|s| s.heartbeat(source, ts_ms, tick_ms));
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Heartbeat {
+                source: source.to_string(),
+                ts_ms,
+                tick_ms,
+            });
+        }
+        self.push(Op::Heartbeat {
+            source: source.to_string(),
+            ts_ms,
+            tick_ms,
+        });
     }
 
-    fn retire(&mut self, _source: &str, labels: &Labels, ts_ms: i64) {
-        self.store.write(|s| s.retire(labels, ts_ms));
+    fn retire(&mut self, source: &str, labels: &Labels, ts_ms: i64) {
+        if let Some(t) = &self.tap {
+            t.send(TapEvent::Retire {
+                source: source.to_string(),
+                labels: labels.clone(),
+                ts_ms,
+            });
+        }
+        self.push(Op::Retire {
+            labels: labels.clone(),
+            ts_ms,
+        });
     }
 }
 
@@ -83,6 +193,12 @@ pub struct GatewayOptions {
     pub retention_ms: i64,
     /// Tick of the merge path and store maintenance.
     pub tick: Duration,
+    /// Scheduler gRPC API address (none: not served).
+    pub grpc: Option<SocketAddr>,
+    /// Write-ahead log and snapshots (none: memory only, nothing survives a restart).
+    pub wal: Option<WalConfig>,
+    /// remote_write endpoints every sample the gateway holds is sent to.
+    pub remote_write: Vec<String>,
 }
 
 /// A running gateway.
@@ -93,6 +209,12 @@ pub struct Gateway {
     pub relay: Relay<StoreSink>,
     /// Where the HTTP API listens.
     pub http_addr: SocketAddr,
+    /// Where the gRPC API listens (when served).
+    pub grpc_addr: Option<SocketAddr>,
+    /// Counters of the write-ahead log (when durable).
+    pub wal_stats: Option<Arc<WalStats>>,
+    /// remote_write senders (when endpoints are configured).
+    pub remote_write: Option<RemoteWrite>,
 }
 
 /// Starts the gateway's tasks; they run until `shutdown` turns true.
@@ -100,10 +222,34 @@ pub async fn start(
     opts: GatewayOptions,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Gateway, ServerError> {
-    let store = SharedStore::new(LiveStore::new(LiveStoreConfig {
+    let store_cfg = LiveStoreConfig {
         retention_ms: opts.retention_ms,
         ..LiveStoreConfig::default()
-    }));
+    };
+    let (store, wal_stats) = match opts.wal.clone() {
+        Some(w) => {
+            let (s, wal, _) = tokio::task::spawn_blocking(move || Wal::open(w, store_cfg))
+                .await
+                .map_err(|e| WalError::Io {
+                    what: "recovering",
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other(e.to_string()),
+                })??;
+            let st = wal.stats();
+            (SharedStore::with_journal(s, Box::new(wal)), Some(st))
+        }
+        None => (SharedStore::new(LiveStore::new(store_cfg)), None),
+    };
+    let remote_write = if opts.remote_write.is_empty() {
+        None
+    } else {
+        let cfg = SenderConfig {
+            urls: opts.remote_write.clone(),
+            ..SenderConfig::default()
+        };
+        Some(remote_write::spawn(cfg, shutdown.clone())?)
+    };
+    let tap = remote_write.as_ref().map(RemoteWrite::tap);
     let relay = Relay::new(
         RelayConfig {
             tick: opts.tick,
@@ -115,7 +261,7 @@ pub async fn start(
             },
             codec: CodecConfig::default(),
         },
-        StoreSink::new(store.clone()),
+        StoreSink::new(store.clone()).with_tap(tap.clone()),
     );
     if let Some(l) = opts.listener {
         relay.spawn_listener(l, shutdown.clone());
@@ -123,20 +269,59 @@ pub async fn start(
     relay.spawn_ticker(Vec::new(), shutdown.clone());
     {
         let store = store.clone();
+        let relay = relay.clone();
         let mut sd = shutdown.clone();
         let tick = opts.tick;
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(tick);
+            // Durable: buffered ops go to the log and the store in batches.
+            let mut flush = tokio::time::interval(Duration::from_millis(100).min(tick));
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
-                tokio::select! {
-                    _ = iv.tick() => store.write(|s| s.maintain(unix_now_ms())),
+                let maintain = tokio::select! {
+                    _ = iv.tick() => true,
+                    _ = flush.tick(), if store.is_durable() => false,
                     _ = sd.changed() => break,
+                };
+                let (store, relay) = (store.clone(), relay.clone());
+                let r = tokio::task::spawn_blocking(move || {
+                    // Under the relay lock, so batches reach the log in order.
+                    relay.with_sink(StoreSink::flush);
+                    if maintain && let Err(e) = store.tick(unix_now_ms()) {
+                        tracing::error!(error = %e, "store maintenance failed");
+                    }
+                })
+                .await;
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "store maintenance task died");
                 }
             }
+            // Shutting down: what was accepted reaches the log and the disk.
+            let _ = tokio::task::spawn_blocking(move || {
+                relay.with_sink(StoreSink::flush);
+                let _ = store.tick(unix_now_ms());
+            })
+            .await;
         });
     }
     let engine = Arc::new(Engine::new(EngineOpts::default()));
-    let app = router(ApiState::new(Arc::new(store.clone()), engine));
+    let grpc_addr = match opts.grpc {
+        Some(addr) => {
+            let st = crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
+            Some(crate::api::grpc::serve(addr, st, opts.tick, shutdown.clone()).await?)
+        }
+        None => None,
+    };
+    let mut api = ApiState::new(Arc::new(store.clone()), engine);
+    api.exporters = self_metrics(&store, &relay, wal_stats.clone());
+    let app = router(api)
+        .merge(crate::dashboard::router())
+        .merge(remote_write::router(remote_write::ReceiverState {
+            store: store.clone(),
+            tap,
+            limits: remote_write::wire::WireLimits::default(),
+        }));
     let tcp = tokio::net::TcpListener::bind(opts.http)
         .await
         .map_err(|source| ServerError::Bind {
@@ -163,5 +348,147 @@ pub async fn start(
         store,
         relay,
         http_addr,
+        grpc_addr,
+        wal_stats,
+        remote_write,
     })
+}
+
+/// The gateway's own metrics for `/metrics`: ingest, store and log.
+fn self_metrics(
+    store: &SharedStore,
+    relay: &Relay<StoreSink>,
+    wal: Option<Arc<WalStats>>,
+) -> Vec<crate::api::selfmetrics::Exporter> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (store, relay) = (store.clone(), relay.clone());
+    vec![Arc::new(move |out| {
+        let (accepted, rejected) = relay.with_sink(|s| (s.accepted(), s.rejected()));
+        let m = relay.with_merger(|m| m.stats().clone());
+        let st = store.read(|s| s.stats());
+        // (name, is_counter, help, value)
+        let mut rows: Vec<(&str, bool, &str, u64)> = vec![
+            (
+                "frames_in_total",
+                true,
+                "Frames received from subtree tops.",
+                m.frames_in,
+            ),
+            (
+                "frame_bytes_in_total",
+                true,
+                "Frame bytes received (compressed).",
+                m.bytes_in,
+            ),
+            (
+                "duplicates_dropped_total",
+                true,
+                "Updates dropped as duplicates.",
+                m.duplicates_dropped,
+            ),
+            (
+                "samples_appended_total",
+                true,
+                "Samples from the tree the store accepted.",
+                accepted,
+            ),
+            (
+                "samples_rejected_total",
+                true,
+                "Samples from the tree the store refused.",
+                rejected,
+            ),
+            (
+                "series",
+                false,
+                "Series held by the live store.",
+                st.series as u64,
+            ),
+            (
+                "store_change_points",
+                false,
+                "Change points held.",
+                st.change_points as u64,
+            ),
+            (
+                "store_bytes",
+                false,
+                "Encoded bytes of the store's chunks.",
+                st.chunk_bytes as u64,
+            ),
+            (
+                "store_out_of_order_total",
+                true,
+                "Samples refused as out of order.",
+                st.out_of_order,
+            ),
+            (
+                "store_series_refused_total",
+                true,
+                "New series refused at the limit.",
+                st.rejected_series,
+            ),
+            (
+                "sources_died_total",
+                true,
+                "Nodes silent past their deadline.",
+                st.sources_died,
+            ),
+        ];
+        if let Some(w) = &wal {
+            let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
+            rows.extend([
+                (
+                    "wal_bytes_written_total",
+                    true,
+                    "Bytes written to the log.",
+                    g(&w.bytes_written),
+                ),
+                (
+                    "wal_bytes",
+                    false,
+                    "Bytes of log segments on disk.",
+                    g(&w.bytes_on_disk),
+                ),
+                (
+                    "wal_fsyncs_total",
+                    true,
+                    "fsync calls of log and snapshots.",
+                    g(&w.fsyncs),
+                ),
+                (
+                    "wal_checkpoints_total",
+                    true,
+                    "Snapshots written.",
+                    g(&w.checkpoints),
+                ),
+                (
+                    "wal_errors_total",
+                    true,
+                    "Log write, sync or checkpoint failures.",
+                    g(&w.errors),
+                ),
+                (
+                    "wal_replayed_ops",
+                    false,
+                    "Ops replayed at start-up.",
+                    g(&w.replayed_ops),
+                ),
+                (
+                    "wal_bad_records",
+                    false,
+                    "Torn or corrupt records cut at start-up.",
+                    g(&w.bad_records),
+                ),
+            ]);
+        }
+        for (name, counter, help, v) in rows {
+            let name = format!("canopy_gateway_{name}");
+            if counter {
+                out.counter(&name, help, v as f64);
+            } else {
+                out.gauge(&name, help, v as f64);
+            }
+        }
+    })]
 }

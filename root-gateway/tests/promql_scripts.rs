@@ -27,3 +27,30 @@ fn canopy_promql_scripts_pass() {
     }
     assert!(files > 0);
 }
+
+/// A selector matching more series than the engine allows fails with the
+/// typed, Prometheus-worded error instead of loading them.
+#[test]
+fn series_per_selector_limit_is_a_clear_error() {
+    use canopy_gateway::promql::{Engine, EngineOpts, PromqlError};
+    use canopy_gateway::store::{Appender, Labels, MemStore};
+
+    let mut store = MemStore::new();
+    for node in ["n1", "n2", "n3"] {
+        let l = Labels::metric("up", [("node", node)]);
+        store.append(None, &l, 0, 1.0).expect("append");
+    }
+    let engine = Engine::new(EngineOpts {
+        max_series_per_selector: 2,
+        ..EngineOpts::default()
+    });
+    let err = engine.instant(&store, "sum(up)", 0).expect_err("limit hit");
+    assert_eq!(err, PromqlError::TooManySeries { limit: 2 });
+    assert!(
+        err.to_string()
+            .starts_with("query processing would load too many series into memory"),
+        "{err}"
+    );
+    let ok = engine.instant(&store, "up{node=~\"n1|n2\"}", 0);
+    assert!(ok.is_ok(), "{ok:?}");
+}

@@ -30,8 +30,8 @@ const UNLIMITED: u64 = 1 << 62;
 pub struct JobCgroup {
     /// Slurm job id, from `job_<id>`.
     pub job_id: u64,
-    /// Owner uid, from `uid_<uid>`.
-    pub uid: u32,
+    /// Owner uid, from `uid_<uid>` (`None` in layouts without it, cgroup v2).
+    pub uid: Option<u32>,
     /// `cpuacct.usage`: CPU time of all steps, nanoseconds.
     pub cpu_usage_ns: Option<u64>,
     /// `memory.usage_in_bytes`.
@@ -103,7 +103,7 @@ pub fn parse_uid_dir(name: &str) -> Option<u32> {
 
 /// Subdirectories of `dir` as (name, path), sorted by name; a missing `dir`
 /// is empty (the cgroup went away, or the controller is not mounted).
-fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn subdirs(dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -129,7 +129,7 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
 
 /// Every `slurm*/uid_*/job_*` directory under one controller, as
 /// (uid, job id, path).
-fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
     let mut out = Vec::new();
     for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {
         if !root.starts_with("slurm") {
@@ -184,7 +184,7 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
         for (uid, job_id, dir) in dirs {
             let job = jobs.entry(job_id).or_insert_with(|| JobCgroup {
                 job_id,
-                uid,
+                uid: Some(uid),
                 ..JobCgroup::default()
             });
             if let Err(e) = read_job_files(ctl, &dir, job) {
@@ -230,7 +230,8 @@ fn read_job_files(ctl: &str, dir: &Path, job: &mut JobCgroup) -> Result<(), Leaf
 /// Appends the observations for scanned jobs.
 pub fn observations(node: &str, jobs: &[JobCgroup], out: &mut Vec<Observation>) {
     for j in jobs {
-        let (id, uid) = (j.job_id.to_string(), j.uid.to_string());
+        let id = j.job_id.to_string();
+        let uid = j.uid.map(|u| u.to_string()).unwrap_or_default();
         let l = [("job_id", id.as_str()), ("uid", uid.as_str())];
         if let Some(ns) = j.cpu_usage_ns {
             out.push(Observation::counter(

@@ -13,15 +13,24 @@
 //! sampler, which turns the disappearance into a staleness marker.
 
 pub mod cgroup_v1;
+pub mod cgroup_v2;
 pub mod diskstats;
 pub mod loadavg;
 pub mod meminfo;
 pub mod netdev;
+pub mod pressure;
+pub mod proc_io;
+pub mod slurm_jobs;
+pub mod slurm_procs;
 pub mod stat;
 pub mod synthetic;
 
 #[cfg(test)]
+mod slurm_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v2_tests;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -35,6 +44,8 @@ pub use diskstats::DiskStatsCollector;
 pub use loadavg::LoadAvgCollector;
 pub use meminfo::MemInfoCollector;
 pub use netdev::NetDevCollector;
+pub use pressure::PressureCollector;
+pub use slurm_jobs::{SlurmJobsCollector, SlurmJobsOptions};
 pub use stat::StatCollector;
 pub use synthetic::SyntheticTicks;
 
@@ -97,8 +108,9 @@ pub trait Collector {
 }
 
 /// The collectors for a real host: the `/proc` node collectors under
-/// `proc_root` and the Slurm cgroup v1 job collector under `cgroup_root`
-/// (normally `/proc` and `/sys/fs/cgroup`).
+/// `proc_root` and the Slurm job collector (cgroup v1 under `cgroup_root`,
+/// `/proc/<pid>/io`, and `scontrol` metadata when `scontrol` is on `PATH`),
+/// normally `/proc` and `/sys/fs/cgroup`.
 pub fn host_collectors(
     node: &str,
     proc_root: &Path,
@@ -110,8 +122,25 @@ pub fn host_collectors(
         Box::new(LoadAvgCollector::new(node, proc_root)),
         Box::new(NetDevCollector::new(node, proc_root)),
         Box::new(DiskStatsCollector::new(node, proc_root)),
-        Box::new(SlurmCgroupV1Collector::new(node, cgroup_root)),
+        Box::new(PressureCollector::new(node, proc_root)),
+        Box::new(SlurmJobsCollector::new(
+            node,
+            proc_root,
+            cgroup_root,
+            SlurmJobsOptions {
+                scontrol: find_on_path("scontrol").map(|p| p.to_string_lossy().into_owned()),
+                ..SlurmJobsOptions::default()
+            },
+        )),
     ]
+}
+
+/// The first executable file `name` on `PATH`.
+fn find_on_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 /// Reads a whole text file, mapping the error to [`LeafError::Io`].

@@ -191,7 +191,7 @@ fn cgroup_v1_slurm_fixture() {
     let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
     assert_eq!(ids, [7, 42, 43, 44, 45]);
     let j42 = &jobs[1];
-    assert_eq!(j42.uid, 1001);
+    assert_eq!(j42.uid, Some(1001));
     assert_eq!(j42.cpu_usage_ns, Some(7_254_000_123));
     assert_eq!(j42.memory_usage_bytes, Some(216_395_776));
     assert_eq!(j42.memory_limit_bytes, Some(2_147_483_648));
@@ -249,7 +249,13 @@ fn host_collectors_on_fixtures() {
         c.collect(&mut out)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name()));
     }
-    assert!(out.len() > 40);
+    // Node series only: the job collector holds a new job back until the
+    // scheduler answered or its label wait is over.
+    assert!(out.len() > 30, "{}", out.len());
+    assert!(
+        out.iter()
+            .any(|o| o.labels.name() == "canopy_node_network_receive_bytes_total")
+    );
     let mut seen = std::collections::HashSet::new();
     assert!(
         out.iter().all(|o| seen.insert(o.labels.clone())),

@@ -6,11 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Map, Value as Json_, json};
 
+use super::federate::{federate as federate_text, metadata_of};
 use super::params::{Params, parse_duration, parse_time};
+use super::selfmetrics::{self, ApiMetrics, Exporter};
 use super::{ApiError, HttpStatus};
 use crate::promql::{Engine, Matrix, PromqlError, Value, format_value, parse_selector};
 use crate::store::{Labels, MatchOp, Matcher, Querier};
@@ -31,6 +35,10 @@ pub struct ApiState {
     pub max_series: usize,
     /// Current time in ms, for queries without `time` (the shell's clock).
     pub now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    /// Request counters of this API (served at `/metrics`).
+    pub api_metrics: Arc<ApiMetrics>,
+    /// More of the gateway's own metrics for `/metrics` (store, WAL, ingest).
+    pub exporters: Vec<Exporter>,
 }
 
 impl ApiState {
@@ -43,23 +51,32 @@ impl ApiState {
             max_body_bytes: 1 << 20,
             max_series: 100_000,
             now_ms: Arc::new(canopy_proto::link::unix_now_ms),
+            api_metrics: Arc::new(ApiMetrics::default()),
+            exporters: Vec::new(),
         }
     }
 }
 
-/// The `/api/v1` router.
+/// The router: `/api/v1/*`, `/federate` and `/metrics`.
 pub fn router(state: ApiState) -> Router {
     let limit = state.max_body_bytes;
+    let m = Arc::clone(&state.api_metrics);
     Router::new()
         .route("/api/v1/query", get(query).post(query))
         .route("/api/v1/query_range", get(query_range).post(query_range))
         .route("/api/v1/series", get(series).post(series))
         .route("/api/v1/labels", get(labels).post(labels))
-        .route("/api/v1/label/{name}/values", get(label_values))
-        .route("/api/v1/metadata", get(metadata))
-        .route("/api/v1/status/buildinfo", get(buildinfo))
+        .route(
+            "/api/v1/label/{name}/values",
+            get(label_values).post(label_values),
+        )
+        .route("/api/v1/metadata", get(metadata).post(metadata))
+        .route("/api/v1/status/buildinfo", get(buildinfo).post(buildinfo))
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))
+        .route("/federate", get(federate).post(federate))
+        .route("/metrics", get(self_metrics))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(m, selfmetrics::track))
         .with_state(state)
 }
 
@@ -132,13 +149,27 @@ fn time_param(p: &Params, key: &str, default: i64) -> Result<i64, ApiError> {
 /// Runs a CPU-bound evaluation off the async threads, with a deadline.
 async fn run_blocking<T: Send + 'static>(
     st: &ApiState,
+    p: &Params,
     f: impl FnOnce(&dyn Querier, &Engine, &(dyn Fn() -> bool + Sync)) -> Result<T, PromqlError>
     + Send
     + 'static,
 ) -> Result<T, ApiError> {
     let q = Arc::clone(&st.querier);
     let e = Arc::clone(&st.engine);
-    let deadline = Instant::now() + st.query_timeout;
+    // A `timeout` parameter may shorten, never lengthen, the server's limit.
+    let timeout = match p.get("timeout").filter(|t| !t.is_empty()) {
+        None => st.query_timeout,
+        Some(t) => {
+            let ms = parse_duration(t).filter(|ms| *ms > 0).ok_or_else(|| {
+                ApiError::BadData(format!(
+                    "invalid parameter \"timeout\": cannot parse {t:?} to a valid duration"
+                ))
+            })?;
+            st.query_timeout
+                .min(Duration::from_millis(ms.unsigned_abs()))
+        }
+    };
+    let deadline = Instant::now() + timeout;
     let res = tokio::task::spawn_blocking(move || {
         let cancel = move || Instant::now() >= deadline;
         f(q.as_ref(), &e, &cancel)
@@ -156,7 +187,7 @@ async fn run_blocking<T: Send + 'static>(
 async fn query(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
     let q = required(&p, "query")?.to_string();
     let t = time_param(&p, "time", (st.now_ms)())?;
-    let v = run_blocking(&st, move |qr, e, c| e.instant_with_cancel(qr, &q, t, c)).await?;
+    let v = run_blocking(&st, &p, move |qr, e, c| e.instant_with_cancel(qr, &q, t, c)).await?;
     Ok(success(value_json(&v)))
 }
 
@@ -171,7 +202,7 @@ async fn query_range(State(st): State<ApiState>, p: Params) -> Result<Json<Json_
     let step = parse_duration(required(&p, "step")?).ok_or_else(|| {
         ApiError::BadData("invalid parameter \"step\": cannot parse to a valid duration".into())
     })?;
-    let m = run_blocking(&st, move |qr, e, c| {
+    let m = run_blocking(&st, &p, move |qr, e, c| {
         e.range_with_cancel(qr, &q, start, end, step, c)
     })
     .await?;
@@ -196,6 +227,31 @@ fn selectors(st: &ApiState, p: &Params, required: bool) -> Result<Vec<Vec<Matche
         .collect()
 }
 
+/// A `limit` parameter (0 or absent: no limit).
+fn limit_param(p: &Params) -> Result<usize, ApiError> {
+    match p.get("limit") {
+        None | Some("") => Ok(0),
+        Some(s) => s.parse::<usize>().map_err(|_| {
+            ApiError::BadData(format!(
+                "invalid parameter \"limit\": {s:?} is not a number"
+            ))
+        }),
+    }
+}
+
+/// `data` truncated to `limit` items, with Prometheus' warning when cut.
+fn limited(mut items: Vec<Json_>, limit: usize) -> Json<Json_> {
+    if limit > 0 && items.len() > limit {
+        items.truncate(limit);
+        return Json(json!({
+            "status": "success",
+            "data": items,
+            "warnings": ["results truncated due to limit"],
+        }));
+    }
+    success(Json_::Array(items))
+}
+
 fn matching_series(
     st: &ApiState,
     p: &Params,
@@ -204,6 +260,11 @@ fn matching_series(
     let sets = selectors(st, p, required)?;
     let start = time_param(p, "start", i64::MIN / 2)?;
     let end = time_param(p, "end", i64::MAX / 2)?;
+    if end < start {
+        return Err(ApiError::BadData(
+            "invalid parameter \"end\": end timestamp must not be before start time".into(),
+        ));
+    }
     let mut out = BTreeSet::new();
     for m in sets {
         out.extend(st.querier.series(&m, start, end, st.max_series)?);
@@ -212,14 +273,26 @@ fn matching_series(
 }
 
 async fn series(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+    let limit = limit_param(&p)?;
     let s = matching_series(&st, &p, true)?;
-    Ok(success(Json_::Array(s.iter().map(json_labels).collect())))
+    Ok(limited(s.iter().map(json_labels).collect(), limit))
 }
 
 async fn labels(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+    let limit = limit_param(&p)?;
     let s = matching_series(&st, &p, false)?;
     let names: BTreeSet<&str> = s.iter().flat_map(|l| l.iter().map(|(k, _)| k)).collect();
-    Ok(success(json!(names)))
+    Ok(limited(
+        names.into_iter().map(|n| json!(n)).collect(),
+        limit,
+    ))
+}
+
+fn valid_label_name(n: &str) -> bool {
+    let mut b = n.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 async fn label_values(
@@ -227,17 +300,72 @@ async fn label_values(
     Path(name): Path<String>,
     p: Params,
 ) -> Result<Json<Json_>, ApiError> {
+    if !valid_label_name(&name) {
+        return Err(ApiError::BadData(format!("invalid label name: {name:?}")));
+    }
+    let limit = limit_param(&p)?;
     let s = matching_series(&st, &p, false)?;
     let vals: BTreeSet<&str> = s.iter().filter_map(|l| l.get(&name)).collect();
-    Ok(success(json!(vals)))
+    Ok(limited(vals.into_iter().map(|v| json!(v)).collect(), limit))
 }
 
-async fn metadata() -> Json<Json_> {
-    success(json!({}))
+/// Metric metadata from the naming contract, for every metric name held.
+async fn metadata(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+    let limit = limit_param(&p)?;
+    let only = p.get("metric").filter(|m| !m.is_empty());
+    let sel = vec![Matcher {
+        name: METRIC_NAME.into(),
+        op: match only {
+            Some(m) => MatchOp::Equal(m.to_string()),
+            None => MatchOp::NotEqual(String::new()),
+        },
+    }];
+    let names: BTreeSet<String> = st
+        .querier
+        .series(&sel, i64::MIN / 2, i64::MAX / 2, st.max_series)?
+        .iter()
+        .map(|l| l.name().to_string())
+        .collect();
+    let mut data = Map::new();
+    for n in names {
+        if limit > 0 && data.len() >= limit {
+            break;
+        }
+        let (kind, help, unit) = metadata_of(&n);
+        data.insert(n, json!([{"type": kind, "help": help, "unit": unit}]));
+    }
+    Ok(success(Json_::Object(data)))
 }
 
-async fn exemplars() -> Json<Json_> {
-    success(json!([]))
+/// `/federate?match[]=...`: the newest sample of each matched series.
+async fn federate(State(st): State<ApiState>, p: Params) -> Result<Response, ApiError> {
+    let sets = selectors(&st, &p, true)?;
+    let now = (st.now_ms)();
+    let body = federate_text(
+        st.querier.as_ref(),
+        &sets,
+        now,
+        st.engine.opts().lookback_ms,
+        st.max_series,
+    )?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
+}
+
+/// `/metrics`: the gateway's own metrics.
+async fn self_metrics(State(st): State<ApiState>) -> Response {
+    selfmetrics::render(&st.api_metrics, &st.exporters)
+}
+
+async fn exemplars(State(_st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+    required(&p, "query")?;
+    Ok(success(json!([])))
 }
 
 async fn buildinfo() -> Json<Json_> {

@@ -1,7 +1,10 @@
 //! The gateway's network shells (thin: parse, call the core, format).
 
 mod error;
+pub(crate) mod federate;
+pub mod grpc;
 pub mod http;
 mod params;
+pub mod selfmetrics;
 
 pub use error::{ApiError, HttpStatus};

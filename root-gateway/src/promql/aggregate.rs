@@ -46,6 +46,9 @@ fn group(
 }
 
 fn int_param(p: f64) -> Result<i64, PromqlError> {
+    if p.is_nan() {
+        return Err(PromqlError::Execution("Parameter value is NaN".into()));
+    }
     if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&p) {
         return Err(PromqlError::Execution(format!(
             "Scalar value {} overflows int64",
@@ -83,6 +86,11 @@ pub(crate) fn eval(
         } else {
             num_param = ev.eval_scalar(p, t)?;
         }
+    }
+    if op == "quantile"
+        && let Some(p) = &a.param
+    {
+        ev.check_quantile(num_param, "quantile", p);
     }
     let v = ev.eval_vector(&a.expr, t)?;
     let m = &a.modifier;
@@ -125,7 +133,7 @@ pub(crate) fn eval(
             return Ok(Value::Vector(out));
         }
         "count_values" => {
-            if str_param.is_empty() {
+            if !super::functions::valid_label_name(&str_param) {
                 return Err(PromqlError::Execution(format!(
                     "invalid label name {str_param:?}"
                 )));
@@ -273,25 +281,9 @@ pub(crate) fn histogram_quantile(
         ));
     };
     let q = ev.eval_scalar(qa, t)?;
+    ev.check_quantile(q, "histogram_quantile", qa);
     let v = ev.eval_vector(va, t)?;
-    let mut idx: HashMap<Labels, usize> = HashMap::new();
-    let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
-    for s in v {
-        let Some(ub) = s
-            .labels
-            .get("le")
-            .and_then(|x| x.trim().parse::<f64>().ok())
-        else {
-            continue;
-        };
-        let mut k = s.labels.clone();
-        k.remove("le");
-        let i = *idx.entry(k.clone()).or_insert_with(|| {
-            groups.push((k, Vec::new()));
-            groups.len() - 1
-        });
-        groups[i].1.push((ub, s.v));
-    }
+    let groups = super::functions::classic_groups(ev, v, "histogram_quantile", va);
     Ok(Value::Vector(
         groups
             .into_iter()

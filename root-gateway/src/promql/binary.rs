@@ -283,11 +283,9 @@ fn vector_vector(
         });
         Ok(())
     };
-    let (fill_many, fill_one) = if swap {
-        (fill.rhs, fill.lhs)
-    } else {
-        (fill.lhs, fill.rhs)
-    };
+    // As in Prometheus, `fill_left` fills the "many" side and `fill_right`
+    // the "one" side, also under group_right (where the operands swap).
+    let (fill_many, fill_one) = (fill.lhs, fill.rhs);
     for ls in &many {
         let sig = signature(&ls.labels, &matching);
         let (rs, rv) = match one_sigs.get(&sig) {
@@ -310,7 +308,14 @@ fn vector_vector(
             }
             let sig = signature(&rs.labels, &matching);
             let (lf, rf) = if swap { (rs.v, f) } else { (f, rs.v) };
-            emit(rs, Some(rs), lf, rf, sig)?;
+            // The filled sample carries only the match group's labels.
+            let filled = VectorSample {
+                labels: match_labels(&rs.labels, &matching),
+                t: rs.t,
+                v: f,
+                drop_name: false,
+            };
+            emit(&filled, Some(rs), lf, rf, sig)?;
         }
     }
     Ok(Value::Vector(out))

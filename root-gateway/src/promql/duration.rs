@@ -3,7 +3,7 @@
 
 /// A run of `<digits><unit>` terms (units ms, s, m, h, d, w, y) in ms; `None`
 /// when empty, malformed, or out of range.
-pub(crate) fn parse_units_ms(s: &str) -> Option<i64> {
+pub fn parse_units_ms(s: &str) -> Option<i64> {
     if s.is_empty() {
         return None;
     }

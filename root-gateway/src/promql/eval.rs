@@ -7,7 +7,7 @@ use canopy_proto::model::is_stale_nan;
 use promql_parser::parser::value::ValueType;
 use promql_parser::parser::{Expr, MatrixSelector, SubqueryExpr, VectorSelector};
 
-use super::prepass::{self, Windows, adjust, dur_ms};
+use super::prepass::{self, Mode, Windows, adjust, dur_ms};
 use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_labels};
 use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
 use crate::store::{Labels, Querier, Series};
@@ -27,6 +27,10 @@ pub(crate) struct Evaluator<'a> {
     cur_samples: usize,
     /// Step of a range query (0 for an instant query), for `step()`.
     pub(crate) step_ms: i64,
+    /// The query text (after the pre-pass), for annotation positions.
+    pub(crate) text: &'a str,
+    /// Warnings raised so far, as the HTTP API words them (deduplicated).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -51,6 +55,37 @@ impl<'a> Evaluator<'a> {
             calls: 0,
             cur_samples: 0,
             step_ms: 0,
+            text: "",
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records a warning about the sub-expression `arg` of a call to `func`,
+    /// positioned (line:column) where `arg` is written after `func(`.
+    pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {
+        let call = self.text.find(&format!("{func}(")).unwrap_or(0);
+        let shown = arg.to_string();
+        let at = self.text[call..]
+            .find(shown.as_str())
+            .map_or(call, |k| call + k);
+        let before = &self.text[..at];
+        let line = before.matches('\n').count() + 1;
+        let col = before.len() - before.rfind('\n').map_or(0, |k| k + 1) + 1;
+        let w = format!("PromQL warning: {msg} ({line}:{col})");
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
+        }
+    }
+
+    /// Warns when a quantile parameter (written as `arg` in `func`) is
+    /// outside [0, 1], as Prometheus does.
+    pub(crate) fn check_quantile(&mut self, q: f64, func: &str, arg: &Expr) {
+        if !(0.0..=1.0).contains(&q) {
+            let msg = format!(
+                "quantile value should be between 0 and 1, got {}",
+                super::format_value(q)
+            );
+            self.warn(&msg, func, arg);
         }
     }
 
@@ -175,10 +210,38 @@ impl<'a> Evaluator<'a> {
         let matchers = prepass::matchers(vs)?;
         let series = self
             .q
-            .select(&matchers, lo, hi, self.opts.max_series_per_selector)?;
+            .select(&matchers, lo, hi, self.opts.max_series_per_selector)
+            .map_err(series_limit)?;
         let rc = Rc::new(series);
         self.cache.insert(k, Rc::clone(&rc));
         Ok(rc)
+    }
+
+    /// Series matching `matchers` with their newest sample time in the
+    /// lookback window ending at `t` (stale series left out).
+    pub(crate) fn select_latest(
+        &mut self,
+        matchers: &[crate::store::Matcher],
+        t: i64,
+    ) -> Result<Vec<(Labels, i64)>, PromqlError> {
+        let lookback = self.opts.lookback_ms;
+        let lo = t.saturating_sub(lookback) + 1;
+        let series = self
+            .q
+            .select(matchers, lo, t, self.opts.max_series_per_selector)
+            .map_err(series_limit)?;
+        let mut out = Vec::new();
+        for s in series {
+            let idx = s.samples.partition_point(|p| p.ts_ms <= t);
+            let Some(p) = idx.checked_sub(1).and_then(|i| s.samples.get(i)) else {
+                continue;
+            };
+            if p.ts_ms > t - lookback && !is_stale_nan(p.value) {
+                out.push((s.labels, p.ts_ms));
+            }
+        }
+        self.hold(out.len())?;
+        Ok(out)
     }
 
     /// An instant selector at `t`: the newest sample in the lookback window,
@@ -191,6 +254,7 @@ impl<'a> Evaluator<'a> {
         let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
         let lookback = self.opts.lookback_ms;
         let all = self.fetch(vs, tt, lookback)?;
+        let smoothed = prepass::mode(vs) == Mode::Smoothed;
         let mut out = Vec::new();
         for s in all.iter() {
             let idx = s.samples.partition_point(|p| p.ts_ms <= tt);
@@ -200,10 +264,20 @@ impl<'a> Evaluator<'a> {
             if p.ts_ms <= tt - lookback || is_stale_nan(p.value) {
                 continue;
             }
+            let mut v = p.value;
+            if smoothed
+                && p.ts_ms < tt
+                && let Some(n) = s.samples.get(idx)
+                && n.ts_ms <= tt + lookback
+                && !is_stale_nan(n.value)
+            {
+                let w = (tt - p.ts_ms) as f64 / (n.ts_ms - p.ts_ms) as f64;
+                v = p.value + (n.value - p.value) * w;
+            }
             out.push(VectorSample {
                 labels: s.labels.clone(),
-                t: p.ts_ms,
-                v: p.value,
+                t: if smoothed { tt } else { p.ts_ms },
+                v,
                 drop_name: false,
             });
         }
@@ -222,19 +296,45 @@ impl<'a> Evaluator<'a> {
         let range = dur_ms(&ms.range);
         let all = self.fetch(vs, tt, range)?;
         let lo = tt.saturating_sub(range);
+        let mode = prepass::mode(vs);
+        let lookback = self.opts.lookback_ms;
         let mut out = Vec::new();
         let mut n = 0;
         for s in all.iter() {
             let a = s.samples.partition_point(|p| p.ts_ms <= lo);
             let b = s.samples.partition_point(|p| p.ts_ms <= tt);
-            let points: Vec<Point> = s.samples[a..b.max(a)]
-                .iter()
-                .filter(|p| !is_stale_nan(p.value))
-                .map(|p| Point {
+            let live = |p: &&crate::store::Sample| !is_stale_nan(p.value);
+            let inner = s.samples[a..b.max(a)].iter().filter(live);
+            let mut points: Vec<Point> = Vec::new();
+            if mode != Mode::Plain {
+                if mode == Mode::Anchored && !s.samples[a..b.max(a)].iter().any(|p| live(&p)) {
+                    continue;
+                }
+                // The last sample at or before the window start, within lookback.
+                if let Some(p) = a.checked_sub(1).and_then(|i| s.samples.get(i))
+                    && p.ts_ms > lo - lookback
+                    && live(&p)
+                {
+                    points.push(Point {
+                        t: p.ts_ms,
+                        v: p.value,
+                    });
+                }
+            }
+            points.extend(inner.map(|p| Point {
+                t: p.ts_ms,
+                v: p.value,
+            }));
+            if mode == Mode::Smoothed
+                && let Some(p) = s.samples.get(b)
+                && p.ts_ms <= tt + lookback
+                && live(&p)
+            {
+                points.push(Point {
                     t: p.ts_ms,
                     v: p.value,
-                })
-                .collect();
+                });
+            }
             if points.is_empty() {
                 continue;
             }
@@ -311,6 +411,14 @@ impl<'a> Evaluator<'a> {
     }
 }
 
+/// The store's per-selection limit as the engine's typed error.
+fn series_limit(e: crate::store::StoreError) -> PromqlError {
+    match e {
+        crate::store::StoreError::SelectLimit { limit } => PromqlError::TooManySeries { limit },
+        other => PromqlError::Store(other),
+    }
+}
+
 fn dup_error() -> PromqlError {
     PromqlError::Execution("vector cannot contain metrics with the same labelset".into())
 }
@@ -345,29 +453,30 @@ fn finish(v: Value, t: i64) -> Result<Value, PromqlError> {
     }
 }
 
-/// Runs an instant query.
+/// Runs an instant query; also returns its warnings.
 pub(crate) fn instant(
     opts: &EngineOpts,
     q: &dyn Querier,
-    expr: &Expr,
+    (expr, text): (&Expr, &str),
     ts: i64,
     cancel: Cancel<'_>,
-) -> Result<Value, PromqlError> {
+) -> Result<(Value, Vec<String>), PromqlError> {
     let mut ev = Evaluator::new(opts, q, cancel, expr, ts, ts);
+    ev.text = text;
     let v = ev.eval(expr, ts)?;
-    finish(v, ts)
+    Ok((finish(v, ts)?, ev.warnings))
 }
 
-/// Runs a range query.
+/// Runs a range query; also returns its warnings.
 pub(crate) fn range(
     opts: &EngineOpts,
     q: &dyn Querier,
-    expr: &Expr,
+    (expr, text): (&Expr, &str),
     start: i64,
     end: i64,
     step: i64,
     cancel: Cancel<'_>,
-) -> Result<Matrix, PromqlError> {
+) -> Result<(Matrix, Vec<String>), PromqlError> {
     match expr.value_type() {
         ValueType::Scalar | ValueType::Vector => {}
         other => {
@@ -383,6 +492,7 @@ pub(crate) fn range(
     }
     let mut ev = Evaluator::new(opts, q, cancel, expr, start, end);
     ev.step_ms = step;
+    ev.text = text;
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut out: Matrix = Vec::new();
     let mut total = 0usize;
@@ -427,5 +537,5 @@ pub(crate) fn range(
         };
     }
     out.sort_by(|a, b| a.labels.cmp(&b.labels));
-    Ok(out)
+    Ok((out, ev.warnings))
 }

@@ -13,6 +13,7 @@
 mod aggregate;
 mod binary;
 pub(crate) mod duration;
+mod durexpr;
 mod eval;
 mod functions;
 mod prepass;
@@ -21,6 +22,7 @@ mod value;
 
 use crate::store::{Querier, StoreError};
 
+pub use duration::parse_units_ms as parse_duration_ms;
 pub use value::{Matrix, Point, RangeSeries, Value, VectorSample, format_value};
 
 /// Errors from parsing or evaluating a query.
@@ -37,11 +39,17 @@ pub enum PromqlError {
     #[error("{0}")]
     Execution(String),
     /// The query would hold more samples than allowed.
-    #[error(
-        "query processing would load too many samples into memory in query execution (limit {limit})"
-    )]
+    #[error("query processing would load too many samples into memory in query execution")]
     TooManySamples {
         /// The configured maximum.
+        limit: usize,
+    },
+    /// A selector matched more series than allowed.
+    #[error(
+        "query processing would load too many series into memory in query execution: a selector matched more than {limit} series"
+    )]
+    TooManySeries {
+        /// The configured maximum per selector.
         limit: usize,
     },
     /// The caller's cancellation check fired.
@@ -124,8 +132,22 @@ impl Engine {
         ts_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<Value, PromqlError> {
-        let expr = prepass::parse(query, &self.opts)?;
-        eval::instant(&self.opts, q, &expr, ts_ms, cancel)
+        self.instant_annotated(q, query, ts_ms, cancel)
+            .map(|(v, _)| v)
+    }
+
+    /// [`Engine::instant_with_cancel`], also returning the query's warnings
+    /// as Prometheus words them (`PromQL warning: ... (line:col)`).
+    pub fn instant_annotated(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        ts_ms: i64,
+        cancel: Cancel<'_>,
+    ) -> Result<(Value, Vec<String>), PromqlError> {
+        let query = durexpr::rewrite(query, durexpr::DurCtx::default())?;
+        let expr = prepass::parse(&query, &self.opts)?;
+        eval::instant(&self.opts, q, (&expr, &query), ts_ms, cancel)
     }
 
     /// Evaluates `query` at every `step_ms` from `start_ms` to `end_ms`.
@@ -150,6 +172,19 @@ impl Engine {
         step_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<Matrix, PromqlError> {
+        self.range_annotated(q, query, (start_ms, end_ms, step_ms), cancel)
+            .map(|(m, _)| m)
+    }
+
+    /// [`Engine::range_with_cancel`] for `(start, end, step)` in ms, also
+    /// returning the query's warnings.
+    pub fn range_annotated(
+        &self,
+        q: &dyn Querier,
+        query: &str,
+        (start_ms, end_ms, step_ms): (i64, i64, i64),
+        cancel: Cancel<'_>,
+    ) -> Result<(Matrix, Vec<String>), PromqlError> {
         if step_ms <= 0 {
             return Err(PromqlError::BadRequest(
                 "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
@@ -166,8 +201,35 @@ impl Engine {
                 self.opts.max_points_per_series
             )));
         }
-        let expr = prepass::parse(query, &self.opts)?;
-        eval::range(&self.opts, q, &expr, start_ms, end_ms, step_ms, cancel)
+        let ctx = durexpr::DurCtx {
+            step_ms,
+            range_ms: end_ms - start_ms,
+        };
+        let query = durexpr::rewrite(query, ctx)?;
+        let expr = prepass::parse(&query, &self.opts)?;
+        eval::range(
+            &self.opts,
+            q,
+            (&expr, &query),
+            start_ms,
+            end_ms,
+            step_ms,
+            cancel,
+        )
+    }
+}
+
+/// False when the parser cannot read `query` after the pre-pass (taking
+/// `step()` and `range()` as one minute); an error of the pre-pass itself
+/// (a zero range, division by zero) is left for evaluation to report.
+pub fn parses(query: &str) -> bool {
+    let ctx = durexpr::DurCtx {
+        step_ms: 60_000,
+        range_ms: 60_000,
+    };
+    match durexpr::rewrite(query, ctx) {
+        Ok(q) => promql_parser::parser::parse(&q).is_ok(),
+        Err(_) => true,
     }
 }
 

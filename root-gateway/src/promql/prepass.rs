@@ -9,6 +9,7 @@ use promql_parser::label::MatchOp as PMatchOp;
 use promql_parser::parser::token::T_EQL_REGEX;
 use promql_parser::parser::{AtModifier, Expr, Offset, VectorSelector};
 
+use super::durexpr::MODE_LABEL;
 use super::{EngineOpts, PromqlError};
 use crate::store::{MatchOp, Matcher};
 use canopy_proto::model::METRIC_NAME;
@@ -145,7 +146,12 @@ pub(crate) fn windows(
                 adjust(&vs.at, &vs.offset, s, qstart, qend),
                 adjust(&vs.at, &vs.offset, end, qstart, qend),
             );
-            put(key(vs), a.saturating_sub(lookback), b);
+            let hi = if mode(vs) == Mode::Smoothed {
+                b.saturating_add(lookback)
+            } else {
+                b
+            };
+            put(key(vs), a.saturating_sub(lookback), hi);
         }
         Expr::MatrixSelector(ms) => {
             let vs = &ms.vs;
@@ -153,7 +159,15 @@ pub(crate) fn windows(
                 adjust(&vs.at, &vs.offset, s, qstart, qend),
                 adjust(&vs.at, &vs.offset, end, qstart, qend),
             );
-            put(key(vs), a.saturating_sub(dur_ms(&ms.range)), b);
+            let (lo, hi) = match mode(vs) {
+                Mode::Plain => (a.saturating_sub(dur_ms(&ms.range)), b),
+                Mode::Anchored => (a.saturating_sub(dur_ms(&ms.range) + lookback), b),
+                Mode::Smoothed => (
+                    a.saturating_sub(dur_ms(&ms.range) + lookback),
+                    b.saturating_add(lookback),
+                ),
+            };
+            put(key(vs), lo, hi);
         }
         Expr::Subquery(sq) => {
             let (a, b) = (
@@ -187,10 +201,11 @@ pub(crate) fn matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, PromqlError>
         ));
     }
     let mut out = Vec::new();
+    let matchers = vs.matchers.matchers.iter().filter(|m| m.name != MODE_LABEL);
     if let Some(name) = &vs.name {
         out.push(Matcher::equal(METRIC_NAME, name));
     }
-    for m in &vs.matchers.matchers {
+    for m in matchers {
         let op = match &m.op {
             PMatchOp::Equal => MatchOp::Equal(m.value.clone()),
             PMatchOp::NotEqual => MatchOp::NotEqual(m.value.clone()),
@@ -203,6 +218,33 @@ pub(crate) fn matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, PromqlError>
         });
     }
     Ok(out)
+}
+
+/// How a selector reads samples around its window (`anchored` and
+/// `smoothed` are Prometheus 3 extended range selectors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Plain selection.
+    Plain,
+    /// Also the last sample at or before the window start.
+    Anchored,
+    /// Also the samples just outside both ends, for interpolation.
+    Smoothed,
+}
+
+/// The extended-selector modifier of `vs` (set by the text pre-pass).
+pub(crate) fn mode(vs: &VectorSelector) -> Mode {
+    match vs
+        .matchers
+        .matchers
+        .iter()
+        .find(|m| m.name == MODE_LABEL)
+        .map(|m| m.value.as_str())
+    {
+        Some("anchored") => Mode::Anchored,
+        Some("smoothed") => Mode::Smoothed,
+        _ => Mode::Plain,
+    }
 }
 
 /// A predicate for a fully anchored regex.

@@ -120,6 +120,38 @@ impl Chunk {
         self.count += 1;
     }
 
+    /// Appends the chunk's full state (for snapshots).
+    pub fn write_state(&self, out: &mut Vec<u8>) {
+        use super::codec::{put_uvarint, put_varint};
+        put_uvarint(out, self.count as u64);
+        put_varint(out, self.first_ts);
+        put_varint(out, self.last_ts);
+        put_varint(out, self.last_delta);
+        out.extend_from_slice(&self.last_bits.to_le_bytes());
+        put_uvarint(out, self.bytes.len() as u64);
+        out.extend_from_slice(&self.bytes);
+    }
+
+    /// Reads a chunk written by [`Chunk::write_state`].
+    pub fn read_state(c: &mut super::codec::Cursor<'_>) -> Result<Chunk, super::codec::CodecError> {
+        let count = c.len(CHUNK_SAMPLES)?;
+        let first_ts = c.varint()?;
+        let last_ts = c.varint()?;
+        let last_delta = c.varint()?;
+        let last_bits = c.u64_le()?;
+        // At most a 10-byte varint and 9 value bytes per sample.
+        let n = c.len(CHUNK_SAMPLES * 19 + 16)?;
+        let bytes = c.bytes(n)?.to_vec();
+        Ok(Chunk {
+            bytes,
+            count,
+            first_ts,
+            last_ts,
+            last_delta,
+            last_bits,
+        })
+    }
+
     /// Decodes every sample, oldest first.
     pub fn decode(&self, out: &mut Vec<Sample>) {
         let buf = &self.bytes;

@@ -10,7 +10,6 @@
 //! caller passes in.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
@@ -119,6 +118,16 @@ impl LiveStore {
             cfg,
             ..Default::default()
         }
+    }
+
+    /// The newest `now` passed to [`LiveStore::maintain`], ms.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &LiveStoreConfig {
+        &self.cfg
     }
 
     /// The store's counters.
@@ -498,42 +507,7 @@ impl Querier for LiveStore {
     }
 }
 
-/// A [`LiveStore`] shared between the ingest path and queries. Each query
-/// `select` holds the read lock only while it copies samples out.
-#[derive(Clone, Debug, Default)]
-pub struct SharedStore(pub Arc<RwLock<LiveStore>>);
-
-impl SharedStore {
-    /// Wraps a store.
-    pub fn new(store: LiveStore) -> Self {
-        SharedStore(Arc::new(RwLock::new(store)))
-    }
-
-    /// Runs `f` with the write lock held (for ingestion and maintenance).
-    pub fn write<R>(&self, f: impl FnOnce(&mut LiveStore) -> R) -> R {
-        let mut g = self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut g)
-    }
-}
-
-impl Querier for SharedStore {
-    fn select(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        limit: usize,
-    ) -> Result<Vec<Series>, StoreError> {
-        let g = self
-            .0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.select(matchers, mint, maxt, limit)
-    }
-}
+mod snapshot;
 
 #[cfg(test)]
 mod tests;

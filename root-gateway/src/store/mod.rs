@@ -7,15 +7,20 @@
 //! and [`MemStore`] (a plain map of explicit samples, used by the test runner).
 
 mod chunk;
+pub mod codec;
 mod live;
 mod mem;
+mod op;
+mod shared;
 
 use std::fmt;
 use std::sync::Arc;
 
 pub use canopy_proto::model::{Labels, Sample};
-pub use live::{LiveStore, LiveStoreConfig, SharedStore, StoreStats};
+pub use live::{LiveStore, LiveStoreConfig, StoreStats};
 pub use mem::MemStore;
+pub use op::{Journal, Op};
+pub use shared::{ApplyOutcome, SharedStore};
 
 /// Errors from the store.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,6 +49,12 @@ pub enum StoreError {
     NoMetricName {
         /// The refused series.
         labels: String,
+    },
+    /// The write-ahead log could not record an op (nothing was applied).
+    #[error("write-ahead log: {reason}")]
+    Journal {
+        /// What failed.
+        reason: String,
     },
     /// A selection would return more series than allowed.
     #[error("selector matched more than {limit} series")]

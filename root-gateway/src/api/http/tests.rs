@@ -153,6 +153,117 @@ async fn body_limit_enforced() {
         .header("content-type", "application/x-www-form-urlencoded")
         .body(Body::from(big))
         .unwrap();
-    let resp = app().oneshot(req).await.unwrap();
-    assert!(resp.status().is_client_error());
+    let (st, j) = call(req).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{j}");
+    assert_eq!(j["errorType"], "bad_data");
+}
+
+async fn text(uri: &str) -> (StatusCode, String) {
+    let resp = app()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn metadata_follows_the_naming_contract() {
+    let (st, j) = get("/api/v1/metadata").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(j["data"]["req_total"][0]["type"], "counter");
+    assert_eq!(j["data"]["temp"][0]["type"], "gauge");
+    assert!(j["data"]["req_total"][0]["help"].is_string());
+    assert_eq!(j["data"]["req_total"][0]["unit"], "");
+    let (_, j) = get("/api/v1/metadata?metric=temp").await;
+    assert_eq!(j["data"].as_object().map(|o| o.len()), Some(1));
+    let (kind, _, unit) = crate::api::federate::metadata_of("canopy_node_cpu_seconds_total");
+    assert_eq!((kind, unit), ("counter", "seconds"));
+    let (kind, _, unit) = crate::api::federate::metadata_of("canopy_job_memory_bytes");
+    assert_eq!((kind, unit), ("gauge", "bytes"));
+}
+
+#[tokio::test]
+async fn federate_answers_text_exposition() {
+    let (st, body) = text("/federate?match[]=req_total&match[]=%7Bjob%3D%22b%22%7D").await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("# TYPE req_total untyped\n"), "{body}");
+    // Newest sample at or before now (600 s): t=600 s, value 600.
+    assert!(body.contains("req_total{job=\"a\"} 600 600000\n"), "{body}");
+    assert!(body.contains("temp{job=\"b\"} 1.5 600000\n"), "{body}");
+    let (st, _) = text("/federate").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn self_metrics_count_requests() {
+    let a = app();
+    for uri in ["/api/v1/query?query=temp", "/api/v1/query?query=sum("] {
+        let r = a
+            .clone()
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert!(r.status() == StatusCode::OK || r.status() == StatusCode::BAD_REQUEST);
+    }
+    let resp = a
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(
+        body.contains("canopy_gateway_http_requests_total{handler=\"/api/v1/query\"} 2\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "canopy_gateway_http_request_errors_total{handler=\"/api/v1/query\",class=\"4xx\"} 1\n"
+        ),
+        "{body}"
+    );
+    assert!(body.contains("# TYPE canopy_gateway_http_request_duration_seconds histogram"));
+}
+
+#[tokio::test]
+async fn post_forms_limits_and_bad_params() {
+    let req = Request::post("/api/v1/label/job/values")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from("match[]=temp&start=0&end=1970-01-01T00:10:00Z"))
+        .unwrap();
+    let (st, j) = call(req).await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"], serde_json::json!(["b"]));
+    let req = Request::post("/api/v1/series")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from("match[]=%7Bjob%3D~%22.%2B%22%7D&limit=1"))
+        .unwrap();
+    let (st, j) = call(req).await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"].as_array().map(Vec::len), Some(1));
+    assert_eq!(j["warnings"][0], "results truncated due to limit");
+    // Series with data only inside [start, end].
+    let (_, j) = get("/api/v1/series?match[]=temp&start=700&end=800").await;
+    assert_eq!(j["data"].as_array().map(Vec::len), Some(0));
+    for uri in [
+        "/api/v1/series?match[]=temp&start=10&end=5",
+        "/api/v1/labels?start=yesterday",
+        "/api/v1/label/bad-name/values",
+        "/api/v1/labels?limit=x",
+        "/api/v1/query?query=temp&timeout=never",
+        "/api/v1/query_exemplars",
+        "/api/v1/query_range?query=temp&start=0&end=12000&step=1",
+    ] {
+        let (st, j) = get(uri).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{uri}: {j}");
+        assert_eq!(j["errorType"], "bad_data", "{uri}");
+    }
+    let (st, _) = get("/api/v1/query?query=temp&timeout=5s&time=300").await;
+    assert_eq!(st, StatusCode::OK);
 }

@@ -6,6 +6,7 @@
 //! know) are counted as skipped, each with its reason.
 
 mod notation;
+mod variants;
 
 use std::collections::BTreeMap;
 
@@ -40,10 +41,17 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Skip reasons with counts.
     pub skip_reasons: BTreeMap<String, usize>,
+    /// Each skipped eval: line, expression and reason.
+    pub skips: Vec<Failure>,
 }
 
 impl Report {
-    fn skip(&mut self, why: &str) {
+    fn skip(&mut self, line: usize, expr: &str, why: &str) {
+        self.skips.push(Failure {
+            line,
+            expr: expr.to_string(),
+            message: why.to_string(),
+        });
         self.skipped += 1;
         *self.skip_reasons.entry(why.to_string()).or_default() += 1;
     }
@@ -64,7 +72,11 @@ struct Expect {
     fail_msg: Option<String>,
     fail_regex: Option<String>,
     ordered: bool,
-    annotations: bool,
+    /// `expect info` lines or `eval_info` (infos are not produced yet).
+    infos: bool,
+    /// `expect warn` lines: exact message, regex, or anything (`None`).
+    warns: Vec<Option<(bool, String)>>,
+    no_warn: bool,
     range_vector: Option<(i64, i64, i64)>,
     string: Option<String>,
     scalar: Option<f64>,
@@ -73,13 +85,29 @@ struct Expect {
     bad_line: Option<String>,
 }
 
+#[derive(Clone, Copy)]
 enum Kind {
     Instant(i64),
     Range(i64, i64, i64),
 }
 
-/// Runs a whole script and reports per-eval results.
+/// Optional checks of the upstream runner.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Also run each instant eval as a range query from `T-1m` to `T+1m`
+    /// (step 1m) and check its points at `T` (Prometheus' range-mode check),
+    /// and its `@ T` variants at other times.
+    pub range_check: bool,
+}
+
+/// Runs a whole script and reports per-eval results, with the range-mode
+/// check on (as the upstream runner does).
 pub fn run_script(text: &str) -> Report {
+    run_script_with(text, Options { range_check: true })
+}
+
+/// [`run_script`] with optional checks.
+pub fn run_script_with(text: &str, opts: Options) -> Report {
     let lines: Vec<String> = text
         .split('\n')
         .map(|l| {
@@ -171,6 +199,7 @@ pub fn run_script(text: &str) -> Report {
                 rest,
                 exp,
                 unsupported_segment,
+                opts,
             );
         } else {
             report.fail(start + 1, line, format!("invalid command {cmd:?}"));
@@ -195,8 +224,18 @@ fn parse_expect_line(l: &str, exp: &mut Expect) -> bool {
                 }
             }
             "ordered" => exp.ordered = true,
-            "warn" | "info" => exp.annotations = true,
-            "no_warn" | "no_info" => {}
+            "info" => exp.infos = true,
+            "warn" => {
+                let t = tail.trim();
+                exp.warns.push(if let Some(m) = t.strip_prefix("msg:") {
+                    Some((false, m.trim().to_string()))
+                } else {
+                    t.strip_prefix("regex:")
+                        .map(|r| (true, r.trim().to_string()))
+                });
+            }
+            "no_warn" => exp.no_warn = true,
+            "no_info" => {}
             "range" => {
                 let parts: Vec<&str> = tail.split_whitespace().collect();
                 match parts.as_slice() {
@@ -274,6 +313,7 @@ fn run_eval(
     rest: &str,
     mut exp: Expect,
     unsupported: Option<&'static str>,
+    opts: Options,
 ) {
     let Some((kind, expr)) = parse_header(cmd, rest) else {
         report.fail(line, rest, "cannot parse eval command".into());
@@ -282,34 +322,33 @@ fn run_eval(
     match cmd {
         "eval_fail" => exp.fail = true,
         "eval_ordered" => exp.ordered = true,
-        "eval_warn" | "eval_info" => exp.annotations = true,
+        "eval_warn" => exp.warns.push(None),
+        "eval_info" => exp.infos = true,
         _ => {}
     }
     if let Some(why) = unsupported {
-        return report.skip(why);
+        return report.skip(line, &expr, why);
     }
     if exp.hist {
-        return report.skip("native histograms");
+        return report.skip(line, &expr, "native histograms");
     }
-    if exp.annotations {
-        return report.skip("annotations");
+    if exp.infos {
+        return report.skip(line, &expr, "info annotations");
     }
     if let Some(b) = exp.bad_line {
         return report.fail(line, &expr, format!("cannot parse expectation line {b:?}"));
     }
-    let lower = expr.to_ascii_lowercase();
-    if lower.contains("anchored") || lower.contains("smoothed") {
-        return report.skip("syntax the parser does not support");
-    }
-    if promql_parser::parser::parse(&expr).is_err() {
-        return report.skip("syntax the parser does not support");
+    if !super::parses(&expr) {
+        return report.skip(line, &expr, "syntax the parser does not support");
     }
     let result = match kind {
         Kind::Instant(t) => {
             let t = exp.range_vector.map_or(t, |(_, t2, _)| t2);
-            engine.instant(store, &expr, t)
+            engine.instant_annotated(store, &expr, t, &|| false)
         }
-        Kind::Range(s, e, step) => engine.range(store, &expr, s, e, step).map(Value::Matrix),
+        Kind::Range(s, e, step) => engine
+            .range_annotated(store, &expr, (s, e, step), &|| false)
+            .map(|(m, w)| (Value::Matrix(m), w)),
     };
     if exp.fail {
         match result {
@@ -342,10 +381,13 @@ fn run_eval(
         }
         return;
     }
-    let value = match result {
+    let (value, warnings) = match result {
         Ok(v) => v,
         Err(e) => return report.fail(line, &expr, format!("unexpected error: {e}")),
     };
+    if let Err(m) = check_warnings(&exp, &warnings) {
+        return report.fail(line, &expr, m);
+    }
     let verdict = match kind {
         Kind::Instant(_) => match exp.range_vector {
             Some((a, _, s)) => compare_matrix(&value, &exp, a, s, None),
@@ -353,10 +395,118 @@ fn run_eval(
         },
         Kind::Range(s, e, step) => compare_matrix(&value, &exp, s, step, Some(e)),
     };
+    let verdict = match (verdict, kind) {
+        (Ok(()), Kind::Instant(t))
+            if opts.range_check
+                && exp.range_vector.is_none()
+                && exp.string.is_none()
+                && variants::applies(&expr) =>
+        {
+            at_variants(engine, store, &expr, t, &exp)
+        }
+        (v, _) => v,
+    };
+    let verdict = match (verdict, kind) {
+        (Ok(()), Kind::Instant(t))
+            if opts.range_check
+                && exp.range_vector.is_none()
+                && exp.string.is_none()
+                && !exp.ordered
+                && !["start()", "end()", "range()", "step()"]
+                    .iter()
+                    .any(|f| expr.contains(f)) =>
+        {
+            range_mode(engine, store, &expr, t, &exp)
+        }
+        (v, _) => v,
+    };
     match verdict {
         Ok(()) => report.passed += 1,
         Err(m) => report.fail(line, &expr, m),
     }
+}
+
+/// The `@` variants: the query pinned to `t` must give the same answer
+/// when run at other times.
+fn at_variants(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    t: i64,
+    exp: &Expect,
+) -> Result<(), String> {
+    for at in variants::times(t) {
+        let v = variants::run(engine, store, expr, t, at)
+            .map_err(|e| format!("@ {t}ms variant at {at}ms: unexpected error: {e}"))?;
+        compare_instant(&v, exp).map_err(|e| format!("@ {t}ms variant at {at}ms: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Prometheus' range-mode check: the instant eval as a range query around
+/// `t`, its points at `t` compared with the same expectations.
+fn range_mode(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    t: i64,
+    exp: &Expect,
+) -> Result<(), String> {
+    let m = engine
+        .range(store, expr, t - 60_000, t + 60_000, 60_000)
+        .map_err(|e| format!("range mode: unexpected error: {e}"))?;
+    let at_t = m.iter().filter_map(|s| {
+        s.points
+            .iter()
+            .find(|p| p.t == t)
+            .map(|p| (s.labels.clone(), p.v))
+    });
+    let value = if exp.scalar.is_some() {
+        match at_t.collect::<Vec<_>>().as_slice() {
+            [(_, v)] => Value::Scalar { t, v: *v },
+            other => return Err(format!("range mode: {} series for a scalar", other.len())),
+        }
+    } else {
+        Value::Vector(
+            at_t.map(|(labels, v)| super::VectorSample {
+                labels,
+                t,
+                v,
+                drop_name: false,
+            })
+            .collect(),
+        )
+    };
+    compare_instant(&value, exp).map_err(|e| format!("range mode: {e}"))
+}
+
+/// Warnings against `expect warn` / `expect no_warn` (§6.2 of the format).
+fn check_warnings(exp: &Expect, got: &[String]) -> Result<(), String> {
+    if exp.no_warn && !got.is_empty() {
+        return Err(format!("expected no warnings, got {got:?}"));
+    }
+    if exp.warns.is_empty() {
+        return Ok(());
+    }
+    let matches = |want: &Option<(bool, String)>, w: &str| match want {
+        None => true,
+        Some((false, m)) => w.trim() == m,
+        Some((true, r)) => super::prepass::regex_matcher(&format!(".*(?:{r}).*"))
+            .map(|m| m.is_match(w))
+            .unwrap_or(false),
+    };
+    for want in &exp.warns {
+        if !got.iter().any(|w| matches(want, w)) {
+            return Err(format!("expected warning {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(extra) = got
+        .iter()
+        .find(|w| !exp.warns.iter().any(|x| matches(x, w)))
+    {
+        return Err(format!("unexpected warning {extra:?}"));
+    }
+    Ok(())
 }
 
 fn feq(a: f64, b: f64) -> bool {

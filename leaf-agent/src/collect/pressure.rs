@@ -1,0 +1,112 @@
+//! `/proc/pressure/{cpu,io,memory}`: pressure stall information (PSI).
+//!
+//! Metrics (counters, seconds, from the `total=` microseconds):
+//! `canopy_node_pressure_{cpu,io,memory}_waiting_seconds_total` (`some`: at
+//! least one task stalled) and `canopy_node_pressure_{io,memory}_stalled_seconds_total`
+//! (`full`: all non-idle tasks stalled; the node-level `cpu` `full` line is
+//! always 0 and not exported). Kernels without PSI (or booted `psi=0`) have
+//! no such files: said once, then nothing.
+
+use std::path::{Path, PathBuf};
+
+use super::{Collector, Observation, read_text};
+use crate::error::LeafError;
+
+const FORMAT: &str = "/proc/pressure/*";
+
+/// `total=` of the `some` and `full` lines, microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pressure {
+    /// `some ... total=`.
+    pub some_usec: u64,
+    /// `full ... total=` (absent on older kernels' cpu file).
+    pub full_usec: Option<u64>,
+}
+
+/// Parses one PSI file.
+pub fn parse_pressure(text: &str) -> Result<Pressure, LeafError> {
+    let mut some = None;
+    let mut full = None;
+    for (i, line) in text.lines().enumerate() {
+        let mut f = line.split_whitespace();
+        let slot = match f.next() {
+            Some("some") => &mut some,
+            Some("full") => &mut full,
+            _ => continue,
+        };
+        let total = f
+            .find_map(|kv| kv.strip_prefix("total="))
+            .ok_or_else(|| LeafError::parse(FORMAT, i + 1, "no total="))?;
+        *slot = Some(super::field(FORMAT, i + 1, "total", Some(total))?);
+    }
+    Ok(Pressure {
+        some_usec: some.ok_or(LeafError::Missing {
+            format: FORMAT,
+            field: "some",
+        })?,
+        full_usec: full,
+    })
+}
+
+/// Reads `<proc_root>/pressure/*` each tick.
+#[derive(Debug)]
+pub struct PressureCollector {
+    node: String,
+    dir: PathBuf,
+    absent: bool,
+}
+
+impl PressureCollector {
+    /// A collector for `node` reading `<proc_root>/pressure/`.
+    pub fn new(node: &str, proc_root: &Path) -> Self {
+        PressureCollector {
+            node: node.to_string(),
+            dir: proc_root.join("pressure"),
+            absent: false,
+        }
+    }
+}
+
+impl Collector for PressureCollector {
+    fn name(&self) -> &'static str {
+        "proc_pressure"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        if self.absent {
+            return Ok(());
+        }
+        if !self.dir.is_dir() {
+            self.absent = true;
+            tracing::info!(dir = %self.dir.display(), "no PSI on this kernel; no pressure metrics");
+            return Ok(());
+        }
+        let mut first = None;
+        for res in ["cpu", "io", "memory"] {
+            let p = match read_text(&self.dir.join(res)).and_then(|t| parse_pressure(&t)) {
+                Ok(p) => p,
+                Err(e) => {
+                    first.get_or_insert(e);
+                    continue;
+                }
+            };
+            let some = format!("canopy_node_pressure_{res}_waiting_seconds_total");
+            out.push(Observation::counter(
+                &some,
+                &self.node,
+                &[],
+                p.some_usec as f64 / 1e6,
+            ));
+            if let (Some(full), true) = (p.full_usec, res != "cpu") {
+                let name = format!("canopy_node_pressure_{res}_stalled_seconds_total");
+                out.push(Observation::counter(
+                    &name,
+                    &self.node,
+                    &[],
+                    full as f64 / 1e6,
+                ));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,458 @@
+//! Slurm jobs on this host, fully attributed: the cgroup v1 scan
+//! ([`super::cgroup_v1`]) for CPU and memory, `/proc/<pid>/io` over each
+//! job's processes for I/O (monotonic through [`JobIo`]), and the scheduler's
+//! metadata ([`crate::sched`]) for labels and allocations.
+//!
+//! Every job series carries `job_id`, `user`, `account`, `partition` (and
+//! `node`). The labels of a job are fixed the first time it is reported, so
+//! a series never changes identity: the collector waits for the scheduler's
+//! answer up to `label_wait_ms`, then falls back to the user name of the
+//! cgroup's uid (`/etc/passwd`) and empty account and partition.
+//!
+//! A job's processes are the PIDs in `cgroup.procs` anywhere under its job
+//! directory in the memory hierarchy (all steps, slurmstepd included, whose
+//! counters hold the children it reaped), or the cpuacct one if memory is
+//! not mounted. Processes outside jobs are not exported per process.
+//!
+//! Without any Slurm cgroup on the host (`proctrack/linuxproc`), jobs are
+//! found in `/proc` instead ([`super::slurm_procs`]): CPU time is the
+//! carried `utime + stime + cutime + cstime` of the job's processes (at
+//! `USER_HZ` = 100 ticks per second, as Linux exports it on every
+//! architecture), I/O the same `/proc/<pid>/io` carry. While no slurmstepd
+//! runs, `/proc` is scanned only every tenth tick.
+//!
+//! Failures degrade: an unreadable process or file costs that value, a
+//! scheduler that fails or answers garbage costs the account and partition
+//! labels; each failure counts in `canopy_leaf_collector_errors_total{collector,
+//! kind}` and the first error of a tick is returned for the agent's
+//! rate-limited log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cgroup_v1::{self, JobCgroup};
+use super::cgroup_v2;
+use super::proc_io::{self, IoCounters};
+use super::slurm_procs;
+use super::{Collector, Observation};
+use crate::attrib::{CpuTicks, JobCarry, JobIo};
+use crate::error::LeafError;
+use crate::sched::cache::{CachePolicy, MetaCache};
+use crate::sched::worker::ScontrolWorker;
+use crate::sched::{JobMeta, parse_passwd};
+
+/// Processes read per job at most (a fork bomb must not stall the tick).
+const MAX_PIDS_PER_JOB: usize = 4096;
+/// Processes read by a linuxproc scan at most.
+const MAX_PROCS: usize = 65_536;
+/// `/proc/<pid>/stat` times are in USER_HZ ticks: 100 per second on Linux.
+const NS_PER_TICK: u64 = 10_000_000;
+
+/// Settings of [`SlurmJobsCollector`].
+#[derive(Clone, Debug)]
+pub struct SlurmJobsOptions {
+    /// The `scontrol` program; `None` runs without scheduler metadata.
+    pub scontrol: Option<String>,
+    /// Timeout of one `scontrol` call.
+    pub timeout: Duration,
+    /// How often to ask.
+    pub policy: CachePolicy,
+    /// How long a new job waits for its metadata before it is reported
+    /// with fallback labels.
+    pub label_wait_ms: i64,
+    /// The passwd file for the uid -> user fallback.
+    pub passwd: PathBuf,
+}
+
+impl Default for SlurmJobsOptions {
+    fn default() -> Self {
+        SlurmJobsOptions {
+            scontrol: Some("scontrol".into()),
+            timeout: Duration::from_secs(5),
+            policy: CachePolicy::default(),
+            label_wait_ms: 10_000,
+            passwd: PathBuf::from("/etc/passwd"),
+        }
+    }
+}
+
+/// The labels a job is reported with, fixed at its first report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct JobLabels {
+    job_id: String,
+    user: String,
+    account: String,
+    partition: String,
+}
+
+/// Slurm jobs with I/O and scheduler attribution; see the module docs.
+#[derive(Debug)]
+pub struct SlurmJobsCollector {
+    node: String,
+    proc_root: PathBuf,
+    cgroup_root: PathBuf,
+    opts: SlurmJobsOptions,
+    worker: Option<ScontrolWorker>,
+    meta: MetaCache,
+    io: HashMap<u64, JobIo>,
+    /// linuxproc mode: carried CPU ticks per job.
+    cpu: HashMap<u64, JobCarry<CpuTicks>>,
+    /// linuxproc mode: ticks to wait before the next `/proc` scan.
+    proc_skip: u32,
+    labels: HashMap<u64, JobLabels>,
+    first_seen: HashMap<u64, i64>,
+    users: Vec<(u32, String)>,
+    now_ms: i64,
+    errors: BTreeMap<&'static str, u64>,
+}
+
+impl SlurmJobsCollector {
+    /// A collector for `node` reading `proc_root` and `cgroup_root`; starts
+    /// the `scontrol` thread when `opts.scontrol` is set.
+    pub fn new(node: &str, proc_root: &Path, cgroup_root: &Path, opts: SlurmJobsOptions) -> Self {
+        let worker = opts.scontrol.as_deref().and_then(|p| {
+            ScontrolWorker::spawn(p, opts.timeout)
+                .map_err(|e| tracing::warn!(error = %e, "no scheduler metadata thread"))
+                .ok()
+        });
+        SlurmJobsCollector {
+            node: node.to_string(),
+            proc_root: proc_root.to_path_buf(),
+            cgroup_root: cgroup_root.to_path_buf(),
+            meta: MetaCache::new(opts.policy),
+            opts,
+            worker,
+            io: HashMap::new(),
+            cpu: HashMap::new(),
+            proc_skip: 0,
+            labels: HashMap::new(),
+            first_seen: HashMap::new(),
+            users: Vec::new(),
+            now_ms: 0,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    fn count(&mut self, kind: &'static str, first: &mut Option<LeafError>, e: LeafError) {
+        *self.errors.entry(kind).or_default() += 1;
+        first.get_or_insert(e);
+    }
+
+    /// The job's processes: PIDs in `cgroup.procs` below its job directories.
+    fn job_pids(dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let mut stack: Vec<PathBuf> = dirs.to_vec();
+        while let Some(d) = stack.pop() {
+            if pids.len() >= MAX_PIDS_PER_JOB {
+                break;
+            }
+            match std::fs::read_to_string(d.join("cgroup.procs")) {
+                Ok(t) => match proc_io::parse_pid_list(&t) {
+                    Ok(p) => pids.extend(p),
+                    Err(e) => errs.push(e),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => errs.push(LeafError::io(d.join("cgroup.procs"), e)),
+            }
+            match cgroup_v1::subdirs(&d) {
+                Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
+                Err(e) => errs.push(LeafError::io(&d, e)),
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids.truncate(MAX_PIDS_PER_JOB);
+        pids
+    }
+
+    /// Job id -> its job directories in the hierarchy that lists processes.
+    fn process_dirs(&self, errs: &mut Vec<LeafError>) -> HashMap<u64, Vec<PathBuf>> {
+        let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
+        for ctl in ["memory", "cpuacct"] {
+            match cgroup_v1::job_dirs(&self.cgroup_root.join(ctl)) {
+                Ok(dirs) => {
+                    for (_, id, p) in dirs {
+                        out.entry(id).or_default().push(p);
+                    }
+                }
+                Err(e) => errs.push(e),
+            }
+            if !out.is_empty() {
+                break;
+            }
+        }
+        for root in self.v2_roots() {
+            match cgroup_v2::job_dirs(&root) {
+                Ok(dirs) => {
+                    for (id, p) in dirs {
+                        out.entry(id).or_default().push(p);
+                    }
+                }
+                Err(e) => errs.push(e),
+            }
+        }
+        out
+    }
+
+    /// Where a cgroup v2 hierarchy may be: the root itself (pure v2) or
+    /// `unified/` (hybrid).
+    fn v2_roots(&self) -> Vec<PathBuf> {
+        [self.cgroup_root.clone(), self.cgroup_root.join("unified")]
+            .into_iter()
+            .filter(|r| r.join("system.slice").is_dir())
+            .collect()
+    }
+
+    /// Whether Slurm's cgroup layout exists here (then jobs come from it).
+    fn cgroup_layout(&self) -> bool {
+        let v1 = ["memory", "cpuacct"].iter().any(|c| {
+            cgroup_v1::subdirs(&self.cgroup_root.join(c))
+                .is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm")))
+        });
+        v1 || self.v2_roots().iter().any(|r| {
+            cgroup_v1::subdirs(&r.join("system.slice"))
+                .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
+        })
+    }
+
+    /// linuxproc mode: jobs from `/proc`, with their carried CPU and I/O.
+    fn scan_procs(
+        &mut self,
+        jobs: &mut Vec<JobCgroup>,
+        io: &mut HashMap<u64, IoCounters>,
+        first: &mut Option<LeafError>,
+    ) {
+        if self.proc_skip > 0 {
+            self.proc_skip -= 1;
+            return;
+        }
+        let s = slurm_procs::scan(&self.proc_root, MAX_PROCS);
+        for e in s.errors {
+            self.count("proc_scan", first, e);
+        }
+        if !s.saw_stepd {
+            self.proc_skip = 9;
+        }
+        for (job, procs) in s.jobs {
+            let cpu: Vec<_> = procs.iter().map(|p| (p.0, p.1, p.2)).collect();
+            let ios: Vec<_> = procs.iter().map(|p| (p.0, p.1, p.3)).collect();
+            let ticks = self.cpu.entry(job).or_default().update_with(&cpu);
+            io.insert(job, self.io.entry(job).or_default().update_with(&ios));
+            jobs.push(JobCgroup {
+                job_id: job,
+                cpu_usage_ns: Some(ticks.0.saturating_mul(NS_PER_TICK)),
+                ..JobCgroup::default()
+            });
+        }
+        let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
+        self.cpu.retain(|id, _| ids.contains(id));
+    }
+
+    /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
+    fn scan(&mut self, first: &mut Option<LeafError>) -> Vec<JobCgroup> {
+        let (mut jobs, errs) = cgroup_v1::scan_jobs(&self.cgroup_root);
+        for e in errs {
+            self.count("cgroup", first, e);
+        }
+        for root in self.v2_roots() {
+            let (v2, errs) = cgroup_v2::scan_jobs(&root);
+            for e in errs {
+                self.count("cgroup", first, e);
+            }
+            for j in v2 {
+                if !jobs.iter().any(|k| k.job_id == j.job.job_id) {
+                    jobs.push(j.job);
+                }
+            }
+        }
+        jobs
+    }
+
+    fn user_of(&mut self, uid: u32) -> String {
+        let find =
+            |u: &[(u32, String)]| u.iter().find(|(id, _)| *id == uid).map(|(_, n)| n.clone());
+        if let Some(n) = find(&self.users) {
+            return n;
+        }
+        if let Ok(t) = std::fs::read_to_string(&self.opts.passwd) {
+            self.users = parse_passwd(&t);
+        }
+        find(&self.users).unwrap_or_else(|| uid.to_string())
+    }
+
+    /// Fixes a job's labels once its metadata arrived or the wait is over.
+    fn labels_for(&mut self, job: &JobCgroup) -> Option<JobLabels> {
+        if let Some(l) = self.labels.get(&job.job_id) {
+            return Some(l.clone());
+        }
+        let since = *self.first_seen.entry(job.job_id).or_insert(self.now_ms);
+        let meta = self.meta.get(job.job_id).cloned();
+        let waited = self.now_ms - since >= self.opts.label_wait_ms;
+        if meta.is_none() && self.worker.is_some() && !waited {
+            return None;
+        }
+        let l = match meta {
+            Some(m) => JobLabels {
+                job_id: job.job_id.to_string(),
+                user: m.user,
+                account: m.account,
+                partition: m.partition,
+            },
+            None => JobLabels {
+                job_id: job.job_id.to_string(),
+                user: job.uid.map(|u| self.user_of(u)).unwrap_or_default(),
+                account: String::new(),
+                partition: String::new(),
+            },
+        };
+        self.labels.insert(job.job_id, l.clone());
+        Some(l)
+    }
+
+    fn scheduler_round(&mut self, ids: &[u64], first: &mut Option<LeafError>) {
+        let Some(w) = &self.worker else { return };
+        let answers = w.answers();
+        let mut failed = Vec::new();
+        for (id, r) in answers {
+            match r {
+                Ok(m) => self.meta.answer(id, Some(m), self.now_ms),
+                Err(e) => {
+                    self.meta.answer(id, None, self.now_ms);
+                    failed.push(e);
+                }
+            }
+        }
+        let Some(w) = &self.worker else { return };
+        let mut refused = Vec::new();
+        for id in self.meta.due(ids, self.now_ms) {
+            if !w.ask(id) {
+                refused.push(id);
+            }
+        }
+        for id in refused {
+            self.meta.answer(id, None, self.now_ms);
+        }
+        for e in failed {
+            self.count("scheduler", first, e);
+        }
+    }
+}
+
+fn emit(
+    node: &str,
+    l: &JobLabels,
+    j: &JobCgroup,
+    m: Option<&JobMeta>,
+    io: Option<IoCounters>,
+    out: &mut Vec<Observation>,
+) {
+    let labels = [
+        ("job_id", l.job_id.as_str()),
+        ("user", l.user.as_str()),
+        ("account", l.account.as_str()),
+        ("partition", l.partition.as_str()),
+    ];
+    if let Some(ns) = j.cpu_usage_ns {
+        out.push(Observation::counter(
+            "canopy_job_cpu_seconds_total",
+            node,
+            &labels,
+            ns as f64 / 1e9,
+        ));
+    }
+    if let Some(io) = io {
+        let counters = [
+            ("canopy_job_io_read_bytes_total", io.read_bytes),
+            ("canopy_job_io_write_bytes_total", io.write_bytes),
+            ("canopy_job_io_read_ops_total", io.read_ops),
+            ("canopy_job_io_write_ops_total", io.write_ops),
+        ];
+        for (name, v) in counters {
+            out.push(Observation::counter(name, node, &labels, v as f64));
+        }
+    }
+    let gauges = [
+        ("canopy_job_memory_bytes", j.memory_usage_bytes),
+        ("canopy_job_memory_rss_bytes", j.memory_rss_bytes),
+        ("canopy_job_memory_cache_bytes", j.memory_cache_bytes),
+        (
+            "canopy_job_memory_allocated_bytes",
+            m.and_then(|m| m.memory_bytes).or(j.memory_limit_bytes),
+        ),
+        (
+            "canopy_job_cpus_allocated",
+            m.and_then(|m| m.cpus).or(j.cpus.map(u64::from)),
+        ),
+        ("canopy_job_gpus_allocated", m.map(|m| m.gpus)),
+    ];
+    for (name, v) in gauges {
+        if let Some(v) = v {
+            out.push(Observation::gauge(name, node, &labels, v as f64));
+        }
+    }
+}
+
+impl Collector for SlurmJobsCollector {
+    fn name(&self) -> &'static str {
+        "slurm_jobs"
+    }
+
+    fn set_tick_time(&mut self, ts_ms: i64) {
+        self.now_ms = ts_ms;
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        let mut first = None;
+        let mut jobs = self.scan(&mut first);
+        let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
+        if jobs.is_empty() && !self.cgroup_layout() {
+            self.scan_procs(&mut jobs, &mut proc_io, &mut first);
+        }
+        let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
+        self.scheduler_round(&ids, &mut first);
+
+        let mut errs = Vec::new();
+        let dirs = self.process_dirs(&mut errs);
+        for e in errs.drain(..) {
+            self.count("cgroup", &mut first, e);
+        }
+        for j in &jobs {
+            let io = proc_io.get(&j.job_id).copied().or_else(|| {
+                dirs.get(&j.job_id).map(|d| {
+                    let pids = Self::job_pids(d, &mut errs);
+                    let mut samples = Vec::with_capacity(pids.len());
+                    for pid in pids {
+                        match proc_io::read_proc(&self.proc_root, pid) {
+                            Ok(Some(s)) => samples.push(s),
+                            Ok(None) => {}
+                            Err(e) => errs.push(e),
+                        }
+                    }
+                    self.io.entry(j.job_id).or_default().update(&samples)
+                })
+            });
+            for e in errs.drain(..) {
+                self.count("proc_io", &mut first, e);
+            }
+            let Some(l) = self.labels_for(j) else {
+                continue;
+            };
+            let meta = self.meta.get(j.job_id);
+            emit(&self.node, &l, j, meta, io, out);
+        }
+        // Ended jobs: forget them; their series go stale.
+        self.io.retain(|id, _| ids.contains(id));
+        self.labels.retain(|id, _| ids.contains(id));
+        self.first_seen.retain(|id, _| ids.contains(id));
+        for (kind, n) in &self.errors {
+            out.push(Observation::counter(
+                "canopy_leaf_collector_errors_total",
+                &self.node,
+                &[("collector", "slurm_jobs"), ("kind", kind)],
+                *n as f64,
+            ));
+        }
+        first.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,53 @@
+// A small client for the gateway's Prometheus HTTP API (same origin).
+
+const TIMEOUT_MS = 10000;
+const TOKEN_KEY = 'canopy-token';
+
+/** Thrown when the gateway asks for a token (401/403). */
+export class AuthError extends Error {}
+
+/** Remembers a bearer token for this browser tab (empty clears it). */
+export function setToken(t) {
+  if (t) sessionStorage.setItem(TOKEN_KEY, t);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+async function call(path, params) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+  const headers = { 'Content-Type': 'application/x-www-form-urlencoded' };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  try {
+    const res = await fetch(path, {
+      method: 'POST',
+      headers,
+      body: new URLSearchParams(params),
+      signal: ctl.signal,
+      cache: 'no-store',
+    });
+    if (res.status === 401 || res.status === 403) throw new AuthError(`HTTP ${res.status}`);
+    const body = await res.json().catch(() => null);
+    if (!body || body.status !== 'success') {
+      throw new Error(body && body.error ? `${body.errorType}: ${body.error}` : `HTTP ${res.status}`);
+    }
+    return body.data;
+  } catch (e) {
+    if (e.name === 'AbortError') throw new Error(`no answer within ${TIMEOUT_MS / 1000} s`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Instant query at the gateway's now: [{metric, value: [t, "v"]}]. */
+export async function instant(expr) {
+  const d = await call('api/v1/query', { query: expr });
+  return d.resultType === 'vector' ? d.result : [];
+}
+
+/** Range query: [{metric, values: [[t, "v"], ...]}]. */
+export async function range(expr, start, end, step) {
+  const d = await call('api/v1/query_range', { query: expr, start, end, step });
+  return d.result;
+}

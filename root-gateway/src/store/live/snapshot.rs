@@ -1,0 +1,160 @@
+//! Snapshot of a [`LiveStore`]: its whole state as framed records, written
+//! and read as a stream (one record per source and per series), so neither
+//! side holds more than the store itself plus one record.
+//!
+//! ```text
+//! magic  "canopy-snapshot-v1"
+//! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
+//! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
+//! series 0x03 labels | source+1 (0 none) | n_chunks | chunk state*
+//! end    0x04 n_sources | n_series
+//! ```
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+
+use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source};
+use crate::store::chunk::Chunk;
+use crate::store::codec::{
+    CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint, read_frame, write_frame,
+};
+
+const MAGIC: &[u8] = b"canopy-snapshot-v1";
+/// Largest record accepted when reading (one series' chunks).
+const MAX_RECORD: usize = 64 << 20;
+
+impl LiveStore {
+    /// Streams the store's state to `w`; returns the bytes written.
+    pub fn write_snapshot(&self, w: &mut impl Write) -> io::Result<u64> {
+        let mut n = write_frame(w, MAGIC)? as u64;
+        let live: Vec<&Entry> = self.entries.iter().flatten().collect();
+        let mut p = vec![0x01];
+        put_varint(&mut p, self.now_ms);
+        put_uvarint(&mut p, self.stats.rejected_series);
+        put_uvarint(&mut p, self.stats.out_of_order);
+        put_uvarint(&mut p, self.stats.sources_died);
+        put_uvarint(&mut p, self.sources.len() as u64);
+        put_uvarint(&mut p, live.len() as u64);
+        n += write_frame(w, &p)? as u64;
+        for s in &self.sources {
+            p.clear();
+            p.push(0x02);
+            put_str(&mut p, &s.name);
+            put_varint(&mut p, s.tick_ms);
+            put_uvarint(&mut p, s.alive.len() as u64);
+            for a in &s.alive {
+                put_varint(&mut p, a.start);
+                put_varint(&mut p, a.end);
+                p.push(u8::from(a.closed));
+            }
+            n += write_frame(w, &p)? as u64;
+        }
+        for e in &live {
+            p.clear();
+            p.push(0x03);
+            put_labels(&mut p, &e.labels);
+            put_uvarint(&mut p, e.source.map_or(0, |s| s as u64 + 1));
+            put_uvarint(&mut p, e.chunks.len() as u64);
+            for c in &e.chunks {
+                c.write_state(&mut p);
+            }
+            n += write_frame(w, &p)? as u64;
+        }
+        p.clear();
+        p.push(0x04);
+        put_uvarint(&mut p, self.sources.len() as u64);
+        put_uvarint(&mut p, live.len() as u64);
+        n += write_frame(w, &p)? as u64;
+        Ok(n)
+    }
+
+    /// Rebuilds a store from a snapshot stream, with settings `cfg` (the
+    /// current ones, e.g. a changed retention, apply from the next tick).
+    pub fn read_snapshot(cfg: LiveStoreConfig, r: &mut impl Read) -> Result<LiveStore, CodecError> {
+        let mut buf = Vec::new();
+        let mut next = |buf: &mut Vec<u8>| -> Result<(), CodecError> {
+            if read_frame(r, buf, MAX_RECORD)? {
+                Ok(())
+            } else {
+                Err(CodecError::Malformed("snapshot ends before its end record"))
+            }
+        };
+        next(&mut buf)?;
+        if buf != MAGIC {
+            return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
+        }
+        next(&mut buf)?;
+        let mut c = Cursor::new(&buf);
+        if c.u8()? != 0x01 {
+            return Err(CodecError::Malformed("snapshot header missing"));
+        }
+        let mut s = LiveStore::new(cfg);
+        s.now_ms = c.varint()?;
+        s.stats.rejected_series = c.uvarint()?;
+        s.stats.out_of_order = c.uvarint()?;
+        s.stats.sources_died = c.uvarint()?;
+        let n_sources = c.len(usize::MAX)?;
+        let n_series = c.len(usize::MAX)?;
+        for _ in 0..n_sources {
+            next(&mut buf)?;
+            let mut c = Cursor::new(&buf);
+            if c.u8()? != 0x02 {
+                return Err(CodecError::Malformed("expected a source record"));
+            }
+            let name = c.str()?.to_string();
+            let tick_ms = c.varint()?;
+            let n = c.len(buf.len())?;
+            let mut alive = Vec::with_capacity(n);
+            for _ in 0..n {
+                alive.push(Alive {
+                    start: c.varint()?,
+                    end: c.varint()?,
+                    closed: c.u8()? != 0,
+                });
+            }
+            s.source_ids.insert(name.clone(), s.sources.len());
+            s.sources.push(Source {
+                name,
+                tick_ms,
+                alive,
+            });
+        }
+        let mut by_name: HashMap<String, std::collections::HashSet<usize>> = HashMap::new();
+        for id in 0..n_series {
+            next(&mut buf)?;
+            let mut c = Cursor::new(&buf);
+            if c.u8()? != 0x03 {
+                return Err(CodecError::Malformed("expected a series record"));
+            }
+            let labels = c.labels()?;
+            let source = match c.len(s.sources.len())? {
+                0 => None,
+                i => Some(i - 1),
+            };
+            let n = c.len(buf.len())?;
+            let mut chunks = Vec::with_capacity(n);
+            for _ in 0..n {
+                chunks.push(Chunk::read_state(&mut c)?);
+            }
+            if s.by_labels.insert(labels.clone(), id).is_some() {
+                return Err(CodecError::Malformed("a series appears twice"));
+            }
+            by_name
+                .entry(labels.name().to_string())
+                .or_default()
+                .insert(id);
+            s.entries.push(Some(Entry {
+                labels,
+                source,
+                chunks,
+            }));
+        }
+        s.by_name = by_name;
+        next(&mut buf)?;
+        let mut c = Cursor::new(&buf);
+        if c.u8()? != 0x04 || c.len(usize::MAX)? != n_sources || c.len(usize::MAX)? != n_series {
+            return Err(CodecError::Malformed("snapshot end record does not match"));
+        }
+        Ok(s)
+    }
+}

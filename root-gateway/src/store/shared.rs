@@ -1,0 +1,138 @@
+//! [`SharedStore`]: one [`LiveStore`] shared by the ingest paths, the
+//! maintenance tick and the queries, with an optional [`Journal`] (the
+//! write-ahead log) that records every op before it is applied.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use super::op::{Journal, Op};
+use super::{LiveStore, Matcher, Querier, Series, StoreError};
+
+/// What one [`SharedStore::apply`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    /// Ops applied.
+    pub applied: usize,
+    /// Appends the store refused (series limit, out of order, no name).
+    pub rejected: usize,
+}
+
+/// A [`LiveStore`] shared between the ingest paths and queries. Each query
+/// `select` holds the read lock only while it copies samples out.
+///
+/// Durable writes go through [`SharedStore::apply`] (journal first, then
+/// the store); [`SharedStore::write`] bypasses the journal (tests, tools).
+#[derive(Clone, Default)]
+pub struct SharedStore {
+    inner: Arc<RwLock<LiveStore>>,
+    journal: Option<Arc<Mutex<Box<dyn Journal>>>>,
+}
+
+impl fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("journal", &self.journal.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedStore {
+    /// Wraps a store (memory only).
+    pub fn new(store: LiveStore) -> Self {
+        SharedStore {
+            inner: Arc::new(RwLock::new(store)),
+            journal: None,
+        }
+    }
+
+    /// Wraps a store whose ops are recorded in `journal` before they apply.
+    pub fn with_journal(store: LiveStore, journal: Box<dyn Journal>) -> Self {
+        SharedStore {
+            inner: Arc::new(RwLock::new(store)),
+            journal: Some(Arc::new(Mutex::new(journal))),
+        }
+    }
+
+    /// True when ops are journaled (a data directory is configured).
+    pub fn is_durable(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Runs `f` with the write lock held, bypassing the journal.
+    pub fn write<R>(&self, f: impl FnOnce(&mut LiveStore) -> R) -> R {
+        let mut g = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        f(&mut g)
+    }
+
+    /// Runs `f` with the read lock held.
+    pub fn read<R>(&self, f: impl FnOnce(&LiveStore) -> R) -> R {
+        let g = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        f(&g)
+    }
+
+    fn journal(&self) -> Option<MutexGuard<'_, Box<dyn Journal>>> {
+        self.journal
+            .as_ref()
+            .map(|j| j.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Logs `ops` in the journal (if any), then applies them in order. Once
+    /// this returns, the ops are visible to queries and survive a process
+    /// crash. A journal failure applies nothing and is returned.
+    pub fn apply(&self, ops: &[Op]) -> Result<ApplyOutcome, StoreError> {
+        self.apply_each(ops, |_, _| {})
+    }
+
+    /// [`SharedStore::apply`], reporting each op's result (by index) to `f`
+    /// while the write lock is held.
+    pub fn apply_each(
+        &self,
+        ops: &[Op],
+        mut f: impl FnMut(usize, Result<(), StoreError>),
+    ) -> Result<ApplyOutcome, StoreError> {
+        let mut j = self.journal();
+        if let Some(j) = j.as_mut() {
+            j.log(ops)?;
+        }
+        let mut out = ApplyOutcome::default();
+        self.write(|s| {
+            for (i, op) in ops.iter().enumerate() {
+                out.applied += 1;
+                let r = op.apply(s);
+                if r.is_err() {
+                    out.rejected += 1;
+                }
+                f(i, r);
+            }
+        });
+        drop(j);
+        Ok(out)
+    }
+
+    /// The maintenance tick: applies (and logs) [`Op::Maintain`], then lets
+    /// the journal sync and checkpoint. Call once per tick; blocking I/O.
+    pub fn tick(&self, now_ms: i64) -> Result<(), StoreError> {
+        let mut j = self.journal();
+        let op = [Op::Maintain { now_ms }];
+        if let Some(j) = j.as_mut() {
+            j.log(&op)?;
+        }
+        self.write(|s| s.maintain(now_ms));
+        if let Some(j) = j.as_mut() {
+            self.read(|s| j.tick(s))?;
+        }
+        Ok(())
+    }
+}
+
+impl Querier for SharedStore {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.read(|s| s.select(matchers, mint, maxt, limit))
+    }
+}

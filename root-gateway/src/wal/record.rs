@@ -1,0 +1,203 @@
+//! Sans-I/O encoding of op batches as WAL record payloads.
+//!
+//! Each segment starts with empty dictionaries; a series' labels and a
+//! source's name are written once per segment and referred to by index
+//! afterwards, so a segment replays on its own (old segments can be
+//! deleted freely) and a steady sample costs about 12 bytes.
+//!
+//! ```text
+//! payload: op*
+//! 0x01 def-series  labels                 (index = next series index)
+//! 0x02 def-source  name                   (index = next source index)
+//! 0x03 append      series | source+1 (0: explicit) | dts | value (u64 LE bits)
+//! 0x04 heartbeat   source | dts | tick_ms
+//! 0x05 retire      series | dts
+//! 0x06 maintain    dts
+//! dts: zigzag varint, ms since the previous op's time in this record (0 first)
+//! ```
+
+use std::collections::HashMap;
+
+use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
+use crate::store::{Labels, Op};
+
+const DEF_SERIES: u8 = 0x01;
+const DEF_SOURCE: u8 = 0x02;
+const APPEND: u8 = 0x03;
+const HEARTBEAT: u8 = 0x04;
+const RETIRE: u8 = 0x05;
+const MAINTAIN: u8 = 0x06;
+
+/// Encodes op batches for one segment (keeps the segment's dictionaries).
+#[derive(Debug, Default)]
+pub struct Encoder {
+    series: HashMap<Labels, u64>,
+    sources: HashMap<String, u64>,
+}
+
+impl Encoder {
+    /// Forgets the dictionaries: call when a new segment starts.
+    pub fn reset(&mut self) {
+        self.series.clear();
+        self.sources.clear();
+    }
+
+    /// Series defined in the current segment.
+    pub fn dictionary_len(&self) -> usize {
+        self.series.len() + self.sources.len()
+    }
+
+    fn series_id(&mut self, l: &Labels, out: &mut Vec<u8>) -> u64 {
+        if let Some(&i) = self.series.get(l) {
+            return i;
+        }
+        let i = self.series.len() as u64;
+        out.push(DEF_SERIES);
+        put_labels(out, l);
+        self.series.insert(l.clone(), i);
+        i
+    }
+
+    fn source_id(&mut self, s: &str, out: &mut Vec<u8>) -> u64 {
+        if let Some(&i) = self.sources.get(s) {
+            return i;
+        }
+        let i = self.sources.len() as u64;
+        out.push(DEF_SOURCE);
+        put_str(out, s);
+        self.sources.insert(s.to_string(), i);
+        i
+    }
+
+    /// Appends the payload of one record holding `ops` to `out`.
+    pub fn encode(&mut self, ops: &[Op], out: &mut Vec<u8>) {
+        let mut prev = 0i64;
+        let mut dts = |t: i64| {
+            let d = t.wrapping_sub(prev);
+            prev = t;
+            d
+        };
+        for op in ops {
+            match op {
+                Op::Append {
+                    source,
+                    labels,
+                    ts_ms,
+                    value,
+                } => {
+                    let s = self.series_id(labels, out);
+                    let src = source.as_deref().map_or(0, |n| self.source_id(n, out) + 1);
+                    out.push(APPEND);
+                    put_uvarint(out, s);
+                    put_uvarint(out, src);
+                    put_varint(out, dts(*ts_ms));
+                    out.extend_from_slice(&value.to_bits().to_le_bytes());
+                }
+                Op::Heartbeat {
+                    source,
+                    ts_ms,
+                    tick_ms,
+                } => {
+                    let src = self.source_id(source, out);
+                    out.push(HEARTBEAT);
+                    put_uvarint(out, src);
+                    put_varint(out, dts(*ts_ms));
+                    put_uvarint(out, u64::from(*tick_ms));
+                }
+                Op::Retire { labels, ts_ms } => {
+                    let s = self.series_id(labels, out);
+                    out.push(RETIRE);
+                    put_uvarint(out, s);
+                    put_varint(out, dts(*ts_ms));
+                }
+                Op::Maintain { now_ms } => {
+                    out.push(MAINTAIN);
+                    put_varint(out, dts(*now_ms));
+                }
+            }
+        }
+    }
+}
+
+/// Decodes the records of one segment (keeps the segment's dictionaries).
+#[derive(Debug, Default)]
+pub struct Decoder {
+    series: Vec<Labels>,
+    sources: Vec<String>,
+}
+
+impl Decoder {
+    /// Decodes one record payload, calling `f` for each op in order.
+    pub fn decode(&mut self, payload: &[u8], mut f: impl FnMut(Op)) -> Result<usize, CodecError> {
+        let mut c = Cursor::new(payload);
+        let mut prev = 0i64;
+        let mut n = 0;
+        while !c.is_empty() {
+            let kind = c.u8()?;
+            match kind {
+                DEF_SERIES => self.series.push(c.labels()?),
+                DEF_SOURCE => self.sources.push(c.str()?.to_string()),
+                APPEND => {
+                    let labels = self.series_ref(c.uvarint()?)?;
+                    let source = match c.uvarint()? {
+                        0 => None,
+                        i => Some(self.source_ref(i - 1)?),
+                    };
+                    prev = prev.wrapping_add(c.varint()?);
+                    let value = f64::from_bits(c.u64_le()?);
+                    f(Op::Append {
+                        source,
+                        labels,
+                        ts_ms: prev,
+                        value,
+                    });
+                    n += 1;
+                }
+                HEARTBEAT => {
+                    let source = self.source_ref(c.uvarint()?)?;
+                    prev = prev.wrapping_add(c.varint()?);
+                    let tick_ms = u32::try_from(c.uvarint()?)
+                        .map_err(|_| CodecError::Malformed("tick out of range"))?;
+                    f(Op::Heartbeat {
+                        source,
+                        ts_ms: prev,
+                        tick_ms,
+                    });
+                    n += 1;
+                }
+                RETIRE => {
+                    let labels = self.series_ref(c.uvarint()?)?;
+                    prev = prev.wrapping_add(c.varint()?);
+                    f(Op::Retire {
+                        labels,
+                        ts_ms: prev,
+                    });
+                    n += 1;
+                }
+                MAINTAIN => {
+                    prev = prev.wrapping_add(c.varint()?);
+                    f(Op::Maintain { now_ms: prev });
+                    n += 1;
+                }
+                _ => return Err(CodecError::Malformed("unknown op kind")),
+            }
+        }
+        Ok(n)
+    }
+
+    fn series_ref(&self, i: u64) -> Result<Labels, CodecError> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.series.get(i))
+            .cloned()
+            .ok_or(CodecError::Malformed("reference to an undefined series"))
+    }
+
+    fn source_ref(&self, i: u64) -> Result<String, CodecError> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.sources.get(i))
+            .cloned()
+            .ok_or(CodecError::Malformed("reference to an undefined source"))
+    }
+}

@@ -1,0 +1,247 @@
+use std::io::Write;
+
+use super::*;
+use crate::store::{Labels, Matcher, Querier, SharedStore};
+use canopy_proto::model::METRIC_NAME;
+
+fn cfg(dir: &Path) -> WalConfig {
+    WalConfig::new(dir)
+}
+
+fn open(c: WalConfig) -> (SharedStore, Recovery) {
+    let (store, wal, rec) = Wal::open(c, LiveStoreConfig::default()).expect("open");
+    (SharedStore::with_journal(store, Box::new(wal)), rec)
+}
+
+fn ops_for(t: i64) -> Vec<Op> {
+    vec![
+        Op::Heartbeat {
+            source: "n1".into(),
+            ts_ms: t,
+            tick_ms: 1000,
+        },
+        Op::Append {
+            source: Some("n1".into()),
+            labels: Labels::metric("ticks_total", [("node", "n1")]),
+            ts_ms: t,
+            value: (t / 1000) as f64,
+        },
+        Op::Append {
+            source: None,
+            labels: Labels::metric("explicit", [("job", "x")]),
+            ts_ms: t,
+            value: 0.5,
+        },
+    ]
+}
+
+fn points(s: &SharedStore, name: &str) -> Vec<(i64, u64)> {
+    s.select(&[Matcher::equal(METRIC_NAME, name)], 0, 1_000_000, 100)
+        .expect("select")
+        .iter()
+        .flat_map(|x| x.samples.iter().map(|p| (p.ts_ms, p.value.to_bits())))
+        .collect()
+}
+
+fn feed(s: &SharedStore, from: i64, to: i64) {
+    for t in from..to {
+        let ts = t * 1000;
+        s.apply(&ops_for(ts)).expect("apply");
+        s.tick(ts).expect("tick");
+    }
+}
+
+#[test]
+fn record_encoding_round_trips_with_dictionaries() {
+    let mut enc = Encoder::default();
+    let mut dec = Decoder::default();
+    let mut ops = ops_for(5_000);
+    ops.push(Op::Retire {
+        labels: Labels::metric("explicit", [("job", "x")]),
+        ts_ms: 6_000,
+    });
+    ops.push(Op::Maintain { now_ms: 7_000 });
+    for round in 0..2 {
+        let mut p = Vec::new();
+        enc.encode(&ops, &mut p);
+        let mut got = Vec::new();
+        dec.decode(&p, |o| got.push(o)).expect("decode");
+        assert_eq!(got, ops);
+        if round == 1 {
+            // Second record: labels are references, not definitions.
+            assert!(p.len() < 60, "{} bytes", p.len());
+        }
+    }
+    // A fresh decoder (a later segment) cannot resolve references.
+    let mut p = Vec::new();
+    enc.encode(&ops, &mut p);
+    assert!(Decoder::default().decode(&p, |_| {}).is_err());
+}
+
+#[test]
+fn reopen_restores_everything_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec, Recovery::default());
+    feed(&s, 1, 30);
+    let before = (
+        points(&s, "ticks_total"),
+        points(&s, "explicit"),
+        points(&s, "up"),
+    );
+    assert_eq!(before.0.len(), 29);
+    drop(s);
+    let (s, rec) = open(cfg(dir.path()));
+    assert!(rec.ops > 80, "{rec:?}");
+    assert_eq!(rec.bad_records, 0);
+    assert_eq!(
+        (
+            points(&s, "ticks_total"),
+            points(&s, "explicit"),
+            points(&s, "up")
+        ),
+        before
+    );
+    // It keeps working after recovery, and a second restart sees both runs.
+    feed(&s, 30, 40);
+    let after = points(&s, "ticks_total");
+    assert_eq!(after.len(), 39);
+    drop(s);
+    let (s, _) = open(cfg(dir.path()));
+    assert_eq!(points(&s, "ticks_total"), after);
+}
+
+fn last_segment(dir: &Path) -> PathBuf {
+    let n = *list(dir, "wal-")
+        .expect("list")
+        .iter()
+        .rev()
+        .find(|&&n| fs::metadata(seg_path(dir, n)).map(|m| m.len()).unwrap_or(0) > 0)
+        .expect("a non-empty segment");
+    seg_path(dir, n)
+}
+
+#[test]
+fn torn_last_record_is_cut_and_the_rest_recovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, _) = open(cfg(dir.path()));
+    feed(&s, 1, 11);
+    let before = points(&s, "ticks_total");
+    drop(s);
+    // A crash in the middle of writing the next record: a frame header that
+    // promises 100 bytes, followed by 10.
+    let seg = last_segment(dir.path());
+    let good_len = fs::metadata(&seg).expect("meta").len();
+    let mut f = OpenOptions::new().append(true).open(&seg).expect("open");
+    f.write_all(&100u32.to_le_bytes()).expect("w");
+    f.write_all(&[0u8; 14]).expect("w");
+    drop(f);
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.bad_records, 1);
+    assert_eq!(points(&s, "ticks_total"), before);
+    assert_eq!(
+        fs::metadata(&seg).expect("meta").len(),
+        good_len,
+        "torn tail cut off"
+    );
+    drop(s);
+    let (_, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.bad_records, 0, "the cut is permanent");
+}
+
+#[test]
+fn corrupt_last_record_fails_its_crc_and_is_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, _) = open(cfg(dir.path()));
+    feed(&s, 1, 11);
+    let all = points(&s, "ticks_total");
+    drop(s);
+    let seg = last_segment(dir.path());
+    let mut bytes = fs::read(&seg).expect("read");
+    let n = bytes.len();
+    bytes[n - 1] ^= 0x5a; // inside the last record's payload
+    fs::write(&seg, &bytes).expect("write");
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.bad_records, 1);
+    // The last record was the tick of t=10 (a Maintain): data is intact.
+    assert_eq!(points(&s, "ticks_total"), all);
+    assert!(fs::metadata(&seg).expect("meta").len() < n as u64);
+}
+
+#[test]
+fn corrupt_record_in_an_older_segment_loses_only_that_segment_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = cfg(dir.path());
+    c.segment_bytes = 200;
+    let (s, _) = open(c.clone());
+    feed(&s, 1, 41);
+    drop(s);
+    let segs = list(dir.path(), "wal-").expect("list");
+    assert!(segs.len() > 4, "{segs:?}");
+    let victim = seg_path(dir.path(), segs[1]);
+    let mut bytes = fs::read(&victim).expect("read");
+    bytes[10] ^= 0xff;
+    fs::write(&victim, &bytes).expect("write");
+    let (s, rec) = open(c);
+    assert_eq!(rec.bad_records, 1);
+    let p = points(&s, "explicit");
+    // The newest samples (later segments) are still there.
+    assert_eq!(p.last().map(|x| x.0), Some(40_000));
+    assert!(p.len() < 40);
+}
+
+#[test]
+fn checkpoint_writes_a_snapshot_and_drops_covered_segments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = cfg(dir.path());
+    c.segment_bytes = 300;
+    c.checkpoint_bytes = 1000;
+    let (s, _) = open(c.clone());
+    feed(&s, 1, 60);
+    let before = (
+        points(&s, "ticks_total"),
+        points(&s, "explicit"),
+        points(&s, "up"),
+    );
+    let snaps = list(dir.path(), "snapshot-").expect("list");
+    assert_eq!(snaps.len(), 1, "one snapshot kept");
+    let segs = list(dir.path(), "wal-").expect("list");
+    assert!(segs.iter().all(|&n| n >= snaps[0]), "{segs:?} vs {snaps:?}");
+    assert!(segs.len() <= 6, "{segs:?}");
+    drop(s);
+    let (s, rec) = open(c);
+    assert_eq!(rec.snapshot, Some(snaps[0]));
+    assert_eq!(
+        (
+            points(&s, "ticks_total"),
+            points(&s, "explicit"),
+            points(&s, "up")
+        ),
+        before
+    );
+}
+
+#[test]
+fn unreadable_snapshot_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::write(snap_path(dir.path(), 3), b"not a snapshot").expect("write");
+    let err = Wal::open(cfg(dir.path()), LiveStoreConfig::default()).expect_err("refused");
+    assert!(err.to_string().contains("snapshot-0000000003"), "{err}");
+}
+
+#[test]
+fn fsync_policy_parses() {
+    assert_eq!("tick".parse::<FsyncPolicy>(), Ok(FsyncPolicy::Tick));
+    assert_eq!("always".parse::<FsyncPolicy>(), Ok(FsyncPolicy::Always));
+    assert!("sometimes".parse::<FsyncPolicy>().is_err());
+}
+
+proptest::proptest! {
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+        let _ = Decoder::default().decode(&bytes, |_| {});
+        let _ = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]);
+        let mut buf = Vec::new();
+        let _ = read_frame(&mut &bytes[..], &mut buf, 1 << 16);
+    }
+}

@@ -1,0 +1,185 @@
+//! A small client of a gateway's Prometheus HTTP API, for `canopy query`
+//! and `canopy jobs`. HTTP/1 over plain TCP (the API listens on loopback or
+//! behind a proxy); bodies are bounded.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use canopy_gateway::store::Labels;
+use canopy_gateway::stress::{Sample, Source, StressError};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value as Json;
+
+/// Largest response accepted.
+const MAX_BODY: usize = 64 << 20;
+
+/// A gateway's HTTP API.
+pub struct Gateway {
+    base: String,
+    rt: tokio::runtime::Runtime,
+    client: Client<HttpConnector, Empty<Bytes>>,
+    timeout: Duration,
+}
+
+/// Percent-encodes a query-string value.
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Gateway {
+    /// A client of the gateway at `base` (e.g. `http://127.0.0.1:9700`).
+    pub fn new(base: &str) -> Result<Self> {
+        let base = base.trim_end_matches('/');
+        if !base.starts_with("http://") {
+            bail!("gateway URL {base:?}: only http:// is supported (e.g. http://127.0.0.1:9700)");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the tokio runtime")?;
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Ok(Gateway {
+            base: base.to_string(),
+            rt,
+            client,
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    /// GETs `path?params` and returns the `data` of a successful answer.
+    pub fn get(&self, path: &str, params: &[(&str, String)]) -> Result<Json> {
+        let qs: Vec<String> = params
+            .iter()
+            .map(|(k, v)| format!("{k}={}", encode(v)))
+            .collect();
+        let url = format!("{}{path}?{}", self.base, qs.join("&"));
+        let uri: hyper::Uri = url.parse().with_context(|| format!("bad URL {url:?}"))?;
+        let (status, body) = self.rt.block_on(async {
+            let resp = tokio::time::timeout(self.timeout, self.client.get(uri))
+                .await
+                .context("the gateway did not answer in time")?
+                .with_context(|| format!("connecting to {}", self.base))?;
+            let status = resp.status();
+            let body = tokio::time::timeout(
+                self.timeout,
+                Limited::new(resp.into_body(), MAX_BODY).collect(),
+            )
+            .await
+            .context("reading the answer timed out")?
+            .map_err(|e| anyhow::anyhow!("reading the answer: {e}"))?
+            .to_bytes();
+            anyhow::Ok((status, body))
+        })?;
+        let j: Json = serde_json::from_slice(&body).with_context(|| {
+            format!(
+                "HTTP {status} from {path}: not JSON: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            )
+        })?;
+        if j["status"] != "success" {
+            bail!(
+                "{} ({}): {}",
+                j["errorType"].as_str().unwrap_or("error"),
+                status,
+                j["error"].as_str().unwrap_or("no message")
+            );
+        }
+        Ok(j["data"].clone())
+    }
+
+    /// An instant query at `time` (any Prometheus time; `None`: now).
+    pub fn query(&self, q: &str, time: Option<&str>) -> Result<Json> {
+        let mut p = vec![("query", q.to_string())];
+        if let Some(t) = time {
+            p.push(("time", t.to_string()));
+        }
+        self.get("/api/v1/query", &p)
+    }
+
+    /// A range query.
+    pub fn query_range(&self, q: &str, start: f64, end: f64, step: &str) -> Result<Json> {
+        self.get(
+            "/api/v1/query_range",
+            &[
+                ("query", q.to_string()),
+                ("start", format!("{start:.3}")),
+                ("end", format!("{end:.3}")),
+                ("step", step.to_string()),
+            ],
+        )
+    }
+}
+
+/// Parses a Prometheus sample value (`"1.5"`, `"NaN"`, `"+Inf"`).
+pub fn parse_value(v: &Json) -> f64 {
+    match v.as_str() {
+        Some("+Inf" | "Inf") => f64::INFINITY,
+        Some("-Inf") => f64::NEG_INFINITY,
+        Some(s) => s.parse().unwrap_or(f64::NAN),
+        None => f64::NAN,
+    }
+}
+
+/// Labels of a result's `metric` object.
+pub fn labels(metric: &Json) -> Labels {
+    Labels::from_pairs(
+        metric
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())),
+    )
+}
+
+/// The gateway's API as a source of the stress core's answers, every query
+/// evaluated at one time.
+pub struct HttpSource<'a> {
+    /// The gateway.
+    pub gw: &'a Gateway,
+    /// Evaluation time, unix ms.
+    pub time_ms: i64,
+}
+
+impl Source for HttpSource<'_> {
+    fn instant(&self, query: &str) -> Result<Vec<Sample>, StressError> {
+        let t = format!("{:.3}", self.time_ms as f64 / 1000.0);
+        let data = self
+            .gw
+            .query(query, Some(&t))
+            .map_err(|e| StressError::Remote {
+                query: query.to_string(),
+                message: format!("{e:#}"),
+            })?;
+        let r = &data["result"];
+        Ok(match data["resultType"].as_str() {
+            Some("scalar") => vec![Sample {
+                labels: Labels::default(),
+                v: parse_value(&r[1]),
+            }],
+            _ => r
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| Sample {
+                    labels: labels(&s["metric"]),
+                    v: parse_value(&s["value"][1]),
+                })
+                .collect(),
+        })
+    }
+
+    fn time_ms(&self) -> i64 {
+        self.time_ms
+    }
+}

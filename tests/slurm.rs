@@ -1,0 +1,351 @@
+//! Per-job attribution on a real Slurm: real jobs submitted by an
+//! unprivileged user, observed by `canopy up`'s real node (this host's /proc
+//! and cgroups), checked through the gateway's Prometheus API.
+//!
+//! Needs root and the single-node Slurm of `scripts/local-slurm.sh` (the
+//! test runs `scripts/local-slurm.sh start`, which installs and starts it and
+//! returns at once when it is already up). Fails, naming the script, when
+//! that is not possible.
+
+#![cfg(target_os = "linux")]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = "scripts/local-slurm.sh";
+const USER: &str = "canopytest";
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Kills the child on drop so a failed assertion leaves nothing behind.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Cancels the test's jobs and removes its directory on drop.
+struct Cleanup {
+    dir: PathBuf,
+    jobs: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for j in &self.jobs {
+            let _ = Command::new("scancel").arg(j).output();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n")?.1.to_string();
+    let body = match (body.find('{'), body.rfind('}')) {
+        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
+        _ => body,
+    };
+    Some((status, body))
+}
+
+/// Instant query; the result vector.
+fn query(port: u16, q: &str) -> Vec<serde_json::Value> {
+    let enc: String = q
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = get(port, &format!("/api/v1/query?query={enc}")).expect("query answered");
+    assert_eq!(status, 200, "{q}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+fn value_of(r: &serde_json::Value) -> f64 {
+    r["value"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn wait_for<T>(what: &str, guard: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < guard, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) -> (bool, String) {
+    match Command::new(cmd).args(args).stdin(Stdio::null()).output() {
+        Ok(o) => (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        ),
+        Err(e) => (false, format!("cannot run {cmd}: {e}")),
+    }
+}
+
+/// Starts (or checks) the local Slurm; panics naming the script otherwise.
+fn slurm_up() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (ok, uid) = run("id", &["-u"]);
+    assert!(
+        ok && uid.trim() == "0",
+        "this test needs root to run `{SCRIPT} start` (a real single-node Slurm); run the tests as root"
+    );
+    let script = root.join(SCRIPT);
+    let (ok, out) = run("bash", &[&script.to_string_lossy(), "start"]);
+    assert!(
+        ok,
+        "Slurm is not up and `{SCRIPT} start` failed; run `bash {SCRIPT} start` as root and see its output:\n{out}"
+    );
+}
+
+/// Submits `wrap` as the test user; the job id.
+fn submit(dir: &Path, name: &str, wrap: &str) -> String {
+    let out = dir.join(format!("{name}-%j.out"));
+    let (ok, text) = run(
+        "runuser",
+        &[
+            "-u",
+            USER,
+            "--",
+            "sbatch",
+            "--parsable",
+            "-A",
+            "canopyacct",
+            "-J",
+            name,
+            "--chdir",
+            &dir.to_string_lossy(),
+            "-o",
+            &out.to_string_lossy(),
+            "--wrap",
+            wrap,
+        ],
+    );
+    assert!(
+        ok,
+        "sbatch as {USER} failed (is `{SCRIPT} start` done?): {text}"
+    );
+    let id = text.trim().to_string();
+    assert!(
+        id.chars().all(|c| c.is_ascii_digit()) && !id.is_empty(),
+        "{text}"
+    );
+    id
+}
+
+fn job_state(id: &str) -> String {
+    let (_, out) = run("scontrol", &["show", "job", "-o", id]);
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix("JobState="))
+        .unwrap_or("GONE")
+        .to_string()
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty() && !s.chars().any(char::is_whitespace) && s != "gateway")
+        .unwrap_or_else(|| "localhost".into())
+}
+
+#[test]
+fn real_slurm_jobs_are_attributed_through_the_gateway() {
+    slurm_up();
+    let node = this_host();
+    let http = free_port();
+    let grpc = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_canopy"))
+        .args(["up", "--nodes", "2", "--subtrees", "1", "--tick-ms", "500"])
+        .args([
+            "--http",
+            &format!("127.0.0.1:{http}"),
+            "--grpc",
+            &format!("127.0.0.1:{grpc}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("canopy up starts");
+    let _proc = Proc(child);
+    wait_for("the HTTP API", Duration::from_secs(60), || {
+        get(http, "/api/v1/status/buildinfo")
+    });
+    wait_for("the real node's series", Duration::from_secs(60), || {
+        let r = query(
+            http,
+            &format!("canopy_node_memory_total_bytes{{node=\"{node}\"}}"),
+        );
+        (!r.is_empty()).then_some(())
+    });
+
+    // A directory the unprivileged user can write.
+    let dir = std::env::temp_dir().join(format!("canopy-slurm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("test dir");
+    let (ok, text) = run("chown", &[USER, &dir.to_string_lossy()]);
+    assert!(ok, "chown {USER}: {text}");
+    let mut cleanup = Cleanup {
+        dir: dir.clone(),
+        jobs: Vec::new(),
+    };
+
+    let dd = submit(
+        &dir,
+        "dd",
+        "dd if=/dev/zero of=f bs=1M count=300 conv=fsync; rm -f f; sleep 4",
+    );
+    cleanup.jobs.push(dd.clone());
+    // Burns ~10 s of CPU, then prints its own CPU time (children) with `times`.
+    let cpu = submit(
+        &dir,
+        "burn",
+        "timeout 10 sh -c 'while :; do :; done'; times; sleep 4",
+    );
+    cleanup.jobs.push(cpu.clone());
+
+    // The dd job: >= 300 MiB written, attributed to its job, user, account,
+    // partition and this node.
+    let sel = |job: &str| format!("{{job_id=\"{job}\",node=\"{node}\"}}");
+    let io_q = format!("canopy_job_io_write_bytes_total{}", sel(&dd));
+    let written = wait_for("the dd job's 300 MiB", Duration::from_secs(90), || {
+        let r = query(http, &io_q);
+        r.first().filter(|x| value_of(x) >= 300.0 * MIB).cloned()
+    });
+    let m = &written["metric"];
+    assert_eq!(m["user"], USER, "{written}");
+    assert_eq!(m["account"], "canopyacct", "{written}");
+    assert_eq!(m["partition"], "debug", "{written}");
+    let w = value_of(&written);
+    assert!(
+        w <= 300.0 * MIB + 32.0 * MIB,
+        "dd job wrote {:.1} MiB, expected 300 MiB plus a little",
+        w / MIB
+    );
+    eprintln!("dd job {dd}: {:.2} MiB written as seen by canopy", w / MIB);
+    let ops = query(http, &format!("canopy_job_io_write_ops_total{}", sel(&dd)));
+    assert!(
+        ops.first().map(value_of).is_some_and(|v| v >= 300.0),
+        "300 write calls at least: {ops:?}"
+    );
+    let alloc = query(http, &format!("canopy_job_cpus_allocated{}", sel(&dd)));
+    assert_eq!(alloc.first().map(value_of), Some(1.0), "{alloc:?}");
+    let mem = query(
+        http,
+        &format!("canopy_job_memory_allocated_bytes{}", sel(&dd)),
+    );
+    assert!(
+        mem.first().map(value_of).is_some_and(|v| v > 0.0),
+        "{mem:?}"
+    );
+
+    // The CPU job: follow its counter while it runs; its final value matches
+    // what the job itself reports with `times`.
+    let cpu_q = format!("canopy_job_cpu_seconds_total{}", sel(&cpu));
+    let mut seen_max = 0.0f64;
+    let mut first_seen: Option<f64> = None;
+    let t0 = Instant::now();
+    loop {
+        if let Some(r) = query(http, &cpu_q).first() {
+            assert_eq!(r["metric"]["user"], USER, "{r}");
+            let v = value_of(r);
+            first_seen.get_or_insert(v);
+            seen_max = seen_max.max(v);
+        }
+        let st = job_state(&cpu);
+        if st != "RUNNING" && st != "PENDING" && st != "CONFIGURING" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "CPU job still {st}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let out = std::fs::read_to_string(dir.join(format!("burn-{cpu}.out"))).expect("job output");
+    // `times`: shell user/sys, then children user/sys, as `0m9.93s 0m0.02s`.
+    let secs = |t: &str| -> f64 {
+        let (m, s) = t.trim_end_matches('s').split_once('m').expect("NmS.SSs");
+        m.parse::<f64>().expect("minutes") * 60.0 + s.parse::<f64>().expect("seconds")
+    };
+    let own: f64 = out
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 2 && l.contains('m'))
+        .flat_map(|l| l.split_whitespace().map(secs).collect::<Vec<_>>())
+        .sum();
+    assert!(
+        own >= 1.0,
+        "the CPU job burned only {own} s (busy machine?): {out}"
+    );
+    let grew = seen_max - first_seen.unwrap_or(seen_max);
+    eprintln!(
+        "CPU job {cpu}: canopy saw {seen_max:.2} s (grew {grew:.2} s while running), the job reports {own:.2} s"
+    );
+    assert!(
+        (seen_max - own).abs() <= 0.1 * own + 1.0,
+        "canopy saw {seen_max:.2} s of CPU for job {cpu}, the job reports {own:.2} s"
+    );
+    assert!(
+        grew >= 0.5 * own,
+        "the counter grew by {grew:.2} s while the job ran (job reports {own:.2} s)"
+    );
+
+    // Both jobs ended: their series go stale (absent from an instant query).
+    for job in [&dd, &cpu] {
+        wait_for(
+            &format!("job {job} to end"),
+            Duration::from_secs(120),
+            || {
+                let st = job_state(job);
+                (st != "RUNNING" && st != "PENDING" && st != "COMPLETING").then_some(())
+            },
+        );
+        wait_for(
+            &format!("job {job}'s series to go stale"),
+            Duration::from_secs(30),
+            || {
+                let r = query(
+                    http,
+                    &format!("{{__name__=~\"canopy_job_.*\",{}", &sel(job)[1..]),
+                );
+                r.is_empty().then_some(())
+            },
+        );
+    }
+    eprintln!("both jobs' series went stale after the jobs ended");
+    drop(cleanup);
+}
