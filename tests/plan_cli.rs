@@ -161,12 +161,18 @@ fn emitted_loopback_configs_run_a_real_multi_process_fabric() {
             .expect("spawn")
     };
     let cfg = |n: &str| d.join(n).to_str().expect("utf-8").to_string();
+    let grpc = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
     procs.0.push(spawn(&[
         "gateway",
         "--config",
         &cfg("gateway.toml"),
         "--http",
         &format!("127.0.0.1:{http}"),
+        "--grpc",
+        &format!("127.0.0.1:{grpc}"),
     ]));
     for i in 1..=16 {
         procs.0.push(spawn(&[

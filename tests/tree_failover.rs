@@ -101,12 +101,15 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
             0 => format!("{d}/gateway.toml"),
             k => format!("{d}/gateway-{k}.toml"),
         };
+        let grpc = format!("127.0.0.1:{}", free_port());
         let i = procs.spawn(&[
             "gateway",
             "--config",
             &file,
             "--http",
             &format!("127.0.0.1:{http}"),
+            "--grpc",
+            &grpc,
         ]);
         gws.push((http, i));
     }

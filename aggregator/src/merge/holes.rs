@@ -5,27 +5,55 @@
 //! shorter path's newer sections arrive *before* the longer path's older
 //! ones, and plain dedup would drop the older ones as stale: samples lost.
 //!
-//! So, when a section arrives more than one and a half ticks after the
-//! newest one of its source, it is held instead of applied, for at most
+//! So, when a section of a source that arrives over several paths comes
+//! more than one and a half ticks after the newest one of its source, it is
+//! held instead of applied. The sections that fill the hole apply normally
+//! as they arrive; a held one applies as soon as it is contiguous again, or
+//! once every other path has delivered that source up to its timestamp
+//! without filling the hole (each path delivers a source in time order, so
+//! the hole is real: the source skipped a tick), or at the latest after
 //! [`MergeConfig::hole_wait_ms`](super::MergeConfig::hole_wait_ms) of data
-//! time. The sections that fill the hole apply normally as they arrive;
-//! held ones apply as soon as they are contiguous again, or when their wait
-//! is over (the hole was real: the source did not tick). Steady state never
+//! time. A source seen over one path only is never held. Steady state never
 //! holds anything, so freshness only pays where a hole is.
 
 use canopy_proto::codec::Encoding;
 
-use super::{FrameSummary, Merger, Sink, Slot};
+use super::{ChildId, FrameSummary, Merger, Sink, Slot};
 
 /// One section waiting for the hole before it to fill.
 #[derive(Debug)]
 pub(super) struct Held {
     pub(super) ts: i64,
+    /// The path it came over.
+    pub(super) from: ChildId,
     /// (series, its epoch when held, value, encoding the child gave it).
     pub(super) updates: Vec<(Slot, f64, Option<Encoding>)>,
 }
 
 impl Merger {
+    /// Child `child` delivered a section of `src` at `ts`: remember the
+    /// path, forget paths silent for longer than the hole wait.
+    pub(super) fn note_path(&mut self, src: u32, child: ChildId, ts: i64) {
+        if self.cfg.hole_wait_ms <= 0 {
+            return;
+        }
+        let wait = self.cfg.hole_wait_ms;
+        let p = self.paths.entry(src).or_default();
+        match p.iter_mut().find(|(c, _)| *c == child) {
+            Some(e) => e.1 = e.1.max(ts),
+            None => p.push((child, ts)),
+        }
+        let newest = p.iter().map(|e| e.1).max().unwrap_or(ts);
+        p.retain(|e| newest - e.1 <= wait);
+    }
+
+    /// True when every path of `src` but `from` has delivered it up to `ts`.
+    fn others_passed(&self, src: u32, from: ChildId, ts: i64) -> bool {
+        self.paths
+            .get(&src)
+            .is_some_and(|p| p.iter().filter(|e| e.0 != from).all(|e| e.1 >= ts))
+    }
+
     /// True when a section of `src` at `ts` leaves a hole behind the newest
     /// one and must wait.
     pub(super) fn opens_hole(&self, src: u32, ts: i64) -> bool {
@@ -36,8 +64,8 @@ impl Merger {
             return false;
         };
         let tick = i64::from(s.tick_ms.max(1));
-        let waiting = self.held.get(&src).is_some_and(|h| !h.is_empty());
-        s.last_ts_ms != i64::MIN && (waiting || ts > s.last_ts_ms + tick + tick / 2)
+        let several_paths = self.paths.get(&src).is_some_and(|p| p.len() > 1);
+        several_paths && s.last_ts_ms != i64::MIN && ts > s.last_ts_ms + tick + tick / 2
     }
 
     /// Holds a section (already resolved to global handles).
@@ -52,10 +80,12 @@ impl Merger {
     /// newest timestamp, or older than `force_before` (their wait is over).
     pub(super) fn release(&mut self, src: u32, force_before: i64, sink: &mut dyn Sink) {
         loop {
-            let Some(q) = self.held.get_mut(&src) else {
-                return;
-            };
-            let Some(first) = q.first() else {
+            let Some((ts, from)) = self
+                .held
+                .get(&src)
+                .and_then(|q| q.first())
+                .map(|h| (h.ts, h.from))
+            else {
                 self.held.remove(&src);
                 return;
             };
@@ -64,13 +94,17 @@ impl Merger {
                 return;
             };
             let tick = i64::from(s.tick_ms.max(1));
-            let next_ok = first.ts <= s.last_ts_ms.saturating_add(tick + tick / 2);
-            if !next_ok && first.ts >= force_before {
+            let next_ok = ts <= s.last_ts_ms.saturating_add(tick + tick / 2);
+            let passed = self.others_passed(src, from, ts);
+            if !next_ok && !passed && ts >= force_before {
                 return;
             }
-            let held = q.remove(0);
+            let Some(held) = self.held.get_mut(&src).map(|q| q.remove(0)) else {
+                return;
+            };
             if !next_ok {
-                // Waited long enough: the hole is real (nothing ticked).
+                // Every path passed it, or the wait ran out: the hole is
+                // real (nothing ticked there).
                 self.stats.holes_unfilled += 1;
             }
             let mut sum = FrameSummary::default();

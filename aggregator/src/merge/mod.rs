@@ -133,6 +133,9 @@ pub struct Merger {
     stats: MergeStats,
     /// Sections waiting for a hole before them to fill (see `holes`).
     held: HashMap<u32, Vec<holes::Held>>,
+    /// Per source, the children (paths) that delivered it lately, with the
+    /// newest timestamp each delivered (see `holes`).
+    paths: HashMap<u32, Vec<(ChildId, i64)>>,
 }
 
 enum Miss {
@@ -166,6 +169,7 @@ impl Merger {
             cap_warned: false,
             stats: MergeStats::default(),
             held: HashMap::new(),
+            paths: HashMap::new(),
         }
     }
 
@@ -191,6 +195,10 @@ impl Merger {
     /// table (another path may carry them) until refreshed or expired.
     pub fn child_gone(&mut self, child: ChildId) {
         self.children.remove(&child);
+        // A path that is gone can fill no hole.
+        for p in self.paths.values_mut() {
+            p.retain(|e| e.0 != child);
+        }
         self.stats.children = self.children.len();
     }
 
@@ -215,7 +223,7 @@ impl Merger {
             return Err(AggregatorError::UnknownChild { child });
         };
         let res = match c.dec.decode(payload) {
-            Ok(mut frame) => Ok(self.apply(&mut c, &mut frame, sink)),
+            Ok(mut frame) => Ok(self.apply(child, &mut c, &mut frame, sink)),
             Err(source) => {
                 let why = error::reason(&source);
                 *self.stats.rejected_frames.entry(why).or_default() += 1;
@@ -334,7 +342,13 @@ impl Merger {
         self.stats.children = self.children.len();
     }
 
-    fn apply(&mut self, c: &mut Child, frame: &mut RxFrame, sink: &mut dyn Sink) -> FrameSummary {
+    fn apply(
+        &mut self,
+        child: ChildId,
+        c: &mut Child,
+        frame: &mut RxFrame,
+        sink: &mut dyn Sink,
+    ) -> FrameSummary {
         let mut sum = FrameSummary {
             seq: frame.seq,
             ts_ms: frame.ts_ms,
@@ -372,6 +386,11 @@ impl Merger {
                 self.stats.duplicates_dropped += n as u64;
                 continue;
             };
+            self.note_path(src, child, sec.ts_ms);
+            if self.held.contains_key(&src) {
+                // This path may have passed (or filled) a held hole.
+                self.release(src, i64::MIN, sink);
+            }
             if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms) {
                 let mut updates = Vec::with_capacity(n);
                 for &(id, v) in &sec.updates {
@@ -389,6 +408,7 @@ impl Merger {
                     src,
                     holes::Held {
                         ts: sec.ts_ms,
+                        from: child,
                         updates,
                     },
                 );

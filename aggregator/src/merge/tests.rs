@@ -637,12 +637,74 @@ fn a_slower_path_fills_the_hole_of_a_faster_one() {
     );
 }
 
-/// A hole nobody fills (the source really skipped a tick) costs at most
-/// the wait: the held section applies once its wait is over.
+/// A hole nobody fills costs at most the wait: here the source skipped
+/// tick 4 and the slower path stalled, so tick 5 applies when its wait is
+/// over.
 #[test]
 fn an_unfilled_hole_releases_after_the_wait() {
     let mut m = Merger::new(MergeConfig {
         hole_wait_ms: 3_000,
+        ..mcfg()
+    });
+    let mut sink = RecSink::default();
+    m.child_connected(1).unwrap();
+    m.child_connected(2).unwrap();
+    let mut leaf = Leaf::new("n1", 2);
+    for t in [1i64, 2, 3, 5] {
+        let recs = leaf.tick(t * 1000, &[(1, t as f64)]);
+        m.on_record(1, &recs[0], &mut sink).unwrap();
+        if t <= 2 {
+            m.on_record(2, &recs[1], &mut sink).unwrap();
+        }
+    }
+    assert_eq!(sink.samples.len(), 3, "tick 5 waits for tick 4");
+    m.expire(7_000, &mut sink);
+    assert_eq!(sink.samples.len(), 3, "still within the wait");
+    m.expire(8_001, &mut sink);
+    assert_eq!(sink.samples.len(), 4, "released after the wait");
+    assert_eq!(m.stats().holes_unfilled, 1);
+}
+
+/// A source that really skipped a tick is not held longer than the other
+/// path takes to pass the same timestamp: paths deliver in time order.
+#[test]
+fn a_hole_every_path_passed_is_released_at_once() {
+    let mut m = Merger::new(MergeConfig {
+        hole_wait_ms: 60_000,
+        ..mcfg()
+    });
+    let mut sink = RecSink::default();
+    m.child_connected(1).unwrap();
+    m.child_connected(2).unwrap();
+    let mut leaf = Leaf::new("n1", 2);
+    let mut slow = Vec::new();
+    for t in [1i64, 2, 3, 5] {
+        let recs = leaf.tick(t * 1000, &[(1, t as f64)]);
+        m.on_record(1, &recs[0], &mut sink).unwrap();
+        if t == 1 {
+            // Both paths are known from the first tick on.
+            m.on_record(2, &recs[1], &mut sink).unwrap();
+        } else {
+            slow.push(recs[1].clone());
+        }
+    }
+    assert_eq!(sink.samples.len(), 3, "tick 5 waits");
+    for rec in &slow {
+        m.on_record(2, rec, &mut sink).unwrap();
+    }
+    let ticks: Vec<i64> = sink.samples.iter().map(|s| s.2 / 1000).collect();
+    assert_eq!(
+        ticks,
+        vec![1, 2, 3, 5],
+        "released once the slow path passed 5"
+    );
+}
+
+/// One path only (R = 1): nothing can fill a hole, so nothing waits.
+#[test]
+fn a_single_path_source_is_never_held() {
+    let mut m = Merger::new(MergeConfig {
+        hole_wait_ms: 60_000,
         ..mcfg()
     });
     let mut sink = RecSink::default();
@@ -652,10 +714,6 @@ fn an_unfilled_hole_releases_after_the_wait() {
         let recs = leaf.tick(t * 1000, &[(1, t as f64)]);
         m.on_record(1, &recs[0], &mut sink).unwrap();
     }
-    assert_eq!(sink.samples.len(), 3, "tick 5 waits for tick 4");
-    m.expire(7_000, &mut sink);
-    assert_eq!(sink.samples.len(), 3, "still within the wait");
-    m.expire(8_001, &mut sink);
-    assert_eq!(sink.samples.len(), 4, "released after the wait");
-    assert_eq!(m.stats().holes_unfilled, 1);
+    assert_eq!(sink.samples.len(), 4);
+    assert_eq!(m.stats().sections_held, 0);
 }
