@@ -16,6 +16,7 @@ use prost::Message;
 use crate::model::Labels;
 use crate::schema::frame as pb;
 
+use super::compact;
 use super::encoder::get_uvarint;
 use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
@@ -93,6 +94,8 @@ pub struct LinkDecoder {
     z: ZDecoder,
     next_seq: u64,
     last_ts: i64,
+    /// Previous frame's timestamp delta (0 after the first frame).
+    last_delta: i64,
     started: bool,
     poisoned: bool,
     series: HashMap<u32, RxSeries>,
@@ -112,6 +115,7 @@ impl LinkDecoder {
             z: ZDecoder::new(cfg.window_log_max)?,
             next_seq: 0,
             last_ts: 0,
+            last_delta: 0,
             started: false,
             poisoned: false,
             series: HashMap::new(),
@@ -166,8 +170,35 @@ impl LinkDecoder {
     }
 
     fn decode_inner(&mut self, payload: &[u8]) -> Result<RxFrame, CodecError> {
-        let (claimed, used) =
-            get_uvarint(payload).ok_or_else(|| CodecError::Malformed("bad frame length".into()))?;
+        let (tag, used) =
+            get_uvarint(payload).ok_or_else(|| CodecError::Malformed("bad frame header".into()))?;
+        let f = match tag & 3 {
+            compact::MODE_ZSTD => self.unzstd(tag >> 2, &payload[used..])?,
+            compact::MODE_COMPACT => {
+                let check = tag >> 2;
+                if check != self.next_seq & compact::SEQ_CHECK {
+                    // Only the low bits travel: report the nearest sequence
+                    // number that has them.
+                    let got = (self.next_seq & !compact::SEQ_CHECK) | (check & compact::SEQ_CHECK);
+                    return Err(CodecError::OutOfOrder {
+                        expected: self.next_seq,
+                        got,
+                    });
+                }
+                if !self.started {
+                    return Err(CodecError::NeedKeyframe);
+                }
+                let f = compact::read(&payload[used..], self.next_seq, self.last_delta)?;
+                (f, payload.len())
+            }
+            _ => return Err(CodecError::Malformed("unknown payload mode".into())),
+        };
+        self.apply_frame(f.0, f.1)
+    }
+
+    /// Decompresses a zstd-mode payload of `claimed` bytes into a `Frame`.
+    /// Returns the frame and its decompressed size.
+    fn unzstd(&mut self, claimed: u64, zbytes: &[u8]) -> Result<(pb::Frame, usize), CodecError> {
         if claimed > self.cfg.max_frame_bytes as u64 {
             return Err(CodecError::FrameTooLarge {
                 max: self.cfg.max_frame_bytes,
@@ -176,7 +207,7 @@ impl LinkDecoder {
         let mut raw = std::mem::take(&mut self.raw);
         let res = self
             .z
-            .decompress_frame(&payload[used..], &mut raw, self.cfg.max_frame_bytes)
+            .decompress_frame(zbytes, &mut raw, self.cfg.max_frame_bytes)
             .and_then(|()| {
                 if raw.len() as u64 != claimed {
                     return Err(CodecError::Malformed(format!(
@@ -186,9 +217,13 @@ impl LinkDecoder {
                 }
                 pb::Frame::decode(raw.as_slice()).map_err(|e| CodecError::Malformed(e.to_string()))
             });
-        let raw_bytes = raw.len();
+        let n = raw.len();
         self.raw = raw;
-        let f = res?;
+        res.map(|f| (f, n))
+    }
+
+    /// Checks and applies one parsed frame; `raw_bytes`: its decoded size.
+    fn apply_frame(&mut self, f: pb::Frame, raw_bytes: usize) -> Result<RxFrame, CodecError> {
         if f.seq != self.next_seq {
             return Err(CodecError::OutOfOrder {
                 expected: self.next_seq,
@@ -251,6 +286,7 @@ impl LinkDecoder {
                 .ok_or(CodecError::UnknownSource { id })?;
             out.retired_sources.push((id, s));
         }
+        self.last_delta = if self.started { f.ts_delta_ms } else { 0 };
         self.next_seq += 1;
         self.last_ts = ts;
         self.started = true;
@@ -306,6 +342,10 @@ impl LinkDecoder {
             Ok(pb::Encoding::Gauge) if d.mantissa_bits <= 52 => Encoding::Gauge {
                 mantissa_bits: d.mantissa_bits as u8,
             },
+            Ok(pb::Encoding::GaugeLog) if (1..=500_000_000).contains(&d.epsilon_ppb) => {
+                Encoding::LogGauge { ppb: d.epsilon_ppb }
+            }
+            Ok(pb::Encoding::GaugeInt) => Encoding::GaugeInt,
             Ok(pb::Encoding::CounterInt) => Encoding::CounterInt,
             Ok(pb::Encoding::CounterFloat) if d.scale > 0 => {
                 Encoding::CounterFloat { scale: d.scale }
@@ -408,6 +448,7 @@ impl LinkDecoder {
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let mut d = RangeDecoder::new(packed);
+        self.model.start_section();
         for &id in walk {
             let s = self
                 .series

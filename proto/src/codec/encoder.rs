@@ -13,6 +13,7 @@ use prost::Message;
 
 use crate::schema::frame as pb;
 
+use super::compact;
 use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
 use super::rangecoder::RangeEncoder;
@@ -28,6 +29,8 @@ pub struct LinkEncoder {
     z: ZEncoder,
     seq: u64,
     last_ts: i64,
+    /// Previous frame's timestamp delta (0 after the first frame).
+    last_delta: i64,
     last_keyframe_ts: Option<i64>,
     force_keyframe: bool,
     state: Vec<WireState>,
@@ -51,6 +54,7 @@ impl LinkEncoder {
             z: ZEncoder::new(cfg.zstd_level, cfg.window_log)?,
             seq: 0,
             last_ts: 0,
+            last_delta: 0,
             last_keyframe_ts: None,
             force_keyframe: false,
             state: Vec::new(),
@@ -151,16 +155,26 @@ impl LinkEncoder {
             f.retired_sources.extend_from_slice(&cs.retired_sources);
         }
 
-        self.scratch.clear();
-        f.encode(&mut self.scratch)
-            .map_err(|e| CodecError::Malformed(e.to_string()))?;
-        // Payload: the frame's decompressed length, then its zstd block. The
-        // receiver checks the length exactly (truncation) and against its cap
-        // before decompressing (bombs).
-        let mut z = Vec::with_capacity(self.scratch.len() / 2 + 16);
-        put_uvarint(&mut z, self.scratch.len() as u64);
-        self.z.compress_frame(&self.scratch, &mut z)?;
+        let mut z = Vec::new();
+        if compact::fits(&f) {
+            // Packed sections only: range-coded bytes zstd cannot shrink.
+            compact::write(&f, self.last_delta, &mut z);
+        } else {
+            self.scratch.clear();
+            f.encode(&mut self.scratch)
+                .map_err(|e| CodecError::Malformed(e.to_string()))?;
+            // Payload: the frame's decompressed length, then its zstd block.
+            // The receiver checks the length exactly (truncation) and against
+            // its cap before decompressing (bombs).
+            z.reserve(self.scratch.len() / 2 + 16);
+            put_uvarint(
+                &mut z,
+                ((self.scratch.len() as u64) << 2) | compact::MODE_ZSTD,
+            );
+            self.z.compress_frame(&self.scratch, &mut z)?;
+        }
         write_record(out, &z);
+        self.last_delta = if first { 0 } else { f.ts_delta_ms };
         self.seq += 1;
         self.last_ts = cs.ts_ms;
         self.frame = f;
@@ -272,6 +286,7 @@ impl LinkEncoder {
         let mut s = self.section(table, source, ts_offset_ms, &rest)?;
         if any {
             let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
+            self.model.start_section();
             for (h, w) in coded {
                 // Every member gets a flag, in the table or not (a series
                 // retired in this very section): the receiver walks them all.
@@ -373,10 +388,12 @@ fn series_def(table: &SeriesTable, h: u32) -> pb::SeriesDef {
     let Some(s) = table.get(h) else {
         return pb::SeriesDef::default();
     };
-    let (encoding, mantissa_bits, scale) = match s.encoding {
-        Encoding::Gauge { mantissa_bits } => (pb::Encoding::Gauge, u32::from(mantissa_bits), 0),
-        Encoding::CounterInt => (pb::Encoding::CounterInt, 0, 0),
-        Encoding::CounterFloat { scale } => (pb::Encoding::CounterFloat, 0, scale),
+    let (encoding, mantissa_bits, scale, epsilon_ppb) = match s.encoding {
+        Encoding::Gauge { mantissa_bits } => (pb::Encoding::Gauge, u32::from(mantissa_bits), 0, 0),
+        Encoding::LogGauge { ppb } => (pb::Encoding::GaugeLog, 0, 0, ppb),
+        Encoding::GaugeInt => (pb::Encoding::GaugeInt, 0, 0, 0),
+        Encoding::CounterInt => (pb::Encoding::CounterInt, 0, 0, 0),
+        Encoding::CounterFloat { scale } => (pb::Encoding::CounterFloat, 0, scale, 0),
     };
     pb::SeriesDef {
         id: h,
@@ -392,5 +409,6 @@ fn series_def(table: &SeriesTable, h: u32) -> pb::SeriesDef {
         encoding: encoding as i32,
         mantissa_bits,
         scale,
+        epsilon_ppb,
     }
 }

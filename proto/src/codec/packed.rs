@@ -9,8 +9,12 @@
 //! A packed section codes, for every live series of its source in id order:
 //!
 //! ```text
-//! changed?  one adaptive bit; context: this series, did it change last time
+//! changed?  one adaptive bit; context: this series, ticks since it last
+//!           changed (0..=3), did the series before it in the walk change
 //! if changed:
+//!   counters with a step (gcd of their increments so far, > 1):
+//!     on grid?  one adaptive bit; if set, the residual below is in units
+//!               of the step, against the prediction rounded to the grid
 //!   residual r = w - prediction          (w: integer wire value, quantise.rs)
 //!   u = zigzag(r)                        (0, -1, 1, -2, .. -> 0, 1, 2, 3, ..)
 //!   n = bit length of u (0..=64)         7-bit adaptive tree; context: the
@@ -43,6 +47,8 @@ const COST_SHIFT: u32 = 4;
 const MEAN_DIV: i128 = 16;
 /// Series classes with their own length statistics: gauges, counters.
 const CLASSES: usize = 2;
+/// Changed-flag contexts: ticks since the last change, 0..=3 (saturating).
+const FLAG_CTX: usize = 4;
 
 /// Per-series coding state, identical on both ends of a link.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,9 +63,16 @@ pub(crate) struct WireState {
     mean: i64,
     /// Recent residual bit length of each predictor, in 1/16 bits.
     cost: [u16; PREDICTORS],
-    /// P(unchanged), given whether the series changed the last time.
-    flag: [Prob; 2],
-    changed_last: bool,
+    /// Counters: the greatest common divisor of every increment seen (0:
+    /// none yet). Increments on this grid (CPU seconds in 0.01 s, bytes in
+    /// sectors) are coded in units of it.
+    step: u64,
+    /// P(the increment is on the step grid).
+    on_grid: Prob,
+    /// P(unchanged), given how many ticks ago the series last changed.
+    flag: [Prob; FLAG_CTX * 2],
+    /// Ticks since the last change, saturating at `FLAG_CTX - 1`.
+    age: u8,
 }
 
 impl WireState {
@@ -70,6 +83,14 @@ impl WireState {
         self.last = w;
         self.inc = 0;
         self.mean = w;
+    }
+
+    fn age_by(&mut self, changed: bool) {
+        self.age = if changed {
+            0
+        } else {
+            (self.age + 1).min(FLAG_CTX as u8 - 1)
+        };
     }
 
     fn predictions(&self) -> [i64; PREDICTORS] {
@@ -91,13 +112,54 @@ impl WireState {
         ((i32::from(self.cost[self.best()]) + COST_ONE / 2) / COST_ONE).clamp(0, 64) as usize
     }
 
+    /// The residual of `w` against prediction `p` as coded: for a counter
+    /// whose increment lies on its step grid, in units of the step (the
+    /// prediction rounded to the grid); else plain. `None`: off the grid.
+    fn stepped(&self, w: i64, p: i64, counter: bool) -> Option<i64> {
+        if !counter || self.step < 2 {
+            return None;
+        }
+        let step = i128::from(self.step);
+        let d = i128::from(w) - i128::from(self.last);
+        if d.rem_euclid(step) != 0 {
+            return None;
+        }
+        let off = i128::from(p) - i128::from(self.last);
+        // Nearest grid point to the prediction, ties towards -inf.
+        let pu = (off + step / 2).div_euclid(step);
+        // |d / step| and |pu| are below 2^64 / 2: the difference fits an i128
+        // and is truncated to i64 identically on both ends.
+        Some((d / step - pu) as i64)
+    }
+
+    /// The value a stepped residual `u` stands for (inverse of `stepped`).
+    fn unstep(&self, u: i64, p: i64) -> i64 {
+        let step = i128::from(self.step);
+        let off = i128::from(p) - i128::from(self.last);
+        let pu = (off + step / 2).div_euclid(step);
+        // Exact modulo 2^64, which is all the i64 result keeps.
+        let d = pu.wrapping_add(i128::from(u)).wrapping_mul(step);
+        i128::from(self.last).wrapping_add(d) as i64
+    }
+
     /// Takes `w` as the new value (known series), updating every predictor.
-    fn learn(&mut self, w: i64) {
+    fn learn(&mut self, w: i64, counter: bool) {
         let preds = self.predictions();
-        for (c, p) in self.cost.iter_mut().zip(preds) {
-            let n = bit_len(zigzag(w.wrapping_sub(p))) as i32 * COST_ONE;
+        let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
+            let r = self
+                .stepped(w, preds[i], counter)
+                .unwrap_or_else(|| w.wrapping_sub(preds[i]));
+            bit_len(zigzag(r)) as i32 * COST_ONE
+        });
+        for (c, n) in self.cost.iter_mut().zip(costs) {
             let cur = i32::from(*c);
             *c = (cur + ((n - cur) >> COST_SHIFT)).clamp(0, i32::from(u16::MAX)) as u16;
+        }
+        if counter {
+            let d = w.wrapping_sub(self.last).unsigned_abs();
+            if d != 0 {
+                self.step = gcd(self.step, d);
+            }
         }
         self.inc = w.wrapping_sub(self.last);
         self.last = w;
@@ -120,7 +182,7 @@ impl WireState {
         } else {
             w.wrapping_sub(self.last)
         };
-        self.learn(w);
+        self.learn(w, counter);
         d
     }
 
@@ -135,7 +197,7 @@ impl WireState {
         } else {
             self.last.wrapping_add(d)
         };
-        self.learn(w);
+        self.learn(w, counter);
         w
     }
 }
@@ -150,6 +212,13 @@ pub(crate) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
 
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 fn bit_len(u: u64) -> u32 {
     64 - u.leading_zeros()
 }
@@ -161,6 +230,8 @@ pub(crate) struct LinkModel {
     len: Vec<[Prob; 128]>,
     /// The two bits below the leading one, `[class][length]`: 3 nodes.
     top: Vec<[Prob; 3]>,
+    /// The previous series of the walk changed.
+    prev_changed: bool,
 }
 
 impl Default for LinkModel {
@@ -168,21 +239,35 @@ impl Default for LinkModel {
         Self {
             len: vec![[Prob::default(); 128]; CLASSES * LEN_CTX],
             top: vec![[Prob::default(); 3]; CLASSES * 65],
+            prev_changed: false,
         }
     }
 }
 
 impl LinkModel {
+    /// Starts the walk of a packed section.
+    pub fn start_section(&mut self) {
+        self.prev_changed = false;
+    }
+
+    /// Flag context: the series' age, and whether the series before it in
+    /// the walk changed (neighbours in id order are related metrics).
+    fn flag_ctx(&self, st: &WireState) -> usize {
+        usize::from(st.age) * 2 + usize::from(self.prev_changed)
+    }
+
     /// Codes whether series `st` changed in this section.
     pub fn put_flag(&mut self, e: &mut RangeEncoder, st: &mut WireState, changed: bool) {
-        e.bit(&mut st.flag[usize::from(st.changed_last)], changed);
-        st.changed_last = changed;
+        e.bit(&mut st.flag[self.flag_ctx(st)], changed);
+        st.age_by(changed);
+        self.prev_changed = changed;
     }
 
     /// Decodes whether series `st` changed in this section.
     pub fn get_flag(&mut self, d: &mut RangeDecoder<'_>, st: &mut WireState) -> bool {
-        let changed = d.bit(&mut st.flag[usize::from(st.changed_last)]);
-        st.changed_last = changed;
+        let changed = d.bit(&mut st.flag[self.flag_ctx(st)]);
+        st.age_by(changed);
+        self.prev_changed = changed;
         changed
     }
 
@@ -195,8 +280,18 @@ impl LinkModel {
             return;
         }
         let pred = st.predictions()[st.best()];
-        self.put_u(e, class, st.expected_len(), zigzag(w.wrapping_sub(pred)));
-        st.learn(w);
+        let ctx = st.expected_len();
+        if counter && st.step > 1 {
+            let u = st.stepped(w, pred, counter);
+            e.bit(&mut st.on_grid, u.is_some());
+            if let Some(u) = u {
+                self.put_u(e, class, ctx, zigzag(u));
+                st.learn(w, counter);
+                return;
+            }
+        }
+        self.put_u(e, class, ctx, zigzag(w.wrapping_sub(pred)));
+        st.learn(w, counter);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -214,9 +309,13 @@ impl LinkModel {
             return Some(w);
         }
         let pred = st.predictions()[st.best()];
-        let u = self.get_u(d, class, st.expected_len())?;
-        let w = pred.wrapping_add(unzigzag(u));
-        st.learn(w);
+        let ctx = st.expected_len();
+        let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
+            st.unstep(unzigzag(self.get_u(d, class, ctx)?), pred)
+        } else {
+            pred.wrapping_add(unzigzag(self.get_u(d, class, ctx)?))
+        };
+        st.learn(w, counter);
         Some(w)
     }
 

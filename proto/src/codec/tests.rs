@@ -224,7 +224,7 @@ fn compress(cfg: &CodecConfig, f: &crate::schema::frame::Frame) -> Vec<u8> {
     let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let raw = f.encode_to_vec();
     let mut out = Vec::new();
-    encoder::put_uvarint(&mut out, raw.len() as u64);
+    encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
     z.compress_frame(&raw, &mut out).expect("compress");
     out
 }
@@ -304,7 +304,7 @@ fn frame_larger_than_its_header_says_is_rejected() {
     let honest = compress(&cfg, &f);
     // Rewrite the length header to claim 10 bytes: the cap still holds.
     let (_, used) = encoder::get_uvarint(&honest).expect("header");
-    let mut liar = vec![10u8];
+    let mut liar = vec![10u8 << 2];
     liar.extend_from_slice(&honest[used..]);
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
     assert!(matches!(
@@ -457,7 +457,7 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
         use prost::Message;
         let raw = f.encode_to_vec();
         let mut out = Vec::new();
-        encoder::put_uvarint(&mut out, raw.len() as u64);
+        encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
         z.compress_frame(&raw, &mut out).expect("compress");
         let r = dec.decode(&out);
         if !f.keyframe {
