@@ -175,7 +175,7 @@ impl LinkDecoder {
         let f = match tag & 3 {
             compact::MODE_ZSTD => self.unzstd(tag >> 2, &payload[used..])?,
             compact::MODE_COMPACT => {
-                let check = tag >> 2;
+                let check = compact::seq_check(tag);
                 if check != self.next_seq & compact::SEQ_CHECK {
                     // Only the low bits travel: report the nearest sequence
                     // number that has them.
@@ -188,7 +188,7 @@ impl LinkDecoder {
                 if !self.started {
                     return Err(CodecError::NeedKeyframe);
                 }
-                let f = compact::read(&payload[used..], self.next_seq, self.last_delta)?;
+                let f = compact::read(tag, &payload[used..], self.next_seq, self.last_delta)?;
                 (f, payload.len())
             }
             _ => return Err(CodecError::Malformed("unknown payload mode".into())),

@@ -208,6 +208,7 @@ pub(crate) fn zigzag(r: i64) -> u64 {
 }
 
 /// Inverse of [`zigzag`].
+#[cfg(test)]
 pub(crate) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
@@ -230,6 +231,8 @@ pub(crate) struct LinkModel {
     len: Vec<[Prob; 128]>,
     /// The two bits below the leading one, `[class][length]`: 3 nodes.
     top: Vec<[Prob; 3]>,
+    /// Sign of a residual, `[class][bit length of its magnitude]`.
+    sign: Vec<Prob>,
     /// The previous series of the walk changed.
     prev_changed: bool,
 }
@@ -239,6 +242,7 @@ impl Default for LinkModel {
         Self {
             len: vec![[Prob::default(); 128]; CLASSES * LEN_CTX],
             top: vec![[Prob::default(); 3]; CLASSES * 65],
+            sign: vec![Prob::default(); CLASSES * 65],
             prev_changed: false,
         }
     }
@@ -275,7 +279,7 @@ impl LinkModel {
     pub fn put_value(&mut self, e: &mut RangeEncoder, st: &mut WireState, w: i64, counter: bool) {
         let class = usize::from(counter);
         if !st.known {
-            self.put_u(e, class, ABS_CTX, zigzag(w));
+            self.put_r(e, class, ABS_CTX, w);
             st.reset_to(w);
             return;
         }
@@ -285,12 +289,12 @@ impl LinkModel {
             let u = st.stepped(w, pred, counter);
             e.bit(&mut st.on_grid, u.is_some());
             if let Some(u) = u {
-                self.put_u(e, class, ctx, zigzag(u));
+                self.put_r(e, class, ctx, u);
                 st.learn(w, counter);
                 return;
             }
         }
-        self.put_u(e, class, ctx, zigzag(w.wrapping_sub(pred)));
+        self.put_r(e, class, ctx, w.wrapping_sub(pred));
         st.learn(w, counter);
     }
 
@@ -304,19 +308,44 @@ impl LinkModel {
     ) -> Option<i64> {
         let class = usize::from(counter);
         if !st.known {
-            let w = unzigzag(self.get_u(d, class, ABS_CTX)?);
+            let w = self.get_r(d, class, ABS_CTX)?;
             st.reset_to(w);
             return Some(w);
         }
         let pred = st.predictions()[st.best()];
         let ctx = st.expected_len();
         let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
-            st.unstep(unzigzag(self.get_u(d, class, ctx)?), pred)
+            st.unstep(self.get_r(d, class, ctx)?, pred)
         } else {
-            pred.wrapping_add(unzigzag(self.get_u(d, class, ctx)?))
+            pred.wrapping_add(self.get_r(d, class, ctx)?)
         };
         st.learn(w, counter);
         Some(w)
+    }
+
+    /// Codes a signed residual: magnitude (below), then its sign, modelled
+    /// per bit length (noise is often skewed: a hard floor, a long tail).
+    fn put_r(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, r: i64) {
+        let m = r.unsigned_abs();
+        self.put_u(e, class, ctx, m);
+        if m != 0 {
+            e.bit(&mut self.sign[class * 65 + bit_len(m) as usize], r < 0);
+        }
+    }
+
+    /// Decodes a residual coded by [`LinkModel::put_r`].
+    fn get_r(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<i64> {
+        let m = self.get_u(d, class, ctx)?;
+        if m == 0 {
+            return Some(0);
+        }
+        let neg = d.bit(&mut self.sign[class * 65 + bit_len(m) as usize]);
+        // |i64::MIN| = 2^63 maps back to i64::MIN either way.
+        Some(if neg {
+            m.wrapping_neg() as i64
+        } else {
+            m as i64
+        })
     }
 
     fn put_u(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, u: u64) {
