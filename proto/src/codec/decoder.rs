@@ -357,7 +357,15 @@ impl LinkDecoder {
                 max: self.cfg.max_series,
             });
         }
-        let labels = Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)));
+        let labels = if d.labels.is_empty() {
+            // A new encoding for a series the link holds: labels unchanged.
+            match self.series.get(&id) {
+                Some(s) if s.source == d.source => s.labels.clone(),
+                _ => return Err(bad("redefinition without labels of an unknown series")),
+            }
+        } else {
+            Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
+        };
         let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
         if let Some(old) = self.series.get(&id).map(|s| s.source)
             && let Some(m) = self.members.get_mut(&old)
@@ -450,14 +458,21 @@ impl LinkDecoder {
         let mut d = RangeDecoder::new(packed);
         self.model.start_section();
         for &id in walk {
+            let peer = self
+                .series
+                .get(&id)
+                .and_then(|s| s.wire.twin())
+                .and_then(|t| self.series.get(&t))
+                .and_then(|t| t.wire.as_peer());
             let s = self
                 .series
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            if self.model.get_flag(&mut d, &mut s.wire) {
+            if self.model.get_flag(&mut d, &mut s.wire, peer.map(|p| p.1)) {
+                let counter = s.encoding.is_counter();
                 let w = self
                     .model
-                    .get_value(&mut d, &mut s.wire, s.encoding.is_counter())
+                    .get_value(&mut d, (id, &mut s.wire), counter, peer.map(|p| p.0))
                     .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
                 s.value = s.encoding.from_wire(w);
                 rs.updates.push((id, s.value));

@@ -44,6 +44,8 @@ pub struct LinkEncoder {
     members: HashMap<u32, BTreeSet<u32>>,
     /// Source of each member id.
     member_of: HashMap<u32, u32>,
+    /// Hash of the labels each member id was last defined with.
+    labels_sent: HashMap<u32, u64>,
 }
 
 impl LinkEncoder {
@@ -63,6 +65,7 @@ impl LinkEncoder {
             frame: pb::Frame::default(),
             members: HashMap::new(),
             member_of: HashMap::new(),
+            labels_sent: HashMap::new(),
         })
     }
 
@@ -114,9 +117,25 @@ impl LinkEncoder {
                 }
             }
             for &h in &cs.defs {
-                if table.get(h).is_some() {
-                    f.series.push(series_def(table, h));
+                if let Some(e) = table.get(h) {
+                    let mut d = series_def(table, h);
+                    if self.member_of.get(&h) == Some(&e.source)
+                        && self.labels_sent.get(&h) == Some(&labels_hash(&e.labels))
+                    {
+                        // The receiver holds this series: a new encoding
+                        // only (a counter turned float, a gauge left the
+                        // integers). Its labels stay.
+                        d.labels.clear();
+                    }
+                    f.series.push(d);
                 }
+            }
+        }
+        for d in &f.series {
+            if !d.labels.is_empty()
+                && let Some(e) = table.get(d.id)
+            {
+                self.labels_sent.insert(d.id, labels_hash(&e.labels));
             }
         }
         for d in &f.series {
@@ -235,6 +254,7 @@ impl LinkEncoder {
 
     /// The receiver forgets series `id`; false when it never held it.
     fn leave(&mut self, id: u32) -> bool {
+        self.labels_sent.remove(&id);
         let Some(source) = self.member_of.remove(&id) else {
             return false;
         };
@@ -290,12 +310,18 @@ impl LinkEncoder {
             for (h, w) in coded {
                 // Every member gets a flag, in the table or not (a series
                 // retired in this very section): the receiver walks them all.
+                let peer = self.state[h as usize]
+                    .twin()
+                    .and_then(|t| self.state.get(t as usize))
+                    .and_then(WireState::as_peer);
                 let st = &mut self.state[h as usize];
-                self.model.put_flag(&mut e, st, w.is_some());
+                self.model
+                    .put_flag(&mut e, st, w.is_some(), peer.map(|p| p.1));
                 if let Some(w) = w {
                     // `w` is Some only for series the table holds.
                     let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
-                    self.model.put_value(&mut e, st, w, counter);
+                    self.model
+                        .put_value(&mut e, (h, st), w, counter, peer.map(|p| p.0));
                 }
             }
             s.packed = e.finish();
@@ -341,6 +367,17 @@ impl LinkEncoder {
         }
         Ok(s)
     }
+}
+
+/// A fingerprint of a label set (64-bit SipHash with fixed keys).
+fn labels_hash(l: &crate::model::Labels) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for (n, v) in l.iter() {
+        n.hash(&mut h);
+        v.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Appends `n` as LEB128.

@@ -37,6 +37,7 @@
 mod compact;
 pub mod decoder;
 pub mod encoder;
+mod hist;
 mod packed;
 pub mod quantise;
 mod rangecoder;

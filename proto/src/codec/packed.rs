@@ -32,14 +32,16 @@
 //! A series the receiver holds no value for (new, redefined, after a special
 //! or a keyframe column) is coded absolute, in a context of its own.
 
+use super::hist::Hists;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
-const PREDICTORS: usize = 3;
+const PREDICTORS: usize = 4;
 /// Fixed-point scale of the predictor costs (1/16 bit).
 const COST_ONE: i32 = 16;
 /// Length contexts: expected lengths 0..=64, then one for absolute values.
-const LEN_CTX: usize = 66;
-const ABS_CTX: usize = 65;
+const LEN_RES: i32 = 1;
+const LEN_CTX: usize = 64 * LEN_RES as usize + 2;
+const ABS_CTX: usize = LEN_CTX - 1;
 /// Predictor costs forget with weight 1/16 per value: slow enough to settle
 /// on the right predictor for noise, fast enough to follow a phase change.
 const COST_SHIFT: u32 = 4;
@@ -73,6 +75,11 @@ pub(crate) struct WireState {
     flag: [Prob; FLAG_CTX * 2],
     /// Ticks since the last change, saturating at `FLAG_CTX - 1`.
     age: u8,
+    /// An earlier series of the same walk that last took the same wire
+    /// value as this one in the same section (Go's `alloc_bytes` and
+    /// `heap_alloc_bytes`, the kernel's `KReclaimable` and `SReclaimable`):
+    /// its value now is the fourth prediction.
+    twin: Option<u32>,
 }
 
 impl WireState {
@@ -93,8 +100,24 @@ impl WireState {
         };
     }
 
-    fn predictions(&self) -> [i64; PREDICTORS] {
-        [self.last, self.last.wrapping_add(self.inc), self.mean]
+    fn predictions(&self, peer: Option<i64>) -> [i64; PREDICTORS] {
+        [
+            self.last,
+            self.last.wrapping_add(self.inc),
+            self.mean,
+            peer.unwrap_or(self.last),
+        ]
+    }
+
+    /// The twin this series predicts from, if any.
+    pub fn twin(&self) -> Option<u32> {
+        self.twin
+    }
+
+    /// What a series twinned to this one sees: the value held, and whether
+    /// it changed at its latest flag. `None` when nothing is held.
+    pub fn as_peer(&self) -> Option<(i64, bool)> {
+        self.known.then_some((self.last, self.age == 0))
     }
 
     fn best(&self) -> usize {
@@ -109,7 +132,8 @@ impl WireState {
 
     /// Expected residual length of the chosen predictor, in bits.
     fn expected_len(&self) -> usize {
-        ((i32::from(self.cost[self.best()]) + COST_ONE / 2) / COST_ONE).clamp(0, 64) as usize
+        let c = i32::from(self.cost[self.best()]) * LEN_RES;
+        ((c + COST_ONE / 2) / COST_ONE).clamp(0, 64 * LEN_RES) as usize
     }
 
     /// The residual of `w` against prediction `p` as coded: for a counter
@@ -143,8 +167,8 @@ impl WireState {
     }
 
     /// Takes `w` as the new value (known series), updating every predictor.
-    fn learn(&mut self, w: i64, counter: bool) {
-        let preds = self.predictions();
+    fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
+        let preds = self.predictions(peer);
         let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
             let r = self
                 .stepped(w, preds[i], counter)
@@ -182,7 +206,7 @@ impl WireState {
         } else {
             w.wrapping_sub(self.last)
         };
-        self.learn(w, counter);
+        self.learn(w, counter, None);
         d
     }
 
@@ -197,7 +221,7 @@ impl WireState {
         } else {
             self.last.wrapping_add(d)
         };
-        self.learn(w, counter);
+        self.learn(w, counter, None);
         w
     }
 }
@@ -235,6 +259,11 @@ pub(crate) struct LinkModel {
     sign: Vec<Prob>,
     /// The previous series of the walk changed.
     prev_changed: bool,
+    /// Values taken in the current section, by the first series to take
+    /// them (twin finding).
+    seen: std::collections::HashMap<i64, u32>,
+    /// Histograms of the noisy gauges.
+    hists: Hists,
 }
 
 impl Default for LinkModel {
@@ -244,6 +273,8 @@ impl Default for LinkModel {
             top: vec![[Prob::default(); 3]; CLASSES * 65],
             sign: vec![Prob::default(); CLASSES * 65],
             prev_changed: false,
+            seen: std::collections::HashMap::new(),
+            hists: Hists::default(),
         }
     }
 }
@@ -252,50 +283,107 @@ impl LinkModel {
     /// Starts the walk of a packed section.
     pub fn start_section(&mut self) {
         self.prev_changed = false;
+        self.seen.clear();
     }
 
-    /// Flag context: the series' age, and whether the series before it in
-    /// the walk changed (neighbours in id order are related metrics).
-    fn flag_ctx(&self, st: &WireState) -> usize {
-        usize::from(st.age) * 2 + usize::from(self.prev_changed)
+    /// Flag context: the series' age, and whether its twin changed (else
+    /// whether the series before it in the walk did: neighbours in id
+    /// order are related metrics).
+    fn flag_ctx(&self, st: &WireState, peer_changed: Option<bool>) -> usize {
+        usize::from(st.age) * 2 + usize::from(peer_changed.unwrap_or(self.prev_changed))
     }
 
-    /// Codes whether series `st` changed in this section.
-    pub fn put_flag(&mut self, e: &mut RangeEncoder, st: &mut WireState, changed: bool) {
-        e.bit(&mut st.flag[self.flag_ctx(st)], changed);
+    /// Codes whether series `st` changed in this section; `peer_changed`:
+    /// whether its twin did (see [`WireState::as_peer`]).
+    pub fn put_flag(
+        &mut self,
+        e: &mut RangeEncoder,
+        st: &mut WireState,
+        changed: bool,
+        peer_changed: Option<bool>,
+    ) {
+        e.bit(&mut st.flag[self.flag_ctx(st, peer_changed)], changed);
         st.age_by(changed);
         self.prev_changed = changed;
     }
 
     /// Decodes whether series `st` changed in this section.
-    pub fn get_flag(&mut self, d: &mut RangeDecoder<'_>, st: &mut WireState) -> bool {
-        let changed = d.bit(&mut st.flag[self.flag_ctx(st)]);
+    pub fn get_flag(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        st: &mut WireState,
+        peer_changed: Option<bool>,
+    ) -> bool {
+        let changed = d.bit(&mut st.flag[self.flag_ctx(st, peer_changed)]);
         st.age_by(changed);
         self.prev_changed = changed;
         changed
     }
 
-    /// Codes wire value `w` of a series (`counter`: its class).
-    pub fn put_value(&mut self, e: &mut RangeEncoder, st: &mut WireState, w: i64, counter: bool) {
+    /// After series `id` took value `w` in this section: find it a twin (an
+    /// earlier series that took the same value here), unless its twin
+    /// still holds that value. Bounded by the section's size.
+    fn note(&mut self, id: u32, st: &mut WireState, w: i64, peer: Option<i64>) {
+        if peer == Some(w) {
+            return;
+        }
+        match self.seen.entry(w) {
+            std::collections::hash_map::Entry::Occupied(x) => st.twin = Some(*x.get()),
+            std::collections::hash_map::Entry::Vacant(x) => {
+                x.insert(id);
+            }
+        }
+    }
+
+    /// Codes wire value `w` of series `id` (`counter`: its class; `peer`:
+    /// its twin's value, see [`WireState::as_peer`]).
+    pub fn put_value(
+        &mut self,
+        e: &mut RangeEncoder,
+        (id, st): (u32, &mut WireState),
+        w: i64,
+        counter: bool,
+        peer: Option<i64>,
+    ) {
+        self.put_value_inner(e, (id, st), w, counter, peer);
+        self.note(id, st, w, peer);
+    }
+
+    fn put_value_inner(
+        &mut self,
+        e: &mut RangeEncoder,
+        (id, st): (u32, &mut WireState),
+        w: i64,
+        counter: bool,
+        peer: Option<i64>,
+    ) {
         let class = usize::from(counter);
         if !st.known {
             self.put_r(e, class, ABS_CTX, w);
             st.reset_to(w);
             return;
         }
-        let pred = st.predictions()[st.best()];
+        let pred = st.predictions(peer)[st.best()];
         let ctx = st.expected_len();
+        if !counter {
+            if !self.hists.put(e, id, w) {
+                self.put_r(e, class, ctx, w.wrapping_sub(pred));
+                self.hists.after_plain(id, st.mean, ctx);
+            }
+            st.learn(w, counter, peer);
+            return;
+        }
         if counter && st.step > 1 {
             let u = st.stepped(w, pred, counter);
             e.bit(&mut st.on_grid, u.is_some());
             if let Some(u) = u {
                 self.put_r(e, class, ctx, u);
-                st.learn(w, counter);
+                st.learn(w, counter, peer);
                 return;
             }
         }
         self.put_r(e, class, ctx, w.wrapping_sub(pred));
-        st.learn(w, counter);
+        st.learn(w, counter, peer);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -303,8 +391,21 @@ impl LinkModel {
     pub fn get_value(
         &mut self,
         d: &mut RangeDecoder<'_>,
-        st: &mut WireState,
+        (id, st): (u32, &mut WireState),
         counter: bool,
+        peer: Option<i64>,
+    ) -> Option<i64> {
+        let w = self.get_value_inner(d, (id, st), counter, peer)?;
+        self.note(id, st, w, peer);
+        Some(w)
+    }
+
+    fn get_value_inner(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        (id, st): (u32, &mut WireState),
+        counter: bool,
+        peer: Option<i64>,
     ) -> Option<i64> {
         let class = usize::from(counter);
         if !st.known {
@@ -312,14 +413,26 @@ impl LinkModel {
             st.reset_to(w);
             return Some(w);
         }
-        let pred = st.predictions()[st.best()];
+        let pred = st.predictions(peer)[st.best()];
         let ctx = st.expected_len();
+        if !counter {
+            let w = match self.hists.get(d, id) {
+                Some(w) => w,
+                None => {
+                    let w = pred.wrapping_add(self.get_r(d, class, ctx)?);
+                    self.hists.after_plain(id, st.mean, ctx);
+                    w
+                }
+            };
+            st.learn(w, counter, peer);
+            return Some(w);
+        }
         let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
             st.unstep(self.get_r(d, class, ctx)?, pred)
         } else {
             pred.wrapping_add(self.get_r(d, class, ctx)?)
         };
-        st.learn(w, counter);
+        st.learn(w, counter, peer);
         Some(w)
     }
 
@@ -435,17 +548,19 @@ mod tests {
             let mut after = Vec::with_capacity(seq.len());
             for &(s, changed, w, counter, forget) in &seq {
                 if forget { tx[s].known = false; }
-                mt.put_flag(&mut e, &mut tx[s], changed);
-                if changed { mt.put_value(&mut e, &mut tx[s], w, counter); }
+                let peer = tx[s].twin().and_then(|t| tx[t as usize].as_peer());
+                mt.put_flag(&mut e, &mut tx[s], changed, peer.map(|p| p.1));
+                if changed { mt.put_value(&mut e, (s as u32, &mut tx[s]), w, counter, peer.map(|p| p.0)); }
                 after.push(tx[s]);
             }
             let bytes = e.finish();
             let mut d = RangeDecoder::new(&bytes);
             for (&(s, changed, w, counter, forget), want) in seq.iter().zip(&after) {
                 if forget { rx[s].known = false; }
-                prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s]), changed);
+                let peer = rx[s].twin().and_then(|t| rx[t as usize].as_peer());
+                prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s], peer.map(|p| p.1)), changed);
                 if changed {
-                    prop_assert_eq!(mr.get_value(&mut d, &mut rx[s], counter), Some(w));
+                    prop_assert_eq!(mr.get_value(&mut d, (s as u32, &mut rx[s]), counter, peer.map(|p| p.0)), Some(w));
                 }
                 prop_assert_eq!(&rx[s], want);
             }

@@ -432,6 +432,10 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
         series: (0..5)
             .map(|id| pb::SeriesDef {
                 id,
+                labels: vec![pb::Label {
+                    name: "__name__".into(),
+                    value: format!("m{id}"),
+                }],
                 encoding: if id % 2 == 0 { 1 } else { 2 },
                 mantissa_bits: 9,
                 ..Default::default()
