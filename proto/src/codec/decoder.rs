@@ -258,7 +258,7 @@ impl LinkDecoder {
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
         for sec in f.sections {
-            let rs = self.apply_section(sec, ts)?;
+            let rs = self.apply_section(sec, ts, f.keyframe)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -386,7 +386,12 @@ impl LinkDecoder {
         Ok(())
     }
 
-    fn apply_section(&mut self, sec: pb::Section, frame_ts: i64) -> Result<RxSection, CodecError> {
+    fn apply_section(
+        &mut self,
+        sec: pb::Section,
+        frame_ts: i64,
+        keyframe: bool,
+    ) -> Result<RxSection, CodecError> {
         let src = self
             .sources
             .get_mut(&sec.source)
@@ -426,7 +431,7 @@ impl LinkDecoder {
                 .series
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            let w = s.wire.apply(*d, s.encoding.is_counter());
+            let w = s.wire.apply_column(*d, s.encoding.is_counter(), keyframe);
             s.value = s.encoding.from_wire(w);
             rs.updates.push((id, s.value));
         }

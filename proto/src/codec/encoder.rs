@@ -229,7 +229,7 @@ impl LinkEncoder {
                 .map_or(src.last_ts_ms, |s| s.ts_ms);
             let empty = Vec::new();
             let ups = by_source.get(sh as usize).unwrap_or(&empty);
-            let mut ps = self.section(table, sh, ts - cs.ts_ms, ups)?;
+            let mut ps = self.section(table, sh, ts - cs.ts_ms, ups, true)?;
             for sec in cs.sections.iter().filter(|s| s.source == sh) {
                 for &h in &sec.retired {
                     if self.leave(h) {
@@ -263,6 +263,7 @@ impl LinkEncoder {
         }
         if let Some(st) = self.state.get_mut(id as usize) {
             st.known = false;
+            st.forget_keyframe();
         }
         true
     }
@@ -303,7 +304,7 @@ impl LinkEncoder {
             coded.push((h, w));
         }
         rest.extend_from_slice(&updates[j..]);
-        let mut s = self.section(table, source, ts_offset_ms, &rest)?;
+        let mut s = self.section(table, source, ts_offset_ms, &rest, false)?;
         if any {
             let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
             self.model.start_section();
@@ -330,12 +331,14 @@ impl LinkEncoder {
         Ok(s)
     }
 
+    /// A section of columns; `keyframe`: its values are a keyframe's.
     fn section(
         &mut self,
         table: &SeriesTable,
         source: u32,
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
+        keyframe: bool,
     ) -> Result<pb::Section, CodecError> {
         let mut s = pb::Section {
             source,
@@ -356,7 +359,7 @@ impl LinkEncoder {
                         i32::try_from(gap).map_err(|_| CodecError::TooManySeries { max: 0 })?,
                     );
                     s.value_deltas
-                        .push(st.encode(w, is_counter(entry.encoding)));
+                        .push(st.encode_column(w, is_counter(entry.encoding), keyframe));
                 }
                 None => {
                     st.known = false;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
 /// Residual length (bits) from which a gauge gets a histogram.
-pub(crate) const NOISY_LEN: usize = 7;
+pub(crate) const NOISY_LEN: usize = 8;
 /// Most histograms per link (256 bytes each).
 const MAX_HISTS: usize = 1 << 16;
 /// Levels of the bin tree: 64 symbols, bin 0 the escape.
@@ -26,7 +26,7 @@ const SYMBOLS: i128 = 1 << LEVELS;
 /// Bin of the anchor itself: bins cover `[-31, 32)` widths around it.
 const MID: i128 = SYMBOLS / 2;
 /// Bins per histogram span this many times the typical residual.
-const SPAN_BITS: usize = 3;
+const SPAN_BITS: usize = 2;
 
 #[derive(Clone, Debug)]
 struct Hist {

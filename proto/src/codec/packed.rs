@@ -61,8 +61,10 @@ pub(crate) struct WireState {
     pub last: i64,
     /// Last increment (delta-of-delta predictor).
     pub inc: i64,
-    /// Running mean of the wire value.
+    /// Running mean of the wire value (gauges).
     mean: i64,
+    /// Running mean of the increments (counters).
+    mean_inc: i64,
     /// Recent residual bit length of each predictor, in 1/16 bits.
     cost: [u16; PREDICTORS],
     /// Counters: the greatest common divisor of every increment seen (0:
@@ -80,6 +82,9 @@ pub(crate) struct WireState {
     /// `heap_alloc_bytes`, the kernel's `KReclaimable` and `SReclaimable`):
     /// its value now is the fourth prediction.
     twin: Option<u32>,
+    /// Wire value in the last keyframe (0: none): keyframe columns carry
+    /// the change from it.
+    kf: i64,
 }
 
 impl WireState {
@@ -100,11 +105,15 @@ impl WireState {
         };
     }
 
-    fn predictions(&self, peer: Option<i64>) -> [i64; PREDICTORS] {
+    fn predictions(&self, counter: bool, peer: Option<i64>) -> [i64; PREDICTORS] {
         [
             self.last,
             self.last.wrapping_add(self.inc),
-            self.mean,
+            if counter {
+                self.last.wrapping_add(self.mean_inc)
+            } else {
+                self.mean
+            },
             peer.unwrap_or(self.last),
         ]
     }
@@ -168,7 +177,7 @@ impl WireState {
 
     /// Takes `w` as the new value (known series), updating every predictor.
     fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
-        let preds = self.predictions(peer);
+        let preds = self.predictions(counter, peer);
         let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
             let r = self
                 .stepped(w, preds[i], counter)
@@ -186,6 +195,12 @@ impl WireState {
             }
         }
         self.inc = w.wrapping_sub(self.last);
+        if counter {
+            // The same running mean, of the increments: a counter whose
+            // rate is noise around a level is best predicted by that level.
+            let m = i128::from(self.mean_inc);
+            self.mean_inc = (m + (i128::from(self.inc) - m).div_euclid(MEAN_DIV)) as i64;
+        }
         self.last = w;
         // mean += (w - mean) / 16, in i128 so extreme values cannot overflow;
         // the result lies between mean and w, so it fits an i64.
@@ -208,6 +223,35 @@ impl WireState {
         };
         self.learn(w, counter, None);
         d
+    }
+
+    /// Column coding of a value, sender side; in a keyframe (where every
+    /// value is absolute) as the change from the series' value in the
+    /// previous keyframe, so the column is mostly zeros for zstd.
+    pub fn encode_column(&mut self, w: i64, counter: bool, keyframe: bool) -> i64 {
+        if keyframe {
+            let d = w.wrapping_sub(self.kf);
+            self.kf = w;
+            self.encode(w, counter);
+            return d;
+        }
+        self.encode(w, counter)
+    }
+
+    /// Column coding, receiver side (inverse of [`WireState::encode_column`]).
+    pub fn apply_column(&mut self, d: i64, counter: bool, keyframe: bool) -> i64 {
+        if keyframe {
+            let w = self.kf.wrapping_add(d);
+            self.kf = w;
+            self.known = false;
+            return self.apply(w, counter);
+        }
+        self.apply(d, counter)
+    }
+
+    /// Forgets the keyframe reference (the receiver dropped the series).
+    pub fn forget_keyframe(&mut self) {
+        self.kf = 0;
     }
 
     /// Column coding, receiver side: the wire value delta `d` stands for.
@@ -363,7 +407,7 @@ impl LinkModel {
             st.reset_to(w);
             return;
         }
-        let pred = st.predictions(peer)[st.best()];
+        let pred = st.predictions(counter, peer)[st.best()];
         let ctx = st.expected_len();
         if !counter {
             if !self.hists.put(e, id, w) {
@@ -413,7 +457,7 @@ impl LinkModel {
             st.reset_to(w);
             return Some(w);
         }
-        let pred = st.predictions(peer)[st.best()];
+        let pred = st.predictions(counter, peer)[st.best()];
         let ctx = st.expected_len();
         if !counter {
             let w = match self.hists.get(d, id) {

@@ -385,6 +385,24 @@ mod tests {
     }
 
     #[test]
+    fn log_gauge_zero_one_and_specials() {
+        let e = Encoding::gauge(1e-3);
+        assert_eq!(e.to_wire(0.0), Some(0));
+        assert_eq!(e.from_wire(0), 0.0, "zero stays exactly zero");
+        let one = e.to_wire(1.0).expect("one");
+        assert_eq!(e.from_wire(one), 1.0, "exp(0) is exact");
+        assert_eq!(e.to_wire(f64::NAN), None);
+        assert_eq!(e.to_wire(f64::NEG_INFINITY), None);
+        assert_eq!(e.to_wire(5e-320), None, "subnormals go raw");
+        // The cells are as wide as the bound allows: ~347 per octave at 1e-3.
+        let (a, b) = (e.to_wire(1.0).expect("1"), e.to_wire(2.0).expect("2"));
+        assert!((340..=350).contains(&(b - a)), "{}", b - a);
+        for w in [i64::MIN, i64::MAX, -1, 1] {
+            let _ = e.from_wire(w);
+        }
+    }
+
+    #[test]
     fn gauge_zero_and_specials() {
         let e = Encoding::Gauge { mantissa_bits: 9 };
         assert_eq!(e.to_wire(0.0), Some(0));
@@ -428,6 +446,60 @@ mod tests {
     }
 
     proptest! {
+        /// The logarithmic grid keeps every value within its relative
+        /// bound, re-encodes its own values exactly (relays do not drift),
+        /// is monotone, and keeps the sign.
+        #[test]
+        fn log_gauge_relative_bound_and_exact_reencode(
+            v in prop::num::f64::NORMAL,
+            w in prop::num::f64::NORMAL,
+            eps in prop_oneof![Just(1e-3), 1e-9f64..0.4],
+        ) {
+            let e = Encoding::gauge(eps);
+            let is_log = matches!(e, Encoding::LogGauge { .. });
+            prop_assert!(is_log, "{:?}", e);
+            let k = e.to_wire(v);
+            prop_assert!(k.is_some() || v.abs() > 1e300, "normal values travel on the grid: {v}");
+            if let Some(k) = k {
+                let r = e.from_wire(k);
+                prop_assert!((r - v).abs() <= eps * v.abs(), "v={v} r={r} eps={eps}");
+                prop_assert_eq!(r.is_sign_negative(), v.is_sign_negative());
+                prop_assert_eq!(e.to_wire(r), Some(k), "re-encoding is exact");
+                if let Some(kw) = e.to_wire(w) {
+                    if v < w { prop_assert!(k <= kw); }
+                }
+            }
+        }
+
+        /// Gauges holding small integers travel exactly, switch to the
+        /// grid at their first other value (announcing a redefinition once),
+        /// and stay within the bound throughout.
+        #[test]
+        fn integer_gauges_are_exact_until_they_are_not(
+            ints in prop::collection::vec(-500i32..=500, 1..30),
+            then in prop::collection::vec(-1e6f64..1e6, 0..30),
+        ) {
+            let mut q = Quantiser::new(MetricKind::Gauge, Bounds::default());
+            let mut held = f64::NAN;
+            for &i in &ints {
+                if let Some(e) = q.observe(f64::from(i)) {
+                    prop_assert!(!e.redefined);
+                    held = e.value;
+                }
+                prop_assert_eq!(held, f64::from(i));
+                prop_assert_eq!(q.encoding(), Encoding::GaugeInt);
+            }
+            let mut redefinitions = 0;
+            for &v in &then {
+                if let Some(e) = q.observe(v) {
+                    redefinitions += usize::from(e.redefined);
+                    held = e.value;
+                }
+                prop_assert!((held - v).abs() <= 1e-3 * v.abs(), "v={v} held={held}");
+            }
+            prop_assert!(redefinitions <= 1);
+        }
+
         #[test]
         fn gauge_relative_bound_holds(v in prop::num::f64::NORMAL, eps in 1e-6f64..0.2) {
             let b = gauge_bits_for(eps);
