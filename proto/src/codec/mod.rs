@@ -16,7 +16,7 @@
 //!   compact: tag = (seq mod 32) << 2 | 1, then ts jitter, sections, packed
 //!            bytes, not through zstd (delta frames of packed sections only)
 //! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired sources
-//! Section, keyframe:  source | ts offset | id gaps + absolute values (columns) | retired
+//! Section, keyframe:  source | ts offset | id gaps + values vs last keyframe (columns) | retired
 //! Section, delta:     source | ts offset | packed (range-coded, packed.rs) | retired
 //!   packed: for each series the link holds for the source, ascending id:
 //!     [changed?] ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
@@ -25,9 +25,10 @@
 //! A relay may send one source in several sections (several ticks of it);
 //! each is applied in order, so samples and retirements keep their place.
 //! ```
-//! Keyframes keep plain columns so zstd matches them against the previous
-//! keyframe in its window (zstd sees only those and definition frames, so
-//! a high level is cheap); delta frames are a few hundred bits of
+//! Keyframes keep plain columns (each value as its change since the
+//! previous keyframe: mostly zeros) so zstd matches them against the
+//! previous keyframe in its window (zstd sees only those and definition
+//! frames, so a high level is cheap); delta frames are a few hundred bits of
 //! near-random residuals, which a range coder with per-series adaptive
 //! statistics (rangecoder.rs, packed.rs) codes close to their information
 //! content where zstd's literal coding could not (blocks too small to pay

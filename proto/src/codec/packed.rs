@@ -10,27 +10,38 @@
 //!
 //! ```text
 //! changed?  one adaptive bit; context: this series, ticks since it last
-//!           changed (0..=3), did the series before it in the walk change
+//!           changed (0..=3), did its twin (else the series before it in
+//!           the walk) change
 //! if changed:
+//!   noisy gauges (residuals of 8+ bits): the bin of the value in the
+//!     series' own histogram (hist.rs), then the offset in the bin raw;
+//!     bin 0 escapes to the residual coding below
 //!   counters with a step (gcd of their increments so far, > 1):
 //!     on grid?  one adaptive bit; if set, the residual below is in units
 //!               of the step, against the prediction rounded to the grid
 //!   residual r = w - prediction          (w: integer wire value, quantise.rs)
-//!   u = zigzag(r)                        (0, -1, 1, -2, .. -> 0, 1, 2, 3, ..)
-//!   n = bit length of u (0..=64)         7-bit adaptive tree; context: the
+//!   n = bit length of |r| (0..=64)       7-bit adaptive tree; context: the
 //!                                        series' expected length k, gauge or counter
-//!   the bits of u below its leading one  top two adaptive (context n), rest raw
+//!   sign of r                            adaptive, context n (skewed noise)
+//!   the bits of |r| below its leading one  top two adaptive (context n), rest raw
 //! ```
 //!
-//! The prediction is whichever of three predictors has lately produced the
+//! The prediction is whichever of four predictors has lately produced the
 //! shortest residuals for this series (ties: the first):
 //! * last value (delta): gauges that wander;
 //! * last value + last increment (delta of delta): counters with a steady rate;
-//! * running mean: gauges that are noise around a level (coding `w - mean`
-//!   costs about a bit less than `w - last` for i.i.d. noise).
+//! * running mean (gauges): noise around a level (coding `w - mean` costs
+//!   about a bit less than `w - last` for i.i.d. noise); for counters, last
+//!   value + running mean of the increments (a rate that is noise around a
+//!   level);
+//! * the twin's value: a series that took the same value as an earlier
+//!   series of the walk in the same section (Go's `alloc_bytes` and
+//!   `heap_alloc_bytes`) predicts from it.
 //!
 //! A series the receiver holds no value for (new, redefined, after a special
 //! or a keyframe column) is coded absolute, in a context of its own.
+//! Keyframe columns carry each value's change since the previous keyframe
+//! (`encode_column`), so zstd sees mostly zeros.
 
 use super::hist::Hists;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};

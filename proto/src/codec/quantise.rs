@@ -465,8 +465,10 @@ mod tests {
                 prop_assert!((r - v).abs() <= eps * v.abs(), "v={v} r={r} eps={eps}");
                 prop_assert_eq!(r.is_sign_negative(), v.is_sign_negative());
                 prop_assert_eq!(e.to_wire(r), Some(k), "re-encoding is exact");
-                if let Some(kw) = e.to_wire(w) {
-                    if v < w { prop_assert!(k <= kw); }
+                if let Some(kw) = e.to_wire(w)
+                    && v < w
+                {
+                    prop_assert!(k <= kw);
                 }
             }
         }
