@@ -16,6 +16,7 @@ use prost::Message;
 use crate::model::Labels;
 use crate::schema::frame as pb;
 
+use super::compact;
 use super::encoder::get_uvarint;
 use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
@@ -93,6 +94,8 @@ pub struct LinkDecoder {
     z: ZDecoder,
     next_seq: u64,
     last_ts: i64,
+    /// Previous frame's timestamp delta (0 after the first frame).
+    last_delta: i64,
     started: bool,
     poisoned: bool,
     series: HashMap<u32, RxSeries>,
@@ -112,6 +115,7 @@ impl LinkDecoder {
             z: ZDecoder::new(cfg.window_log_max)?,
             next_seq: 0,
             last_ts: 0,
+            last_delta: 0,
             started: false,
             poisoned: false,
             series: HashMap::new(),
@@ -166,8 +170,35 @@ impl LinkDecoder {
     }
 
     fn decode_inner(&mut self, payload: &[u8]) -> Result<RxFrame, CodecError> {
-        let (claimed, used) =
-            get_uvarint(payload).ok_or_else(|| CodecError::Malformed("bad frame length".into()))?;
+        let (tag, used) =
+            get_uvarint(payload).ok_or_else(|| CodecError::Malformed("bad frame header".into()))?;
+        let f = match tag & 3 {
+            compact::MODE_ZSTD => self.unzstd(tag >> 2, &payload[used..])?,
+            compact::MODE_COMPACT => {
+                let check = compact::seq_check(tag);
+                if check != self.next_seq & compact::SEQ_CHECK {
+                    // Only the low bits travel: report the nearest sequence
+                    // number that has them.
+                    let got = (self.next_seq & !compact::SEQ_CHECK) | (check & compact::SEQ_CHECK);
+                    return Err(CodecError::OutOfOrder {
+                        expected: self.next_seq,
+                        got,
+                    });
+                }
+                if !self.started {
+                    return Err(CodecError::NeedKeyframe);
+                }
+                let f = compact::read(tag, &payload[used..], self.next_seq, self.last_delta)?;
+                (f, payload.len())
+            }
+            _ => return Err(CodecError::Malformed("unknown payload mode".into())),
+        };
+        self.apply_frame(f.0, f.1)
+    }
+
+    /// Decompresses a zstd-mode payload of `claimed` bytes into a `Frame`.
+    /// Returns the frame and its decompressed size.
+    fn unzstd(&mut self, claimed: u64, zbytes: &[u8]) -> Result<(pb::Frame, usize), CodecError> {
         if claimed > self.cfg.max_frame_bytes as u64 {
             return Err(CodecError::FrameTooLarge {
                 max: self.cfg.max_frame_bytes,
@@ -176,7 +207,7 @@ impl LinkDecoder {
         let mut raw = std::mem::take(&mut self.raw);
         let res = self
             .z
-            .decompress_frame(&payload[used..], &mut raw, self.cfg.max_frame_bytes)
+            .decompress_frame(zbytes, &mut raw, self.cfg.max_frame_bytes)
             .and_then(|()| {
                 if raw.len() as u64 != claimed {
                     return Err(CodecError::Malformed(format!(
@@ -186,9 +217,13 @@ impl LinkDecoder {
                 }
                 pb::Frame::decode(raw.as_slice()).map_err(|e| CodecError::Malformed(e.to_string()))
             });
-        let raw_bytes = raw.len();
+        let n = raw.len();
         self.raw = raw;
-        let f = res?;
+        res.map(|f| (f, n))
+    }
+
+    /// Checks and applies one parsed frame; `raw_bytes`: its decoded size.
+    fn apply_frame(&mut self, f: pb::Frame, raw_bytes: usize) -> Result<RxFrame, CodecError> {
         if f.seq != self.next_seq {
             return Err(CodecError::OutOfOrder {
                 expected: self.next_seq,
@@ -223,7 +258,7 @@ impl LinkDecoder {
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
         for sec in f.sections {
-            let rs = self.apply_section(sec, ts)?;
+            let rs = self.apply_section(sec, ts, f.keyframe)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -251,6 +286,7 @@ impl LinkDecoder {
                 .ok_or(CodecError::UnknownSource { id })?;
             out.retired_sources.push((id, s));
         }
+        self.last_delta = if self.started { f.ts_delta_ms } else { 0 };
         self.next_seq += 1;
         self.last_ts = ts;
         self.started = true;
@@ -306,6 +342,10 @@ impl LinkDecoder {
             Ok(pb::Encoding::Gauge) if d.mantissa_bits <= 52 => Encoding::Gauge {
                 mantissa_bits: d.mantissa_bits as u8,
             },
+            Ok(pb::Encoding::GaugeLog) if (1..=500_000_000).contains(&d.epsilon_ppb) => {
+                Encoding::LogGauge { ppb: d.epsilon_ppb }
+            }
+            Ok(pb::Encoding::GaugeInt) => Encoding::GaugeInt,
             Ok(pb::Encoding::CounterInt) => Encoding::CounterInt,
             Ok(pb::Encoding::CounterFloat) if d.scale > 0 => {
                 Encoding::CounterFloat { scale: d.scale }
@@ -317,7 +357,15 @@ impl LinkDecoder {
                 max: self.cfg.max_series,
             });
         }
-        let labels = Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)));
+        let labels = if d.labels.is_empty() {
+            // A new encoding for a series the link holds: labels unchanged.
+            match self.series.get(&id) {
+                Some(s) if s.source == d.source => s.labels.clone(),
+                _ => return Err(bad("redefinition without labels of an unknown series")),
+            }
+        } else {
+            Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
+        };
         let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
         if let Some(old) = self.series.get(&id).map(|s| s.source)
             && let Some(m) = self.members.get_mut(&old)
@@ -338,7 +386,12 @@ impl LinkDecoder {
         Ok(())
     }
 
-    fn apply_section(&mut self, sec: pb::Section, frame_ts: i64) -> Result<RxSection, CodecError> {
+    fn apply_section(
+        &mut self,
+        sec: pb::Section,
+        frame_ts: i64,
+        keyframe: bool,
+    ) -> Result<RxSection, CodecError> {
         let src = self
             .sources
             .get_mut(&sec.source)
@@ -378,7 +431,7 @@ impl LinkDecoder {
                 .series
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            let w = s.wire.apply(*d, s.encoding.is_counter());
+            let w = s.wire.apply_column(*d, s.encoding.is_counter(), keyframe);
             s.value = s.encoding.from_wire(w);
             rs.updates.push((id, s.value));
         }
@@ -408,15 +461,23 @@ impl LinkDecoder {
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let mut d = RangeDecoder::new(packed);
+        self.model.start_section();
         for &id in walk {
+            let peer = self
+                .series
+                .get(&id)
+                .and_then(|s| s.wire.twin())
+                .and_then(|t| self.series.get(&t))
+                .and_then(|t| t.wire.as_peer());
             let s = self
                 .series
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            if self.model.get_flag(&mut d, &mut s.wire) {
+            if self.model.get_flag(&mut d, &mut s.wire, peer.map(|p| p.1)) {
+                let counter = s.encoding.is_counter();
                 let w = self
                     .model
-                    .get_value(&mut d, &mut s.wire, s.encoding.is_counter())
+                    .get_value(&mut d, (id, &mut s.wire), counter, peer.map(|p| p.0))
                     .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
                 s.value = s.encoding.from_wire(w);
                 rs.updates.push((id, s.value));

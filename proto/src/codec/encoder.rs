@@ -13,6 +13,7 @@ use prost::Message;
 
 use crate::schema::frame as pb;
 
+use super::compact;
 use super::packed::{LinkModel, WireState};
 use super::quantise::Encoding;
 use super::rangecoder::RangeEncoder;
@@ -28,6 +29,8 @@ pub struct LinkEncoder {
     z: ZEncoder,
     seq: u64,
     last_ts: i64,
+    /// Previous frame's timestamp delta (0 after the first frame).
+    last_delta: i64,
     last_keyframe_ts: Option<i64>,
     force_keyframe: bool,
     state: Vec<WireState>,
@@ -41,6 +44,8 @@ pub struct LinkEncoder {
     members: HashMap<u32, BTreeSet<u32>>,
     /// Source of each member id.
     member_of: HashMap<u32, u32>,
+    /// Hash of the labels each member id was last defined with.
+    labels_sent: HashMap<u32, u64>,
 }
 
 impl LinkEncoder {
@@ -51,6 +56,7 @@ impl LinkEncoder {
             z: ZEncoder::new(cfg.zstd_level, cfg.window_log)?,
             seq: 0,
             last_ts: 0,
+            last_delta: 0,
             last_keyframe_ts: None,
             force_keyframe: false,
             state: Vec::new(),
@@ -59,6 +65,7 @@ impl LinkEncoder {
             frame: pb::Frame::default(),
             members: HashMap::new(),
             member_of: HashMap::new(),
+            labels_sent: HashMap::new(),
         })
     }
 
@@ -110,9 +117,25 @@ impl LinkEncoder {
                 }
             }
             for &h in &cs.defs {
-                if table.get(h).is_some() {
-                    f.series.push(series_def(table, h));
+                if let Some(e) = table.get(h) {
+                    let mut d = series_def(table, h);
+                    if self.member_of.get(&h) == Some(&e.source)
+                        && self.labels_sent.get(&h) == Some(&labels_hash(&e.labels))
+                    {
+                        // The receiver holds this series: a new encoding
+                        // only (a counter turned float, a gauge left the
+                        // integers). Its labels stay.
+                        d.labels.clear();
+                    }
+                    f.series.push(d);
                 }
+            }
+        }
+        for d in &f.series {
+            if !d.labels.is_empty()
+                && let Some(e) = table.get(d.id)
+            {
+                self.labels_sent.insert(d.id, labels_hash(&e.labels));
             }
         }
         for d in &f.series {
@@ -151,16 +174,26 @@ impl LinkEncoder {
             f.retired_sources.extend_from_slice(&cs.retired_sources);
         }
 
-        self.scratch.clear();
-        f.encode(&mut self.scratch)
-            .map_err(|e| CodecError::Malformed(e.to_string()))?;
-        // Payload: the frame's decompressed length, then its zstd block. The
-        // receiver checks the length exactly (truncation) and against its cap
-        // before decompressing (bombs).
-        let mut z = Vec::with_capacity(self.scratch.len() / 2 + 16);
-        put_uvarint(&mut z, self.scratch.len() as u64);
-        self.z.compress_frame(&self.scratch, &mut z)?;
+        let mut z = Vec::new();
+        if compact::fits(&f) {
+            // Packed sections only: range-coded bytes zstd cannot shrink.
+            compact::write(&f, self.last_delta, &mut z);
+        } else {
+            self.scratch.clear();
+            f.encode(&mut self.scratch)
+                .map_err(|e| CodecError::Malformed(e.to_string()))?;
+            // Payload: the frame's decompressed length, then its zstd block.
+            // The receiver checks the length exactly (truncation) and against
+            // its cap before decompressing (bombs).
+            z.reserve(self.scratch.len() / 2 + 16);
+            put_uvarint(
+                &mut z,
+                ((self.scratch.len() as u64) << 2) | compact::MODE_ZSTD,
+            );
+            self.z.compress_frame(&self.scratch, &mut z)?;
+        }
         write_record(out, &z);
+        self.last_delta = if first { 0 } else { f.ts_delta_ms };
         self.seq += 1;
         self.last_ts = cs.ts_ms;
         self.frame = f;
@@ -196,7 +229,7 @@ impl LinkEncoder {
                 .map_or(src.last_ts_ms, |s| s.ts_ms);
             let empty = Vec::new();
             let ups = by_source.get(sh as usize).unwrap_or(&empty);
-            let mut ps = self.section(table, sh, ts - cs.ts_ms, ups)?;
+            let mut ps = self.section(table, sh, ts - cs.ts_ms, ups, true)?;
             for sec in cs.sections.iter().filter(|s| s.source == sh) {
                 for &h in &sec.retired {
                     if self.leave(h) {
@@ -221,6 +254,7 @@ impl LinkEncoder {
 
     /// The receiver forgets series `id`; false when it never held it.
     fn leave(&mut self, id: u32) -> bool {
+        self.labels_sent.remove(&id);
         let Some(source) = self.member_of.remove(&id) else {
             return false;
         };
@@ -229,6 +263,7 @@ impl LinkEncoder {
         }
         if let Some(st) = self.state.get_mut(id as usize) {
             st.known = false;
+            st.forget_keyframe();
         }
         true
     }
@@ -269,18 +304,25 @@ impl LinkEncoder {
             coded.push((h, w));
         }
         rest.extend_from_slice(&updates[j..]);
-        let mut s = self.section(table, source, ts_offset_ms, &rest)?;
+        let mut s = self.section(table, source, ts_offset_ms, &rest, false)?;
         if any {
             let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
+            self.model.start_section();
             for (h, w) in coded {
                 // Every member gets a flag, in the table or not (a series
                 // retired in this very section): the receiver walks them all.
+                let peer = self.state[h as usize]
+                    .twin()
+                    .and_then(|t| self.state.get(t as usize))
+                    .and_then(WireState::as_peer);
                 let st = &mut self.state[h as usize];
-                self.model.put_flag(&mut e, st, w.is_some());
+                self.model
+                    .put_flag(&mut e, st, w.is_some(), peer.map(|p| p.1));
                 if let Some(w) = w {
                     // `w` is Some only for series the table holds.
                     let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
-                    self.model.put_value(&mut e, st, w, counter);
+                    self.model
+                        .put_value(&mut e, (h, st), w, counter, peer.map(|p| p.0));
                 }
             }
             s.packed = e.finish();
@@ -289,12 +331,14 @@ impl LinkEncoder {
         Ok(s)
     }
 
+    /// A section of columns; `keyframe`: its values are a keyframe's.
     fn section(
         &mut self,
         table: &SeriesTable,
         source: u32,
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
+        keyframe: bool,
     ) -> Result<pb::Section, CodecError> {
         let mut s = pb::Section {
             source,
@@ -315,7 +359,7 @@ impl LinkEncoder {
                         i32::try_from(gap).map_err(|_| CodecError::TooManySeries { max: 0 })?,
                     );
                     s.value_deltas
-                        .push(st.encode(w, is_counter(entry.encoding)));
+                        .push(st.encode_column(w, is_counter(entry.encoding), keyframe));
                 }
                 None => {
                     st.known = false;
@@ -326,6 +370,17 @@ impl LinkEncoder {
         }
         Ok(s)
     }
+}
+
+/// A fingerprint of a label set (64-bit SipHash with fixed keys).
+fn labels_hash(l: &crate::model::Labels) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for (n, v) in l.iter() {
+        n.hash(&mut h);
+        v.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Appends `n` as LEB128.
@@ -373,10 +428,12 @@ fn series_def(table: &SeriesTable, h: u32) -> pb::SeriesDef {
     let Some(s) = table.get(h) else {
         return pb::SeriesDef::default();
     };
-    let (encoding, mantissa_bits, scale) = match s.encoding {
-        Encoding::Gauge { mantissa_bits } => (pb::Encoding::Gauge, u32::from(mantissa_bits), 0),
-        Encoding::CounterInt => (pb::Encoding::CounterInt, 0, 0),
-        Encoding::CounterFloat { scale } => (pb::Encoding::CounterFloat, 0, scale),
+    let (encoding, mantissa_bits, scale, epsilon_ppb) = match s.encoding {
+        Encoding::Gauge { mantissa_bits } => (pb::Encoding::Gauge, u32::from(mantissa_bits), 0, 0),
+        Encoding::LogGauge { ppb } => (pb::Encoding::GaugeLog, 0, 0, ppb),
+        Encoding::GaugeInt => (pb::Encoding::GaugeInt, 0, 0, 0),
+        Encoding::CounterInt => (pb::Encoding::CounterInt, 0, 0, 0),
+        Encoding::CounterFloat { scale } => (pb::Encoding::CounterFloat, 0, scale, 0),
     };
     pb::SeriesDef {
         id: h,
@@ -392,5 +449,6 @@ fn series_def(table: &SeriesTable, h: u32) -> pb::SeriesDef {
         encoding: encoding as i32,
         mantissa_bits,
         scale,
+        epsilon_ppb,
     }
 }

@@ -11,30 +11,34 @@
 //! +-------------------+-------------------------------------------------+
 //! | len (LEB128 u32)  | payload                                         |
 //! +-------------------+-------------------------------------------------+
-//! payload:
-//! +---------------------------+-----------------------------------------+
-//! | raw len (LEB128, checked) | zstd stream block: protobuf `Frame`     |
-//! +---------------------------+-----------------------------------------+
+//! payload (compact.rs): tag (LEB128), low 2 bits the mode
+//!   zstd:    tag = raw len << 2 | 0, then a zstd stream block: protobuf `Frame`
+//!   compact: tag = (seq mod 32) << 2 | 1, then ts jitter, sections, packed
+//!            bytes, not through zstd (delta frames of packed sections only)
 //! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired sources
-//! Section, keyframe:  source | ts offset | id gaps + absolute values (columns) | retired
+//! Section, keyframe:  source | ts offset | id gaps + values vs last keyframe (columns) | retired
 //! Section, delta:     source | ts offset | packed (range-coded, packed.rs) | retired
 //!   packed: for each series the link holds for the source, ascending id:
-//!     [changed?] ( [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
+//!     [changed?] ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
 //!   specials (NaN, inf, stale) stay in their columns, exact;
 //!   retired: series that ended at the section's ts, after its updates.
 //! A relay may send one source in several sections (several ticks of it);
 //! each is applied in order, so samples and retirements keep their place.
 //! ```
-//! Keyframes keep plain columns so zstd matches them against the previous
-//! keyframe in its window; delta frames are a few hundred bits of
+//! Keyframes keep plain columns (each value as its change since the
+//! previous keyframe: mostly zeros) so zstd matches them against the
+//! previous keyframe in its window (zstd sees only those and definition
+//! frames, so a high level is cheap); delta frames are a few hundred bits of
 //! near-random residuals, which a range coder with per-series adaptive
 //! statistics (rangecoder.rs, packed.rs) codes close to their information
 //! content where zstd's literal coding could not (blocks too small to pay
 //! for its Huffman tables).
 //! Pure functions and state machines only: no sockets, no tokio, no clock.
 
+mod compact;
 pub mod decoder;
 pub mod encoder;
+mod hist;
 mod packed;
 pub mod quantise;
 mod rangecoder;
@@ -56,7 +60,7 @@ pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesTable, SourceEntry}
 /// Tunables of the codec, shared by both ends of a link.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CodecConfig {
-    /// zstd compression level.
+    /// zstd compression level (zstd sees keyframes and definitions only).
     pub zstd_level: i32,
     /// zstd window of the sender, log2 bytes: how much past the stream sees.
     pub window_log: u32,
@@ -77,7 +81,7 @@ pub struct CodecConfig {
 impl Default for CodecConfig {
     fn default() -> Self {
         Self {
-            zstd_level: 3,
+            zstd_level: 19,
             window_log: 20,
             window_log_max: 23,
             keyframe_interval_ms: 60_000,

@@ -9,33 +9,50 @@
 //! A packed section codes, for every live series of its source in id order:
 //!
 //! ```text
-//! changed?  one adaptive bit; context: this series, did it change last time
+//! changed?  one adaptive bit; context: this series, ticks since it last
+//!           changed (0..=3), did its twin (else the series before it in
+//!           the walk) change
 //! if changed:
+//!   noisy gauges (residuals of 8+ bits): the bin of the value in the
+//!     series' own histogram (hist.rs), then the offset in the bin raw;
+//!     bin 0 escapes to the residual coding below
+//!   counters with a step (gcd of their increments so far, > 1):
+//!     on grid?  one adaptive bit; if set, the residual below is in units
+//!               of the step, against the prediction rounded to the grid
 //!   residual r = w - prediction          (w: integer wire value, quantise.rs)
-//!   u = zigzag(r)                        (0, -1, 1, -2, .. -> 0, 1, 2, 3, ..)
-//!   n = bit length of u (0..=64)         7-bit adaptive tree; context: the
+//!   n = bit length of |r| (0..=64)       7-bit adaptive tree; context: the
 //!                                        series' expected length k, gauge or counter
-//!   the bits of u below its leading one  top two adaptive (context n), rest raw
+//!   sign of r                            adaptive, context n (skewed noise)
+//!   the bits of |r| below its leading one  top two adaptive (context n), rest raw
 //! ```
 //!
-//! The prediction is whichever of three predictors has lately produced the
+//! The prediction is whichever of four predictors has lately produced the
 //! shortest residuals for this series (ties: the first):
 //! * last value (delta): gauges that wander;
 //! * last value + last increment (delta of delta): counters with a steady rate;
-//! * running mean: gauges that are noise around a level (coding `w - mean`
-//!   costs about a bit less than `w - last` for i.i.d. noise).
+//! * running mean (gauges): noise around a level (coding `w - mean` costs
+//!   about a bit less than `w - last` for i.i.d. noise); for counters, last
+//!   value + running mean of the increments (a rate that is noise around a
+//!   level);
+//! * the twin's value: a series that took the same value as an earlier
+//!   series of the walk in the same section (Go's `alloc_bytes` and
+//!   `heap_alloc_bytes`) predicts from it.
 //!
 //! A series the receiver holds no value for (new, redefined, after a special
 //! or a keyframe column) is coded absolute, in a context of its own.
+//! Keyframe columns carry each value's change since the previous keyframe
+//! (`encode_column`), so zstd sees mostly zeros.
 
+use super::hist::Hists;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
-const PREDICTORS: usize = 3;
+const PREDICTORS: usize = 4;
 /// Fixed-point scale of the predictor costs (1/16 bit).
 const COST_ONE: i32 = 16;
 /// Length contexts: expected lengths 0..=64, then one for absolute values.
-const LEN_CTX: usize = 66;
-const ABS_CTX: usize = 65;
+const LEN_RES: i32 = 1;
+const LEN_CTX: usize = 64 * LEN_RES as usize + 2;
+const ABS_CTX: usize = LEN_CTX - 1;
 /// Predictor costs forget with weight 1/16 per value: slow enough to settle
 /// on the right predictor for noise, fast enough to follow a phase change.
 const COST_SHIFT: u32 = 4;
@@ -43,6 +60,8 @@ const COST_SHIFT: u32 = 4;
 const MEAN_DIV: i128 = 16;
 /// Series classes with their own length statistics: gauges, counters.
 const CLASSES: usize = 2;
+/// Changed-flag contexts: ticks since the last change, 0..=3 (saturating).
+const FLAG_CTX: usize = 4;
 
 /// Per-series coding state, identical on both ends of a link.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,13 +72,30 @@ pub(crate) struct WireState {
     pub last: i64,
     /// Last increment (delta-of-delta predictor).
     pub inc: i64,
-    /// Running mean of the wire value.
+    /// Running mean of the wire value (gauges).
     mean: i64,
+    /// Running mean of the increments (counters).
+    mean_inc: i64,
     /// Recent residual bit length of each predictor, in 1/16 bits.
     cost: [u16; PREDICTORS],
-    /// P(unchanged), given whether the series changed the last time.
-    flag: [Prob; 2],
-    changed_last: bool,
+    /// Counters: the greatest common divisor of every increment seen (0:
+    /// none yet). Increments on this grid (CPU seconds in 0.01 s, bytes in
+    /// sectors) are coded in units of it.
+    step: u64,
+    /// P(the increment is on the step grid).
+    on_grid: Prob,
+    /// P(unchanged), given how many ticks ago the series last changed.
+    flag: [Prob; FLAG_CTX * 2],
+    /// Ticks since the last change, saturating at `FLAG_CTX - 1`.
+    age: u8,
+    /// An earlier series of the same walk that last took the same wire
+    /// value as this one in the same section (Go's `alloc_bytes` and
+    /// `heap_alloc_bytes`, the kernel's `KReclaimable` and `SReclaimable`):
+    /// its value now is the fourth prediction.
+    twin: Option<u32>,
+    /// Wire value in the last keyframe (0: none): keyframe columns carry
+    /// the change from it.
+    kf: i64,
 }
 
 impl WireState {
@@ -72,8 +108,36 @@ impl WireState {
         self.mean = w;
     }
 
-    fn predictions(&self) -> [i64; PREDICTORS] {
-        [self.last, self.last.wrapping_add(self.inc), self.mean]
+    fn age_by(&mut self, changed: bool) {
+        self.age = if changed {
+            0
+        } else {
+            (self.age + 1).min(FLAG_CTX as u8 - 1)
+        };
+    }
+
+    fn predictions(&self, counter: bool, peer: Option<i64>) -> [i64; PREDICTORS] {
+        [
+            self.last,
+            self.last.wrapping_add(self.inc),
+            if counter {
+                self.last.wrapping_add(self.mean_inc)
+            } else {
+                self.mean
+            },
+            peer.unwrap_or(self.last),
+        ]
+    }
+
+    /// The twin this series predicts from, if any.
+    pub fn twin(&self) -> Option<u32> {
+        self.twin
+    }
+
+    /// What a series twinned to this one sees: the value held, and whether
+    /// it changed at its latest flag. `None` when nothing is held.
+    pub fn as_peer(&self) -> Option<(i64, bool)> {
+        self.known.then_some((self.last, self.age == 0))
     }
 
     fn best(&self) -> usize {
@@ -88,18 +152,66 @@ impl WireState {
 
     /// Expected residual length of the chosen predictor, in bits.
     fn expected_len(&self) -> usize {
-        ((i32::from(self.cost[self.best()]) + COST_ONE / 2) / COST_ONE).clamp(0, 64) as usize
+        let c = i32::from(self.cost[self.best()]) * LEN_RES;
+        ((c + COST_ONE / 2) / COST_ONE).clamp(0, 64 * LEN_RES) as usize
+    }
+
+    /// The residual of `w` against prediction `p` as coded: for a counter
+    /// whose increment lies on its step grid, in units of the step (the
+    /// prediction rounded to the grid); else plain. `None`: off the grid.
+    fn stepped(&self, w: i64, p: i64, counter: bool) -> Option<i64> {
+        if !counter || self.step < 2 {
+            return None;
+        }
+        let step = i128::from(self.step);
+        let d = i128::from(w) - i128::from(self.last);
+        if d.rem_euclid(step) != 0 {
+            return None;
+        }
+        let off = i128::from(p) - i128::from(self.last);
+        // Nearest grid point to the prediction, ties towards -inf.
+        let pu = (off + step / 2).div_euclid(step);
+        // |d / step| and |pu| are below 2^64 / 2: the difference fits an i128
+        // and is truncated to i64 identically on both ends.
+        Some((d / step - pu) as i64)
+    }
+
+    /// The value a stepped residual `u` stands for (inverse of `stepped`).
+    fn unstep(&self, u: i64, p: i64) -> i64 {
+        let step = i128::from(self.step);
+        let off = i128::from(p) - i128::from(self.last);
+        let pu = (off + step / 2).div_euclid(step);
+        // Exact modulo 2^64, which is all the i64 result keeps.
+        let d = pu.wrapping_add(i128::from(u)).wrapping_mul(step);
+        i128::from(self.last).wrapping_add(d) as i64
     }
 
     /// Takes `w` as the new value (known series), updating every predictor.
-    fn learn(&mut self, w: i64) {
-        let preds = self.predictions();
-        for (c, p) in self.cost.iter_mut().zip(preds) {
-            let n = bit_len(zigzag(w.wrapping_sub(p))) as i32 * COST_ONE;
+    fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
+        let preds = self.predictions(counter, peer);
+        let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
+            let r = self
+                .stepped(w, preds[i], counter)
+                .unwrap_or_else(|| w.wrapping_sub(preds[i]));
+            bit_len(zigzag(r)) as i32 * COST_ONE
+        });
+        for (c, n) in self.cost.iter_mut().zip(costs) {
             let cur = i32::from(*c);
             *c = (cur + ((n - cur) >> COST_SHIFT)).clamp(0, i32::from(u16::MAX)) as u16;
         }
+        if counter {
+            let d = w.wrapping_sub(self.last).unsigned_abs();
+            if d != 0 {
+                self.step = gcd(self.step, d);
+            }
+        }
         self.inc = w.wrapping_sub(self.last);
+        if counter {
+            // The same running mean, of the increments: a counter whose
+            // rate is noise around a level is best predicted by that level.
+            let m = i128::from(self.mean_inc);
+            self.mean_inc = (m + (i128::from(self.inc) - m).div_euclid(MEAN_DIV)) as i64;
+        }
         self.last = w;
         // mean += (w - mean) / 16, in i128 so extreme values cannot overflow;
         // the result lies between mean and w, so it fits an i64.
@@ -120,8 +232,37 @@ impl WireState {
         } else {
             w.wrapping_sub(self.last)
         };
-        self.learn(w);
+        self.learn(w, counter, None);
         d
+    }
+
+    /// Column coding of a value, sender side; in a keyframe (where every
+    /// value is absolute) as the change from the series' value in the
+    /// previous keyframe, so the column is mostly zeros for zstd.
+    pub fn encode_column(&mut self, w: i64, counter: bool, keyframe: bool) -> i64 {
+        if keyframe {
+            let d = w.wrapping_sub(self.kf);
+            self.kf = w;
+            self.encode(w, counter);
+            return d;
+        }
+        self.encode(w, counter)
+    }
+
+    /// Column coding, receiver side (inverse of [`WireState::encode_column`]).
+    pub fn apply_column(&mut self, d: i64, counter: bool, keyframe: bool) -> i64 {
+        if keyframe {
+            let w = self.kf.wrapping_add(d);
+            self.kf = w;
+            self.known = false;
+            return self.apply(w, counter);
+        }
+        self.apply(d, counter)
+    }
+
+    /// Forgets the keyframe reference (the receiver dropped the series).
+    pub fn forget_keyframe(&mut self) {
+        self.kf = 0;
     }
 
     /// Column coding, receiver side: the wire value delta `d` stands for.
@@ -135,7 +276,7 @@ impl WireState {
         } else {
             self.last.wrapping_add(d)
         };
-        self.learn(w);
+        self.learn(w, counter, None);
         w
     }
 }
@@ -146,8 +287,16 @@ pub(crate) fn zigzag(r: i64) -> u64 {
 }
 
 /// Inverse of [`zigzag`].
+#[cfg(test)]
 pub(crate) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 fn bit_len(u: u64) -> u32 {
@@ -161,6 +310,15 @@ pub(crate) struct LinkModel {
     len: Vec<[Prob; 128]>,
     /// The two bits below the leading one, `[class][length]`: 3 nodes.
     top: Vec<[Prob; 3]>,
+    /// Sign of a residual, `[class][bit length of its magnitude]`.
+    sign: Vec<Prob>,
+    /// The previous series of the walk changed.
+    prev_changed: bool,
+    /// Values taken in the current section, by the first series to take
+    /// them (twin finding).
+    seen: std::collections::HashMap<i64, u32>,
+    /// Histograms of the noisy gauges.
+    hists: Hists,
 }
 
 impl Default for LinkModel {
@@ -168,35 +326,119 @@ impl Default for LinkModel {
         Self {
             len: vec![[Prob::default(); 128]; CLASSES * LEN_CTX],
             top: vec![[Prob::default(); 3]; CLASSES * 65],
+            sign: vec![Prob::default(); CLASSES * 65],
+            prev_changed: false,
+            seen: std::collections::HashMap::new(),
+            hists: Hists::default(),
         }
     }
 }
 
 impl LinkModel {
-    /// Codes whether series `st` changed in this section.
-    pub fn put_flag(&mut self, e: &mut RangeEncoder, st: &mut WireState, changed: bool) {
-        e.bit(&mut st.flag[usize::from(st.changed_last)], changed);
-        st.changed_last = changed;
+    /// Starts the walk of a packed section.
+    pub fn start_section(&mut self) {
+        self.prev_changed = false;
+        self.seen.clear();
+    }
+
+    /// Flag context: the series' age, and whether its twin changed (else
+    /// whether the series before it in the walk did: neighbours in id
+    /// order are related metrics).
+    fn flag_ctx(&self, st: &WireState, peer_changed: Option<bool>) -> usize {
+        usize::from(st.age) * 2 + usize::from(peer_changed.unwrap_or(self.prev_changed))
+    }
+
+    /// Codes whether series `st` changed in this section; `peer_changed`:
+    /// whether its twin did (see [`WireState::as_peer`]).
+    pub fn put_flag(
+        &mut self,
+        e: &mut RangeEncoder,
+        st: &mut WireState,
+        changed: bool,
+        peer_changed: Option<bool>,
+    ) {
+        e.bit(&mut st.flag[self.flag_ctx(st, peer_changed)], changed);
+        st.age_by(changed);
+        self.prev_changed = changed;
     }
 
     /// Decodes whether series `st` changed in this section.
-    pub fn get_flag(&mut self, d: &mut RangeDecoder<'_>, st: &mut WireState) -> bool {
-        let changed = d.bit(&mut st.flag[usize::from(st.changed_last)]);
-        st.changed_last = changed;
+    pub fn get_flag(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        st: &mut WireState,
+        peer_changed: Option<bool>,
+    ) -> bool {
+        let changed = d.bit(&mut st.flag[self.flag_ctx(st, peer_changed)]);
+        st.age_by(changed);
+        self.prev_changed = changed;
         changed
     }
 
-    /// Codes wire value `w` of a series (`counter`: its class).
-    pub fn put_value(&mut self, e: &mut RangeEncoder, st: &mut WireState, w: i64, counter: bool) {
+    /// After series `id` took value `w` in this section: find it a twin (an
+    /// earlier series that took the same value here), unless its twin
+    /// still holds that value. Bounded by the section's size.
+    fn note(&mut self, id: u32, st: &mut WireState, w: i64, peer: Option<i64>) {
+        if peer == Some(w) {
+            return;
+        }
+        match self.seen.entry(w) {
+            std::collections::hash_map::Entry::Occupied(x) => st.twin = Some(*x.get()),
+            std::collections::hash_map::Entry::Vacant(x) => {
+                x.insert(id);
+            }
+        }
+    }
+
+    /// Codes wire value `w` of series `id` (`counter`: its class; `peer`:
+    /// its twin's value, see [`WireState::as_peer`]).
+    pub fn put_value(
+        &mut self,
+        e: &mut RangeEncoder,
+        (id, st): (u32, &mut WireState),
+        w: i64,
+        counter: bool,
+        peer: Option<i64>,
+    ) {
+        self.put_value_inner(e, (id, st), w, counter, peer);
+        self.note(id, st, w, peer);
+    }
+
+    fn put_value_inner(
+        &mut self,
+        e: &mut RangeEncoder,
+        (id, st): (u32, &mut WireState),
+        w: i64,
+        counter: bool,
+        peer: Option<i64>,
+    ) {
         let class = usize::from(counter);
         if !st.known {
-            self.put_u(e, class, ABS_CTX, zigzag(w));
+            self.put_r(e, class, ABS_CTX, w);
             st.reset_to(w);
             return;
         }
-        let pred = st.predictions()[st.best()];
-        self.put_u(e, class, st.expected_len(), zigzag(w.wrapping_sub(pred)));
-        st.learn(w);
+        let pred = st.predictions(counter, peer)[st.best()];
+        let ctx = st.expected_len();
+        if !counter {
+            if !self.hists.put(e, id, w) {
+                self.put_r(e, class, ctx, w.wrapping_sub(pred));
+                self.hists.after_plain(id, st.mean, ctx);
+            }
+            st.learn(w, counter, peer);
+            return;
+        }
+        if counter && st.step > 1 {
+            let u = st.stepped(w, pred, counter);
+            e.bit(&mut st.on_grid, u.is_some());
+            if let Some(u) = u {
+                self.put_r(e, class, ctx, u);
+                st.learn(w, counter, peer);
+                return;
+            }
+        }
+        self.put_r(e, class, ctx, w.wrapping_sub(pred));
+        st.learn(w, counter, peer);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -204,20 +446,74 @@ impl LinkModel {
     pub fn get_value(
         &mut self,
         d: &mut RangeDecoder<'_>,
-        st: &mut WireState,
+        (id, st): (u32, &mut WireState),
         counter: bool,
+        peer: Option<i64>,
+    ) -> Option<i64> {
+        let w = self.get_value_inner(d, (id, st), counter, peer)?;
+        self.note(id, st, w, peer);
+        Some(w)
+    }
+
+    fn get_value_inner(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        (id, st): (u32, &mut WireState),
+        counter: bool,
+        peer: Option<i64>,
     ) -> Option<i64> {
         let class = usize::from(counter);
         if !st.known {
-            let w = unzigzag(self.get_u(d, class, ABS_CTX)?);
+            let w = self.get_r(d, class, ABS_CTX)?;
             st.reset_to(w);
             return Some(w);
         }
-        let pred = st.predictions()[st.best()];
-        let u = self.get_u(d, class, st.expected_len())?;
-        let w = pred.wrapping_add(unzigzag(u));
-        st.learn(w);
+        let pred = st.predictions(counter, peer)[st.best()];
+        let ctx = st.expected_len();
+        if !counter {
+            let w = match self.hists.get(d, id) {
+                Some(w) => w,
+                None => {
+                    let w = pred.wrapping_add(self.get_r(d, class, ctx)?);
+                    self.hists.after_plain(id, st.mean, ctx);
+                    w
+                }
+            };
+            st.learn(w, counter, peer);
+            return Some(w);
+        }
+        let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
+            st.unstep(self.get_r(d, class, ctx)?, pred)
+        } else {
+            pred.wrapping_add(self.get_r(d, class, ctx)?)
+        };
+        st.learn(w, counter, peer);
         Some(w)
+    }
+
+    /// Codes a signed residual: magnitude (below), then its sign, modelled
+    /// per bit length (noise is often skewed: a hard floor, a long tail).
+    fn put_r(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, r: i64) {
+        let m = r.unsigned_abs();
+        self.put_u(e, class, ctx, m);
+        if m != 0 {
+            e.bit(&mut self.sign[class * 65 + bit_len(m) as usize], r < 0);
+        }
+    }
+
+    /// Decodes a residual coded by [`LinkModel::put_r`].
+    fn get_r(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<i64> {
+        let m = self.get_u(d, class, ctx)?;
+        if m == 0 {
+            return Some(0);
+        }
+        let neg = d.bit(&mut self.sign[class * 65 + bit_len(m) as usize]);
+        // |i64::MIN| = 2^63 maps back to i64::MIN either way.
+        Some(if neg {
+            m.wrapping_neg() as i64
+        } else {
+            m as i64
+        })
     }
 
     fn put_u(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, u: u64) {
@@ -307,17 +603,19 @@ mod tests {
             let mut after = Vec::with_capacity(seq.len());
             for &(s, changed, w, counter, forget) in &seq {
                 if forget { tx[s].known = false; }
-                mt.put_flag(&mut e, &mut tx[s], changed);
-                if changed { mt.put_value(&mut e, &mut tx[s], w, counter); }
+                let peer = tx[s].twin().and_then(|t| tx[t as usize].as_peer());
+                mt.put_flag(&mut e, &mut tx[s], changed, peer.map(|p| p.1));
+                if changed { mt.put_value(&mut e, (s as u32, &mut tx[s]), w, counter, peer.map(|p| p.0)); }
                 after.push(tx[s]);
             }
             let bytes = e.finish();
             let mut d = RangeDecoder::new(&bytes);
             for (&(s, changed, w, counter, forget), want) in seq.iter().zip(&after) {
                 if forget { rx[s].known = false; }
-                prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s]), changed);
+                let peer = rx[s].twin().and_then(|t| rx[t as usize].as_peer());
+                prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s], peer.map(|p| p.1)), changed);
                 if changed {
-                    prop_assert_eq!(mr.get_value(&mut d, &mut rx[s], counter), Some(w));
+                    prop_assert_eq!(mr.get_value(&mut d, (s as u32, &mut rx[s]), counter, peer.map(|p| p.0)), Some(w));
                 }
                 prop_assert_eq!(&rx[s], want);
             }

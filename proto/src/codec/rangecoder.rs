@@ -20,30 +20,49 @@
 /// Probability scale: probabilities are `1..PROB_ONE` out of `PROB_ONE`.
 const PROB_BITS: u32 = 11;
 const PROB_ONE: u16 = 1 << PROB_BITS;
-/// Adaptation speed: each decision moves the probability 1/16 of the way.
-const ADAPT: u32 = 4;
+/// Adaptation speed: a young probability moves 2^-ADAPT_MIN of the way per
+/// decision, a settled one 2^-ADAPT_MAX.
+const ADAPT_MIN: u8 = 1;
+const ADAPT_MAX: u8 = 4;
+/// Smallest probability of either bit value, out of `PROB_ONE`.
+const PROB_FLOOR: u16 = 15;
 /// Renormalise when the range falls below this.
 const TOP: u32 = 1 << 24;
 /// Zero bytes the reader may invent past the end (the trimmed tail).
 pub const MAX_PAD: usize = 4;
 
-/// One adaptive binary probability (of a 0 bit).
+/// One adaptive binary probability (of a 0 bit), with a count of the
+/// decisions it has seen: it adapts fast while young (a step of 1/2, 1/4,
+/// ...) and settles at a step of `2^-ADAPT_MAX`, so rarely used contexts
+/// learn quickly and busy ones estimate precisely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prob(u16);
+pub struct Prob {
+    p: u16,
+    shift: u8,
+}
 
 impl Default for Prob {
     fn default() -> Self {
-        Prob(PROB_ONE / 2)
+        Prob {
+            p: PROB_ONE / 2,
+            shift: ADAPT_MIN,
+        }
     }
 }
 
 impl Prob {
     #[inline]
     fn update(&mut self, bit: bool) {
+        let s = u32::from(self.shift);
         if bit {
-            self.0 -= self.0 >> ADAPT;
+            self.p -= self.p >> s;
         } else {
-            self.0 += (PROB_ONE - self.0) >> ADAPT;
+            self.p += (PROB_ONE - self.p) >> s;
+        }
+        // Keep p inside 1..PROB_ONE: a certain bit must stay codable.
+        self.p = self.p.clamp(PROB_FLOOR, PROB_ONE - PROB_FLOOR);
+        if self.shift < ADAPT_MAX {
+            self.shift += 1;
         }
     }
 }
@@ -108,7 +127,7 @@ impl RangeEncoder {
     /// Codes `bit` with the adaptive probability `p`, then adapts `p`.
     #[inline]
     pub fn bit(&mut self, p: &mut Prob, bit: bool) {
-        let bound = (self.range >> PROB_BITS) * u32::from(p.0);
+        let bound = (self.range >> PROB_BITS) * u32::from(p.p);
         if bit {
             self.low += u64::from(bound);
             self.range -= bound;
@@ -201,7 +220,7 @@ impl<'a> RangeDecoder<'a> {
     /// Decodes one bit with the adaptive probability `p`, then adapts `p`.
     #[inline]
     pub fn bit(&mut self, p: &mut Prob) -> bool {
-        let bound = (self.range >> PROB_BITS) * u32::from(p.0);
+        let bound = (self.range >> PROB_BITS) * u32::from(p.p);
         let bit = if self.code < bound {
             self.range = bound;
             false
@@ -288,7 +307,7 @@ mod tests {
         let bytes = e.finish();
         assert!(bytes.len() < 12, "{}", bytes.len());
         let mut extra = bytes.clone();
-        extra.extend_from_slice(&[7; MAX_PAD + 1]);
+        extra.extend_from_slice(&[0; MAX_PAD + 1]);
         let mut p = Prob::default();
         let mut d = RangeDecoder::new(&extra);
         for _ in 0..1000 {

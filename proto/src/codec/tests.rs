@@ -224,7 +224,7 @@ fn compress(cfg: &CodecConfig, f: &crate::schema::frame::Frame) -> Vec<u8> {
     let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let raw = f.encode_to_vec();
     let mut out = Vec::new();
-    encoder::put_uvarint(&mut out, raw.len() as u64);
+    encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
     z.compress_frame(&raw, &mut out).expect("compress");
     out
 }
@@ -304,7 +304,7 @@ fn frame_larger_than_its_header_says_is_rejected() {
     let honest = compress(&cfg, &f);
     // Rewrite the length header to claim 10 bytes: the cap still holds.
     let (_, used) = encoder::get_uvarint(&honest).expect("header");
-    let mut liar = vec![10u8];
+    let mut liar = vec![10u8 << 2];
     liar.extend_from_slice(&honest[used..]);
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
     assert!(matches!(
@@ -432,6 +432,10 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
         series: (0..5)
             .map(|id| pb::SeriesDef {
                 id,
+                labels: vec![pb::Label {
+                    name: "__name__".into(),
+                    value: format!("m{id}"),
+                }],
                 encoding: if id % 2 == 0 { 1 } else { 2 },
                 mantissa_bits: 9,
                 ..Default::default()
@@ -457,7 +461,7 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
         use prost::Message;
         let raw = f.encode_to_vec();
         let mut out = Vec::new();
-        encoder::put_uvarint(&mut out, raw.len() as u64);
+        encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
         z.compress_frame(&raw, &mut out).expect("compress");
         let r = dec.decode(&out);
         if !f.keyframe {
@@ -607,4 +611,71 @@ fn several_sections_of_one_source_keep_their_order_and_retirements() {
     assert!(f.sections[1].retired.is_empty());
     assert_eq!(dec.series_count(), 2);
     assert!(dec.series(b).is_none());
+}
+
+/// A counter turning float is redefined without its labels (the receiver
+/// keeps them), and a label-less definition of a series the link does not
+/// hold is rejected.
+#[test]
+fn redefinitions_keep_labels_and_labelless_unknown_defs_are_rejected() {
+    use crate::schema::frame as pb;
+    let mut p = Pair::new(CodecConfig::default());
+    let l = g("c", 0);
+    p.tick(0, &[(l.clone(), MetricKind::Counter, 5.0)]);
+    let before = p.wire.len();
+    let f = p.tick(1000, &[(l.clone(), MetricKind::Counter, 5.25)]);
+    assert_eq!(f.new_series.len(), 1, "redefined as a float counter");
+    assert!(
+        p.wire.len() - before < 40,
+        "{} bytes",
+        p.wire.len() - before
+    );
+    assert_eq!(p.rx_value(&l), Some(5.25));
+    let f = pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: "n".into(),
+            tick_ms: 1000,
+        }],
+        series: vec![pb::SeriesDef {
+            id: 3,
+            encoding: pb::Encoding::CounterInt as i32,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let cfg = CodecConfig::default();
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    assert!(matches!(
+        dec.decode(&compress(&cfg, &f)),
+        Err(CodecError::BadDefinition { id: 3, .. })
+    ));
+}
+
+/// Delta frames of packed sections travel compact (no zstd): once the flag
+/// statistics are warm, a tick where one of 200 gauges changes costs a
+/// handful of bytes, all framing included.
+#[test]
+fn quiet_delta_frames_cost_a_few_bytes() {
+    let mut p = Pair::new(CodecConfig::default());
+    let obs = |t: usize| -> Vec<(Labels, MetricKind, f64)> {
+        (0..200)
+            .map(|i| {
+                let v = if i == 0 { t as f64 } else { 1000.5 + i as f64 };
+                (g("m", i), MetricKind::Gauge, v)
+            })
+            .collect()
+    };
+    p.tick(0, &obs(0));
+    for t in 1..30 {
+        let before = p.wire.len();
+        let f = p.tick(t as i64 * 1000, &obs(t));
+        assert_eq!(f.sections[0].updates.len(), 1);
+        // The first ticks teach every series' flag contexts (a bit each).
+        if t > 6 {
+            let cost = p.wire.len() - before;
+            assert!(cost <= 12, "tick {t}: {cost} bytes");
+        }
+    }
 }

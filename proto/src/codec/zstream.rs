@@ -15,6 +15,9 @@ use zstd::stream::raw::{CParameter, DParameter, Decoder, Encoder, InBuffer, Oper
 
 use super::CodecError;
 
+/// log2 entries of the compressor's hash and chain tables.
+const TABLE_LOG: u32 = 16;
+
 /// Compressing side of a link's zstd stream.
 pub struct ZEncoder {
     inner: Encoder<'static>,
@@ -33,6 +36,17 @@ impl ZEncoder {
         inner
             .set_parameter(CParameter::WindowLog(window_log))
             .map_err(|e| CodecError::Zstd(e.to_string()))?;
+        // zstd sees only keyframes and definitions (tens of KB every
+        // minute): small match tables find the same matches at high levels
+        // and keep a link's memory and set-up cost low.
+        for p in [
+            CParameter::HashLog(TABLE_LOG.min(window_log)),
+            CParameter::ChainLog(TABLE_LOG.min(window_log)),
+        ] {
+            inner
+                .set_parameter(p)
+                .map_err(|e| CodecError::Zstd(e.to_string()))?;
+        }
         Ok(Self { inner })
     }
 
