@@ -15,6 +15,7 @@ use canopy_gateway::server::{GatewayOptions, start};
 use canopy_gateway::wal::WalConfig;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
+use canopy_leaf::sim::SimJobs;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
@@ -260,7 +261,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
 }
 
 /// `canopy node --config FILE`.
-pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> {
+pub async fn node(path: &Path, synthetic: bool, no_collect: bool, sim_jobs: usize) -> Result<()> {
     let f: NodeFile = config::load(path)?;
     let id = load_identity(path, &f.tls)?;
     let listener = Listener::bind(
@@ -282,13 +283,16 @@ pub async fn node(path: &Path, synthetic: bool, no_collect: bool) -> Result<()> 
             }),
         });
     }
-    let collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
+    let mut collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
         Vec::new()
     } else if synthetic {
         vec![Box::new(SyntheticTicks::new(&f.host))]
     } else {
         host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
     };
+    if sim_jobs > 0 {
+        collectors.push(Box::new(SimJobs::new(&f.host, 0x5eed, sim_jobs)));
+    }
     let (sd_tx, sd_rx) = watch::channel(false);
     let tick = Duration::from_millis(f.tick_ms.max(100));
     spawn_node(&f.host, &id, listener, ups, collectors, tick, sd_rx).await?;

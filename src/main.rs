@@ -110,6 +110,10 @@ enum Cmd {
         /// Relay only: collect nothing.
         #[arg(long)]
         no_collect: bool,
+        /// Also report this many simulated Slurm jobs of 40 series each
+        /// (a fixed load for measuring the leaf's cost; see benches/).
+        #[arg(long, default_value_t = 0)]
+        sim_jobs: usize,
     },
     /// A root gateway: receives every subtree, serves the APIs.
     Gateway {
@@ -279,7 +283,8 @@ fn main() -> Result<()> {
             config,
             synthetic,
             no_collect,
-        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect)),
+            sim_jobs,
+        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect, sim_jobs)),
         Cmd::Gateway {
             config,
             http,
