@@ -337,3 +337,50 @@ fn job_energy_derives_from_the_tick_buffer() {
     c.collect(&mut none).unwrap();
     assert_eq!(none.len(), 1);
 }
+
+#[test]
+fn device_job_series_get_the_job_labels() {
+    let mut obs = vec![
+        Observation::counter(
+            "canopy_job_cpu_seconds_total",
+            "n1",
+            &[
+                ("job_id", "7"),
+                ("user", "alice"),
+                ("account", "phys"),
+                ("partition", "gpu"),
+            ],
+            3.0,
+        ),
+        Observation::gauge(
+            "canopy_job_gpu_sm_utilization_ratio",
+            "n1",
+            &[("job_id", "7"), ("gpu", "0")],
+            0.5,
+        ),
+        Observation::gauge(
+            "canopy_job_gpu_sm_utilization_ratio",
+            "n1",
+            &[("job_id", "9"), ("gpu", "1")],
+            0.2,
+        ),
+        Observation::gauge("canopy_job_gpu_memory_bytes", "n1", &[("gpu", "1")], 1.0),
+        Observation::gauge(
+            "canopy_job_gpu_memory_bytes",
+            "n2",
+            &[("job_id", "7"), ("gpu", "0")],
+            1.0,
+        ),
+    ];
+    job_labels::JobLabelsCollector.collect(&mut obs).unwrap();
+    let l = &obs[1].labels;
+    assert_eq!(
+        (l.get("user"), l.get("account"), l.get("partition")),
+        (Some("alice"), Some("phys"), Some("gpu"))
+    );
+    assert_eq!(l.get("gpu"), Some("0"));
+    assert_eq!(obs[2].labels.get("user"), None, "unknown job left alone");
+    assert_eq!(obs[3].labels.get("user"), None, "outside any job");
+    assert_eq!(obs[4].labels.get("user"), None, "other node");
+    assert_eq!(obs[0].labels.get("user"), Some("alice"));
+}

@@ -19,6 +19,7 @@ pub mod gpu;
 pub mod hwmon;
 pub mod infiniband;
 pub mod job_energy;
+pub mod job_labels;
 pub mod loadavg;
 pub mod lustre;
 pub mod meminfo;
@@ -165,7 +166,9 @@ pub fn host_collectors(
             &sys_root,
             perf_jobs::DEFAULT_MAX_FDS,
         )),
-        // Last: reads the tick's RAPL and job CPU series from the buffer.
+        // Last: these read what the collectors above put in the tick's
+        // buffer (job labels, RAPL and job CPU series).
+        Box::new(job_labels::JobLabelsCollector),
         Box::new(job_energy::JobEnergyCollector::new()),
     ]
 }

@@ -1,9 +1,10 @@
-//! perf_event counters for the whole node: software events (task-clock,
-//! context switches, page faults), which every kernel has, and hardware
-//! events (cycles, instructions, cache misses), which need a PMU the kernel
-//! exposes (`/sys/bus/event_source/devices/cpu`); virtual machines often have
-//! none. An event the kernel cannot count is reported once and dropped; the
-//! others are exported. Node-wide counting opens one counter per online CPU
+//! perf_event counters for the whole node: hardware events (cycles,
+//! instructions, cache misses), which need a PMU the kernel exposes
+//! (`/sys/bus/event_source/devices/cpu`; virtual machines often have none),
+//! and on request the software events (context switches, page faults),
+//! which every kernel has. An event the kernel cannot count is reported
+//! once and dropped; the others are exported. Per-job counters, where the
+//! software events matter most, are in [`super::perf_jobs`]. Node-wide counting opens one counter per online CPU
 //! (`pid = -1, cpu = n`), which needs root or `perf_event_paranoid <= 0`.
 //! Multiplexed hardware counters are scaled by `time_enabled / time_running`.
 //!
@@ -209,6 +210,7 @@ pub struct PerfCollector {
     probe: Probe,
     counters: Vec<(PerfKind, Vec<Counter>)>,
     report: Option<OpenReport>,
+    software: bool,
 }
 
 impl std::fmt::Debug for PerfCollector {
@@ -230,7 +232,17 @@ impl PerfCollector {
             probe: Probe::new("perf_event", DEFAULT_REPROBE_EVERY),
             counters: Vec::new(),
             report: None,
+            software: false,
         }
+    }
+
+    /// Also counts the software events node-wide. Off by default: the
+    /// node's context switches and page faults are already in `/proc/stat`
+    /// and `/proc/vmstat` at no cost, while perf reads one counter per CPU
+    /// per event each tick.
+    pub fn with_software(mut self, on: bool) -> Self {
+        self.software = on;
+        self
     }
 
     /// What was opened and what was refused (after the first collect).
@@ -249,7 +261,10 @@ impl PerfCollector {
         let mut report = OpenReport::default();
         // Node-wide task-clock is wall time x CPUs (the idle task counts),
         // so it is left to the per-job counters.
-        for kind in ALL_KINDS.into_iter().filter(|k| *k != PerfKind::TaskClock) {
+        let wanted = ALL_KINDS
+            .into_iter()
+            .filter(|k| *k != PerfKind::TaskClock && (k.is_hardware() || self.software));
+        for kind in wanted {
             match open_all(kind, &cpus, None) {
                 Ok(c) => {
                     report.counting.push(kind);
@@ -266,15 +281,19 @@ impl PerfCollector {
             .filter(|(k, _)| k.is_hardware())
             .map(|(k, _)| k.metric())
             .collect();
-        if !hw_refused.is_empty() && report.counting.iter().any(|k| !k.is_hardware()) {
+        let empty = report.counting.is_empty();
+        if !hw_refused.is_empty() && !empty {
             tracing::info!(
                 refused = ?hw_refused,
                 "perf_event: hardware counters are unsupported or not permitted here; \
                  exporting the software events only"
             );
         }
-        let empty = report.counting.is_empty();
-        let why = format!("no perf event could be opened: {:?}", report.refused);
+        let why = format!(
+            "hardware counters (cycles, instructions, cache misses) unsupported or not \
+             permitted on this kernel, so no node-wide perf counter: {:?}",
+            report.refused
+        );
         self.report = Some(report);
         if empty { Err(why) } else { Ok(()) }
     }

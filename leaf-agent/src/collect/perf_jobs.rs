@@ -7,7 +7,9 @@
 //! Slurm does not put jobs in a `perf_event` hierarchy, so v1 nodes get the
 //! node-wide counters only. Counters start when the agent first sees the
 //! job. File descriptors are bounded: `jobs x events x CPUs <= max_fds`;
-//! jobs past the budget are skipped with one warning.
+//! jobs past the budget are skipped with one warning. Reads cost one syscall
+//! per event, CPU and job, so they happen every [`DEFAULT_READ_EVERY`] ticks
+//! (the last values are repeated in between).
 //!
 //! Metrics (counters, label `job_id`): `canopy_job_perf_task_clock_seconds_total`
 //! (the job's CPU time as the scheduler saw it),
@@ -28,7 +30,16 @@ use crate::error::LeafError;
 /// Default bound on open perf file descriptors.
 pub const DEFAULT_MAX_FDS: usize = 4096;
 
-type JobCounters = Vec<(PerfKind, Vec<Counter>)>;
+/// Default: counters are read every this many ticks (values in between
+/// repeat the last read, so the series stay alive and rates stay right over
+/// windows of this length).
+pub const DEFAULT_READ_EVERY: u32 = 10;
+
+/// One job's counters (per event, per CPU) and their last read values.
+struct JobCounters {
+    counters: Vec<(PerfKind, Vec<Counter>)>,
+    last: Vec<f64>,
+}
 
 /// Counts perf events per Slurm job (cgroup v2 layout).
 pub struct PerfJobsCollector {
@@ -42,6 +53,8 @@ pub struct PerfJobsCollector {
     jobs: BTreeMap<u64, JobCounters>,
     max_fds: usize,
     warned_budget: bool,
+    read_every: u32,
+    tick: u64,
 }
 
 impl std::fmt::Debug for PerfJobsCollector {
@@ -68,7 +81,16 @@ impl PerfJobsCollector {
             jobs: BTreeMap::new(),
             max_fds,
             warned_budget: false,
+            read_every: DEFAULT_READ_EVERY,
+            tick: 0,
         }
+    }
+
+    /// Reads the counters every `n` ticks (at least 1): each read costs one
+    /// syscall per event, CPU and job. A new job is read at once.
+    pub fn read_every(mut self, n: u32) -> Self {
+        self.read_every = n.max(1);
+        self
     }
 
     /// The events counted per job, once the first job was opened.
@@ -82,11 +104,15 @@ impl PerfJobsCollector {
     }
 
     fn fds(&self) -> usize {
-        self.jobs.values().flatten().map(|(_, cs)| cs.len()).sum()
+        self.jobs
+            .values()
+            .flat_map(|j| &j.counters)
+            .map(|(_, cs)| cs.len())
+            .sum()
     }
 
     /// Opens the counters of one job; an empty list when nothing opened.
-    fn open_job(&mut self, job: u64, dir: &Path) -> JobCounters {
+    fn open_job(&mut self, job: u64, dir: &Path) -> Vec<(PerfKind, Vec<Counter>)> {
         let want = self.kinds.clone().unwrap_or_else(|| ALL_KINDS.to_vec());
         let per_job = want.len() * self.cpus.len();
         if self.fds() + per_job > self.max_fds {
@@ -166,14 +192,20 @@ impl Collector for PerfJobsCollector {
         self.jobs.retain(|j, _| dirs.iter().any(|(d, _)| d == j));
         for (job, dir) in &dirs {
             if !self.jobs.contains_key(job) {
-                let cs = self.open_job(*job, dir);
-                self.jobs.insert(*job, cs);
+                let counters = self.open_job(*job, dir);
+                let last = vec![f64::NAN; counters.len()];
+                self.jobs.insert(*job, JobCounters { counters, last });
             }
         }
-        for (job, counters) in &mut self.jobs {
+        let due = self.tick.is_multiple_of(u64::from(self.read_every));
+        self.tick += 1;
+        for (job, j) in &mut self.jobs {
             let id = job.to_string();
-            for (kind, cs) in counters.iter_mut() {
-                let v = read_sum(cs) * kind.unit_scale();
+            for ((kind, cs), last) in j.counters.iter_mut().zip(j.last.iter_mut()) {
+                if due || last.is_nan() {
+                    *last = read_sum(cs) * kind.unit_scale();
+                }
+                let v = *last;
                 out.push(Observation::counter(
                     kind.job_metric(),
                     &self.node,

@@ -64,7 +64,7 @@ fn perf_helpers() {
 fn perf_node_exports_what_this_kernel_has() {
     // Software events work as root on any Linux; hardware events exist only
     // where the kernel exposes a CPU PMU. Either way nothing panics.
-    let mut c = perf::PerfCollector::new("n1", Path::new("/sys"));
+    let mut c = perf::PerfCollector::new("n1", Path::new("/sys")).with_software(true);
     let mut first = Vec::new();
     c.collect(&mut first).unwrap();
     let report = c.report().expect("opened on first collect").clone();
@@ -171,7 +171,8 @@ impl Drop for TestCgroup {
 fn perf_per_job_counts_a_real_cgroup() {
     assert!(is_root(), "needs root to create a cgroup; CI runs as root");
     let mut cg = TestCgroup::new(77);
-    let mut c = perf_jobs::PerfJobsCollector::new("n1", &cg.root, Path::new("/sys"), 4096);
+    let mut c =
+        perf_jobs::PerfJobsCollector::new("n1", &cg.root, Path::new("/sys"), 4096).read_every(2);
     let mut first = Vec::new();
     c.collect(&mut first).unwrap();
     let kinds = c.kinds().expect("job 77 opened").to_vec();
@@ -193,6 +194,10 @@ fn perf_per_job_counts_a_real_cgroup() {
 
     cg.start_busy();
     std::thread::sleep(std::time::Duration::from_millis(400));
+    // Tick 1 is not a read tick: the last value repeats.
+    let mut between = Vec::new();
+    c.collect(&mut between).unwrap();
+    assert_eq!(tc(&between), tc(&first));
     let mut second = Vec::new();
     c.collect(&mut second).unwrap();
     // The busy loop ran ~0.4 s on a shared 2-CPU machine: well above zero,
@@ -235,4 +240,30 @@ fn perf_per_job_fd_budget_and_absent_layout() {
     assert!(out.is_empty());
     assert_eq!(none.probe().notices(), 1);
     assert_eq!(none.probe().attempts(), 2);
+}
+
+#[test]
+fn perf_node_default_is_hardware_only_and_degrades_once() {
+    assert!(is_root(), "perf tests need root; CI runs as root");
+    let mut c = perf::PerfCollector::new("n1", Path::new("/sys"));
+    let mut out = Vec::new();
+    for _ in 0..400 {
+        c.collect(&mut out).unwrap();
+    }
+    let report = c.report().expect("probed").clone();
+    assert!(
+        report.counting.iter().all(|k| k.is_hardware()),
+        "{report:?}"
+    );
+    if has_pmu() {
+        assert!(
+            out.iter()
+                .any(|o| o.labels.name() == "canopy_node_instructions_total")
+        );
+    } else {
+        // This machine: no PMU. One notice, one re-probe in 400 ticks.
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(c.probe().notices(), 1);
+        assert_eq!(c.probe().attempts(), 2);
+    }
 }
