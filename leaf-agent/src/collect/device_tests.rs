@@ -146,7 +146,9 @@ fn hwmon_fixture_temperatures_and_power() {
         ),
         Some(285.0)
     );
-    assert_eq!(count(&out, "canopy_node_temperature_celsius"), 8);
+    // An old-style driver with its attributes under `device/`.
+    assert_eq!(t("w83627dhg/SYSTIN"), Some(33.0));
+    assert_eq!(count(&out, "canopy_node_temperature_celsius"), 9);
     assert_eq!(count(&out, "canopy_node_power_watts"), 1);
 }
 

@@ -165,6 +165,11 @@ fn nvml_merge_takes_latest_sample_and_zero_for_idle() {
         "55 + 70 capped at 1"
     );
     assert_eq!(node_sm_utilization(&p, "1"), None);
+    // An idle GPU that can sample reads 0, a MIG one stays unknown.
+    use super::gpu::nvml::device_sm_utilization;
+    assert_eq!(device_sm_utilization(&[], "2", true), Some(0.0));
+    assert_eq!(device_sm_utilization(&p, "1", false), None);
+    assert_eq!(device_sm_utilization(&p, "0", true), Some(1.0));
 }
 
 #[test]

@@ -120,7 +120,18 @@ pub fn observations(node: &str, chip: &str, readings: &[HwmonReading], out: &mut
     }
 }
 
-/// Reads the attribute files of one chip directory (small files only).
+/// Reads the attribute files of one chip: in `hwmon<N>/`, or in
+/// `hwmon<N>/device/` for drivers that predate the hwmon class attributes.
+fn read_chip(dir: &Path) -> Vec<(String, String)> {
+    let files = read_chip_files(dir);
+    if files.iter().any(|(n, _)| n == "name") {
+        files
+    } else {
+        read_chip_files(&dir.join("device"))
+    }
+}
+
+/// Reads the attribute files of one directory (small files only).
 fn read_chip_files(dir: &Path) -> Vec<(String, String)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -185,7 +196,7 @@ impl Collector for HwmonCollector {
                 .filter_map(|e| e.ok())
                 .map(|e| {
                     let dir = e.file_name().to_string_lossy().into_owned();
-                    (dir, read_chip_files(&e.path()))
+                    (dir, read_chip(&e.path()))
                 })
                 .filter(|(_, f)| f.iter().any(|(n, _)| n == "name"))
                 .collect(),

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
 
 use super::{
     GpuProcess, GpuSample, job_from_proc_cgroup, job_observations, node_observations,
@@ -93,6 +94,13 @@ pub fn merge_processes(
     out
 }
 
+/// A device's SM activity: from its processes' samples when there are
+/// any; 0 when sampling works (`sampled`) but no process ran; unknown when
+/// the device cannot sample (MIG, pre-Maxwell).
+pub fn device_sm_utilization(procs: &[GpuProcess], gpu: &str, sampled: bool) -> Option<f64> {
+    node_sm_utilization(procs, gpu).or(sampled.then_some(0.0))
+}
+
 /// The job of `pid` from `/proc/<pid>/cgroup`, else its `SLURM_JOB_ID`.
 fn job_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
     let dir = proc_root.join(pid.to_string());
@@ -144,9 +152,7 @@ impl NvmlCollector {
     }
 
     /// Reads all devices; `Err` means NVML itself failed (driver gone).
-    fn read_all(
-        &mut self,
-    ) -> Result<(Vec<GpuSample>, Vec<GpuProcess>), nvml_wrapper::error::NvmlError> {
+    fn read_all(&mut self) -> Result<(Vec<GpuSample>, Vec<GpuProcess>), NvmlError> {
         let Some(nvml) = self.nvml.as_ref() else {
             return Ok((Vec::new(), Vec::new()));
         };
@@ -171,16 +177,20 @@ impl NvmlCollector {
                 })
                 .collect();
             let last = self.last_seen.get(&i).copied();
-            let samples: Option<Vec<UtilSample>> =
-                dev.process_utilization_stats(last).ok().map(|v| {
+            // NOT_FOUND means "no sample in the period": every process idle.
+            let samples: Option<Vec<UtilSample>> = match dev.process_utilization_stats(last) {
+                Ok(v) => Some(
                     v.into_iter()
                         .map(|s| UtilSample {
                             pid: s.pid,
                             timestamp_us: s.timestamp,
                             sm_percent: s.sm_util,
                         })
-                        .collect()
-                });
+                        .collect(),
+                ),
+                Err(NvmlError::NotFound) => Some(Vec::new()),
+                Err(_) => None,
+            };
             if let Some(max) = samples
                 .as_ref()
                 .and_then(|v| v.iter().map(|s| s.timestamp_us).max())
@@ -191,7 +201,7 @@ impl NvmlCollector {
             let mem = dev.memory_info().ok();
             gpus.push(GpuSample {
                 gpu: gpu.clone(),
-                sm_utilization: node_sm_utilization(&mine, &gpu),
+                sm_utilization: device_sm_utilization(&mine, &gpu, samples.is_some()),
                 busy: None,
                 memory_used_bytes: mem.as_ref().map(|m| m.used),
                 memory_total_bytes: mem.as_ref().map(|m| m.total),
