@@ -242,12 +242,18 @@ impl Collector for LustreCollector {
         let mut per_job: BTreeMap<String, BTreeMap<String, RwBytes>> = BTreeMap::new();
         let mut seen = false;
         let mut first_err = None;
+        // The same target can show under both roots (procfs and debugfs):
+        // each directory name counts once.
+        let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
         for root in &self.roots {
             let llite = root.join("llite");
             for dir in subdirs(&llite) {
                 let Ok(text) = std::fs::read_to_string(llite.join(&dir).join("stats")) else {
                     continue;
                 };
+                if !done.insert(format!("llite/{dir}")) {
+                    continue;
+                }
                 seen = true;
                 match parse_llite_stats(&text) {
                     Ok(rw) => {
@@ -263,6 +269,9 @@ impl Collector for LustreCollector {
                 let Ok(text) = std::fs::read_to_string(ost.join(&dir).join("job_stats")) else {
                     continue;
                 };
+                if !done.insert(format!("obdfilter/{dir}")) {
+                    continue;
+                }
                 seen = true;
                 match parse_job_stats(&text) {
                     Ok(jobs) => {
