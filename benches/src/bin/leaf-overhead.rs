@@ -352,6 +352,7 @@ fn measure(cli: &Cli, canopy: &Path, exporter: &Path, dir: &Path) -> Result<Meas
                 tck,
                 procfs::read_status_bytes(p, "VmHWM")?,
                 procfs::read_status_bytes(p, "VmRSS")?,
+                procfs::read_status_bytes(p, "RssAnon")?,
             );
             rows[i].windows.push(w);
         }

@@ -24,6 +24,8 @@ pub struct Window {
     pub hwm_bytes: u64,
     /// Resident set (VmRSS) at the window's end, bytes.
     pub rss_bytes: u64,
+    /// Its anonymous part (RssAnon: heap and stacks, not the binary's pages).
+    pub anon_bytes: u64,
 }
 
 impl Window {
@@ -35,6 +37,7 @@ impl Window {
         tck: u64,
         hwm_bytes: u64,
         rss_bytes: u64,
+        anon_bytes: u64,
     ) -> Self {
         let secs = secs.max(1e-9);
         let ticks = b.ticks.saturating_sub(a.ticks) as f64;
@@ -44,6 +47,7 @@ impl Window {
             sched_pct: ns / 1e9 / secs * 100.0,
             hwm_bytes,
             rss_bytes,
+            anon_bytes,
         }
     }
 }
@@ -94,6 +98,17 @@ impl Row {
                 .windows
                 .iter()
                 .map(|w| w.hwm_bytes as f64 / 1048576.0)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Median anonymous RSS at the window's end, MiB.
+    pub fn anon_mib(&self) -> f64 {
+        median(
+            &self
+                .windows
+                .iter()
+                .map(|w| w.anon_bytes as f64 / 1048576.0)
                 .collect::<Vec<_>>(),
         )
     }
@@ -155,14 +170,14 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
     let _ = writeln!(s, "{header}");
     let _ = writeln!(
         s,
-        "{:<38} {:>7} {:>10} {:>17} {:>11} {:>12}",
-        "process", "series", "CPU %core", "(min..max)", "sched %core", "peak RSS MiB"
+        "{:<38} {:>7} {:>10} {:>17} {:>11} {:>12} {:>9}",
+        "process", "series", "CPU %core", "(min..max)", "sched %core", "peak RSS MiB", "anon MiB"
     );
     for r in rows {
         let (lo, hi) = r.cpu_range();
         let _ = writeln!(
             s,
-            "{:<38} {:>7} {:>10.3} {:>17} {:>11.3} {:>12.1}",
+            "{:<38} {:>7} {:>10.3} {:>17} {:>11.3} {:>12.1} {:>9.1}",
             r.name,
             if r.series > 0 {
                 r.series.to_string()
@@ -172,7 +187,8 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
             r.cpu_pct(),
             format!("({lo:.3}..{hi:.3})"),
             r.sched_pct(),
-            r.hwm_mib()
+            r.hwm_mib(),
+            r.anon_mib()
         );
     }
     let _ = writeln!(
@@ -228,17 +244,18 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             .iter()
             .map(|w| {
                 format!(
-                    "{{\"cpu_pct\":{},\"sched_pct\":{},\"hwm_bytes\":{},\"rss_bytes\":{}}}",
+                    "{{\"cpu_pct\":{},\"sched_pct\":{},\"hwm_bytes\":{},\"rss_bytes\":{},\"rss_anon_bytes\":{}}}",
                     jn(w.cpu_pct),
                     jn(w.sched_pct),
                     w.hwm_bytes,
-                    w.rss_bytes
+                    w.rss_bytes,
+                    w.anon_bytes
                 )
             })
             .collect();
         let _ = write!(
             s,
-            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"sched_pct_median\":{},\"peak_rss_mib_median\":{},\"windows\":[{}]}}",
+            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"sched_pct_median\":{},\"peak_rss_mib_median\":{},\"rss_anon_mib_median\":{},\"windows\":[{}]}}",
             if i > 0 { "," } else { "" },
             js(&r.name),
             r.series,
@@ -246,6 +263,7 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             jn(r.cpu_pct()),
             jn(r.sched_pct()),
             jn(r.hwm_mib()),
+            jn(r.anon_mib()),
             ws.join(",")
         );
     }
@@ -278,6 +296,7 @@ mod tests {
                     sched_pct: c,
                     hwm_bytes: hwm_mib << 20,
                     rss_bytes: hwm_mib << 20,
+                    anon_bytes: hwm_mib << 19,
                 })
                 .collect(),
         }
@@ -298,7 +317,7 @@ mod tests {
             sched_ns: 600_000_000,
             threads: 1,
         };
-        let w = Window::from_readings(a, b, 60.0, 100, 1 << 20, 1 << 20);
+        let w = Window::from_readings(a, b, 60.0, 100, 1 << 20, 1 << 20, 1 << 19);
         assert!((w.cpu_pct - 1.0).abs() < 1e-9, "{}", w.cpu_pct);
         assert!((w.sched_pct - 1.0).abs() < 1e-9, "{}", w.sched_pct);
     }
