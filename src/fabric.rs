@@ -15,6 +15,7 @@ use canopy_gateway::server::{GatewayOptions, start};
 use canopy_gateway::wal::WalConfig;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
+use canopy_leaf::sim::SimJobs;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
@@ -329,13 +330,26 @@ pub async fn up(args: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Options of `canopy node` besides its config file.
+pub struct NodeArgs {
+    /// Replace the host collectors with the synthetic tick counter.
+    pub synthetic: bool,
+    /// Relay only: collect nothing of the host.
+    pub no_collect: bool,
+    /// Address of the node's own `/metrics` (overrides the config).
+    pub metrics: Option<String>,
+    /// Simulated Slurm jobs to report besides the host (benchmarks).
+    pub sim_jobs: usize,
+}
+
 /// `canopy node --config FILE`.
-pub async fn node(
-    path: &Path,
-    synthetic: bool,
-    no_collect: bool,
-    metrics: Option<String>,
-) -> Result<()> {
+pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
+    let NodeArgs {
+        synthetic,
+        no_collect,
+        metrics,
+        sim_jobs,
+    } = args;
     let f: NodeFile = config::load(path)?;
     let id = load_identity(path, &f.tls)?;
     let listener = Listener::bind(
@@ -376,13 +390,16 @@ pub async fn node(
             }),
         });
     }
-    let collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
+    let mut collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
         Vec::new()
     } else if synthetic {
         vec![Box::new(SyntheticTicks::new(&f.host))]
     } else {
         host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
     };
+    if sim_jobs > 0 {
+        collectors.push(Box::new(SimJobs::new(&f.host, 0x5eed, sim_jobs)));
+    }
     let (sd_tx, sd_rx) = watch::channel(false);
     let tick = Duration::from_millis(f.tick_ms.max(100));
     let metrics = match metrics.or(f.metrics.clone()) {

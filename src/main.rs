@@ -118,6 +118,10 @@ enum Cmd {
         /// Serve the node's own counters on http://ADDR/metrics (overrides the config).
         #[arg(long)]
         metrics: Option<String>,
+        /// Also report this many simulated Slurm jobs of 40 series each
+        /// (a fixed load for measuring the leaf's cost; see benches/).
+        #[arg(long, default_value_t = 0)]
+        sim_jobs: usize,
     },
     /// A root gateway: receives every subtree, serves the APIs.
     Gateway {
@@ -290,7 +294,16 @@ fn main() -> Result<()> {
             synthetic,
             no_collect,
             metrics,
-        } => runtime()?.block_on(fabric::node(&config, synthetic, no_collect, metrics)),
+            sim_jobs,
+        } => runtime()?.block_on(fabric::node(
+            &config,
+            fabric::NodeArgs {
+                synthetic,
+                no_collect,
+                metrics,
+                sim_jobs,
+            },
+        )),
         Cmd::Gateway {
             config,
             http,

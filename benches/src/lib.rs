@@ -1,8 +1,10 @@
 //! Canopy's benchmarks and measuring tools: `wire-cost` (bytes per sample
-//! on a recorded trace), criterion benches of the codec, and their shared
+//! on a recorded trace), `leaf-overhead` (a leaf's CPU and RSS next to
+//! node_exporter), criterion benches of the codec, and their shared
 //! helpers.
 #![allow(clippy::print_stdout)]
 
+pub mod overhead;
 pub mod simtrace;
 pub mod trace;
 pub mod wire;

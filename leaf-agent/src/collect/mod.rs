@@ -15,16 +15,32 @@
 pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod diskstats;
+pub mod gpu;
+pub mod hwmon;
+pub mod infiniband;
+pub mod job_energy;
+pub mod job_labels;
 pub mod loadavg;
+pub mod lustre;
 pub mod meminfo;
 pub mod netdev;
+pub mod perf;
+pub mod perf_jobs;
 pub mod pressure;
+pub mod probe;
 pub mod proc_io;
+pub mod rapl;
 pub mod slurm_jobs;
 pub mod slurm_procs;
 pub mod stat;
 pub mod synthetic;
 
+#[cfg(test)]
+mod device_tests;
+#[cfg(test)]
+mod gpu_tests;
+#[cfg(test)]
+mod perf_tests;
 #[cfg(test)]
 mod slurm_tests;
 #[cfg(test)]
@@ -110,12 +126,14 @@ pub trait Collector {
 /// The collectors for a real host: the `/proc` node collectors under
 /// `proc_root` and the Slurm job collector (cgroup v1 under `cgroup_root`,
 /// `/proc/<pid>/io`, and `scontrol` metadata when `scontrol` is on `PATH`),
-/// normally `/proc` and `/sys/fs/cgroup`.
+/// normally `/proc` and `/sys/fs/cgroup`, then the optional devices (RAPL,
+/// hwmon, InfiniBand, Lustre, GPUs, perf_event) and per-job energy.
 pub fn host_collectors(
     node: &str,
     proc_root: &Path,
     cgroup_root: &Path,
 ) -> Vec<Box<dyn Collector + Send>> {
+    let sys_root = proc_root.with_file_name("sys");
     vec![
         Box::new(StatCollector::new(node, proc_root)),
         Box::new(MemInfoCollector::new(node, proc_root)),
@@ -132,6 +150,26 @@ pub fn host_collectors(
                 ..SlurmJobsOptions::default()
             },
         )),
+        // Optional devices: each logs once when absent and looks again
+        // rarely. `/sys` sits beside `/proc` (a fixture `.../proc` gets
+        // `.../sys`).
+        Box::new(rapl::RaplCollector::new(node, &sys_root)),
+        Box::new(hwmon::HwmonCollector::new(node, &sys_root)),
+        Box::new(infiniband::InfinibandCollector::new(node, &sys_root)),
+        Box::new(lustre::LustreCollector::new(node, proc_root, &sys_root)),
+        Box::new(gpu::amd::AmdGpuCollector::new(node, &sys_root)),
+        Box::new(gpu::nvml::NvmlCollector::new(node, proc_root)),
+        Box::new(perf::PerfCollector::new(node, &sys_root)),
+        Box::new(perf_jobs::PerfJobsCollector::new(
+            node,
+            cgroup_root,
+            &sys_root,
+            perf_jobs::DEFAULT_MAX_FDS,
+        )),
+        // Last: these read what the collectors above put in the tick's
+        // buffer (job labels, RAPL and job CPU series).
+        Box::new(job_labels::JobLabelsCollector),
+        Box::new(job_energy::JobEnergyCollector::new()),
     ]
 }
 

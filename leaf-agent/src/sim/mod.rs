@@ -17,6 +17,7 @@
 //! GPU utilisation every 5 to 15 s, page cache every 30 s.
 
 mod jobs;
+mod load;
 mod rng;
 mod state;
 
@@ -29,6 +30,8 @@ use crate::error::LeafError;
 use jobs::{JobSpec, MAX_DURATION_MS, SLOT_MS};
 use rng::{hash, range, str_hash, unit};
 use state::{NodeCounters, RunningJob};
+
+pub use load::{SERIES_PER_JOB, SimJobs};
 
 /// Length of one simulation step, in virtual milliseconds.
 pub const STEP_MS: i64 = 1000;
