@@ -235,6 +235,16 @@ fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
             || (results(http, &q).len() == 1).then_some(()),
         );
     }
+    // The gateway measures how old samples are on arrival.
+    let (status, text) = get(http, "/metrics").expect("gateway /metrics answers");
+    assert_eq!(status, 200);
+    let count: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("canopy_gateway_freshness_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a freshness histogram on the gateway's /metrics");
+    assert!(count > 100.0, "freshness counted {count} samples");
+    assert!(text.contains("canopy_gateway_freshness_p99_seconds "));
     // And on its own /metrics (h01 serves one).
     let (status, text) = get(f.metrics_port, "/metrics").expect("node /metrics answers");
     assert_eq!(status, 200);

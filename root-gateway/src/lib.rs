@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod dashboard;
+pub mod freshness;
 pub mod promql;
 pub mod remote_write;
 pub mod server;

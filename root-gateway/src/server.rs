@@ -16,6 +16,7 @@ use canopy_proto::model::Labels;
 use tokio::sync::watch;
 
 use crate::api::http::{ApiState, router};
+use crate::freshness::Freshness;
 use crate::promql::{Engine, EngineOpts};
 use crate::remote_write::{self, RemoteWrite, SenderConfig, Tap, TapEvent};
 use crate::store::{LiveStore, LiveStoreConfig, Op, SharedStore};
@@ -60,6 +61,7 @@ pub struct StoreSink {
     accepted: u64,
     pending: Vec<Op>,
     tap: Option<Tap>,
+    freshness: Freshness,
 }
 
 impl StoreSink {
@@ -71,6 +73,7 @@ impl StoreSink {
             accepted: 0,
             pending: Vec::new(),
             tap: None,
+            freshness: Freshness::default(),
         }
     }
 
@@ -88,6 +91,11 @@ impl StoreSink {
     /// Samples the store accepted.
     pub fn accepted(&self) -> u64 {
         self.accepted
+    }
+
+    /// How old samples were on arrival.
+    pub fn freshness(&self) -> &Freshness {
+        &self.freshness
     }
 
     fn take_pending(&mut self) -> Vec<Op> {
@@ -136,6 +144,7 @@ impl StoreSink {
 
 impl Sink for StoreSink {
     fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+        self.freshness.record(unix_now_ms(), ts_ms);
         if let Some(t) = &self.tap {
             t.send(TapEvent::Sample {
                 source: source.to_string(),
@@ -363,7 +372,10 @@ fn self_metrics(
     use std::sync::atomic::Ordering::Relaxed;
     let (store, relay) = (store.clone(), relay.clone());
     vec![Arc::new(move |out| {
-        let (accepted, rejected) = relay.with_sink(|s| (s.accepted(), s.rejected()));
+        let (accepted, rejected) = relay.with_sink(|s| {
+            s.freshness().render(out);
+            (s.accepted(), s.rejected())
+        });
         let m = relay.with_merger(|m| m.stats().clone());
         let st = store.read(|s| s.stats());
         // (name, is_counter, help, value)

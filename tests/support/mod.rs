@@ -95,13 +95,30 @@ pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_string();
-    // Chunked bodies: keep the JSON between the first '{' and the last '}'.
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
-        _ => body,
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
     };
     Some((status, body))
+}
+
+/// The payload of a `Transfer-Encoding: chunked` body.
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let n = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if n == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..n)?);
+        rest = after.get(n..)?.strip_prefix("\r\n")?;
+    }
 }
 
 /// The `data.result` array of an instant query, or empty when the gateway
