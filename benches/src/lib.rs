@@ -1,8 +1,9 @@
 //! Canopy's benchmarks and measuring tools: `wire-cost` (bytes per sample
-//! on a recorded trace), criterion benches of the codec, and their shared
-//! helpers.
+//! on a recorded trace), `fabric-sim` (a whole tree in one process, see
+//! [`fabric`]), criterion benches of the codec, and their shared helpers.
 #![allow(clippy::print_stdout)]
 
+pub mod fabric;
 pub mod simtrace;
 pub mod trace;
 pub mod wire;
