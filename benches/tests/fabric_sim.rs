@@ -86,20 +86,27 @@ fn killed_relay_loses_nothing_with_two_replicas() {
         node: name.clone(),
         at_tick: 8,
     };
-    let r = fabric::run(small(2, Some(kill))).expect("run");
+    // Staggered phases: every path delivers a tick at the same time, so
+    // the path that failed over never overtakes the intact one (see the
+    // module docs of `fabric` for what happens when it does).
+    let cfg = SimConfig {
+        phase: PhaseMode::Staggered,
+        ..small(2, Some(kill))
+    };
+    let r = fabric::run(cfg).expect("run");
     let e = &r.exactness;
-    let v = (1..=64)
-        .position(|i| host_name(i - 1) == name)
+    let v = (0..64)
+        .position(|i| host_name(i) == name)
         .expect("victim index");
     // The victim's ticks before its death, everyone else's all.
-    assert!(e.expected_per_node[v] >= 8 && e.expected_per_node[v] <= 9);
-    assert_eq!(e.expected, 63 * 20 + u64::from(e.expected_per_node[v]));
+    assert_eq!(e.expected_per_node[v], 9);
+    assert_eq!(e.expected, 63 * 20 + 9);
+    assert_eq!(e.missing, 0, "{e:?}");
     assert!(e.ok(), "{e:?}");
-    assert_eq!(e.missing, 0);
     // Its children kept sending until they noticed, then moved.
     assert!(e.lost_records > 0);
     assert!(e.failovers >= 2, "failovers {}", e.failovers);
-    assert!(!below.is_empty());
+    assert!(below.len() >= 2);
 }
 
 #[test]
@@ -109,30 +116,28 @@ fn with_one_replica_failover_alone_brings_the_children_back() {
         node: name.clone(),
         at_tick: 8,
     };
-    let cfg = SimConfig {
-        phase: PhaseMode::Random,
-        ..small(1, Some(kill))
-    };
-    let r = fabric::run(cfg).expect("run");
+    let r = fabric::run(small(1, Some(kill))).expect("run");
     let e = &r.exactness;
     let v = (0..64)
         .position(|i| host_name(i) == name)
         .expect("victim index");
     assert!(e.failovers >= 2, "failovers {}", e.failovers);
-    for i in 0..64 {
+    assert_eq!(e.rejected_records, 0);
+    // One path only: what the victim held when it died is gone.
+    let dead = e.per_node[v];
+    assert!(dead.got + 2 >= e.expected_per_node[v] && dead.out_of_sequence == 0);
+    for i in (0..64).filter(|&i| i != v) {
         let (got, want) = (e.per_node[i], e.expected_per_node[i]);
-        assert_eq!(got.out_of_sequence > 0, got.got < want, "node {i}: {got:?}");
-        if i == v {
-            continue;
-        }
         if below.contains(&i) {
             // Ticks in flight through the victim and until the failover
-            // are lost (one path only), then the backup carries the rest.
+            // are lost, then the backup parent carries the rest.
             let missing = want - got.got;
             assert!((1..=6).contains(&missing), "node {i}: {missing} missing");
+            assert_eq!(got.out_of_sequence, 1, "node {i}: one gap");
             assert_eq!(got.last, want, "node {i}: last tick after failover");
         } else {
             assert_eq!(got.got, want, "node {i} is not below the victim");
+            assert_eq!(got.out_of_sequence, 0);
         }
     }
 }

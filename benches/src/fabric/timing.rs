@@ -69,10 +69,17 @@ impl Ctx {
             .unzip();
         let hop_ticks = 1 + (cfg.link_latency_ms + tick - 1) / tick;
         let max_phase = relay_phase.iter().copied().max().unwrap_or(0);
+        // Enough relay ticks after the last sample for it to reach the
+        // gateway from the deepest leaf (and after a failover, if any).
+        let failover_ticks = if cfg.kill.is_some() {
+            cfg.failover_ms / tick + 1
+        } else {
+            0
+        };
         let drain = i64::from(max_depth + 1) * hop_ticks
             + (max_phase + tick - 1) / tick
             + 3
-            + cfg.failover_ms / tick;
+            + failover_ticks;
         let relay_ticks = cfg.ticks + u32::try_from(drain).unwrap_or(u32::MAX / 2);
         let warmup_ticks = cfg
             .warmup_ticks
