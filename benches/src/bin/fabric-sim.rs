@@ -56,6 +56,10 @@ struct Cli {
     /// zstd window of every link, log2 bytes (default: the codec's).
     #[arg(long)]
     window_log: Option<u32>,
+    /// Threads to run the roles on (the CPU figures are per-thread CPU
+    /// time, so this only changes the wall time).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Print the report as JSON instead of a table row.
     #[arg(long)]
     json: bool,
@@ -90,6 +94,7 @@ fn main() -> Result<()> {
         }),
         failover_ms: cli.failover_ms,
         warmup_ticks: cli.warmup,
+        threads: cli.threads,
         ..SimConfig::default()
     };
     if let Some(w) = cli.window_log {

@@ -40,8 +40,14 @@ pub fn run_leaf(ctx: &Ctx, clock: &CpuClock, i: usize) -> Result<LeafOut, Fabric
     let host = &ctx.plan.hosts()[i];
     let name = host.name.as_str();
     let mut outs = vec![SimUplink::local(i)];
-    for l in host.links.iter().filter(|l| l.role == Role::Leaf) {
-        outs.push(SimUplink::planned(l, i, LinkKind::Leaf));
+    for (o, l) in host
+        .links
+        .iter()
+        .filter(|l| l.role == Role::Leaf)
+        .enumerate()
+    {
+        let o = u8::try_from(o + 1).unwrap_or(u8::MAX);
+        outs.push(SimUplink::planned(l, i, LinkKind::Leaf, o));
     }
     let tick_ms = u32::try_from(ctx.cfg.tick_ms).unwrap_or(u32::MAX);
     let start = clock.now_ns();

@@ -14,18 +14,19 @@
 //! the gateway) and hands on the records with their arrival times. The
 //! state of one relay lives only while it runs, which is what lets 100,000
 //! nodes fit in memory; the result is the same as a tick-by-tick run.
-//! CPU time is measured per role run (thread CPU time).
+//! CPU time is measured per role run (thread CPU time), see `schedule`.
 
 mod gateway;
 mod leaf;
 mod measure;
 mod relay;
 mod report;
+mod schedule;
 mod stream;
 mod timing;
 
 use canopy_proto::codec::CodecConfig;
-use canopy_topology::{PlanParams, Role};
+use canopy_topology::PlanParams;
 
 pub use gateway::{NodeTicks, TICKS_METRIC};
 pub use measure::{CpuClock, rss_bytes};
@@ -33,8 +34,6 @@ pub use report::{Exactness, Report};
 pub use stream::LinkBytes;
 pub use timing::Dest;
 
-use report::Tally;
-use stream::Segment;
 use timing::Ctx;
 
 /// When nodes sample and relays forward, within a tick.
@@ -92,6 +91,9 @@ pub struct SimConfig {
     pub warmup_ticks: Option<u32>,
     /// Codec settings of every link.
     pub codec: CodecConfig,
+    /// Threads the roles run on (figures are per-thread CPU time, so this
+    /// changes the wall time only).
+    pub threads: usize,
 }
 
 impl Default for SimConfig {
@@ -111,6 +113,7 @@ impl Default for SimConfig {
             failover_ms: 1500,
             warmup_ticks: None,
             codec: sim_codec(),
+            threads: 1,
         }
     }
 }
@@ -184,63 +187,7 @@ pub fn run(cfg: SimConfig) -> Result<Report, FabricError> {
     drop(hosts);
     let ctx = Ctx::new(plan, cfg);
     let clock = CpuClock::new();
-    let n = ctx.plan.hosts().len();
-    let k = ctx.cfg.subtrees;
-
-    // Members of each subtree, and its relays bottom-up (descending slot:
-    // children, and every failover target, come after in this order).
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); k];
-    let mut relays: Vec<Vec<(usize, usize)>> = vec![Vec::new(); k];
-    for (i, h) in ctx.plan.hosts().iter().enumerate() {
-        for l in &h.links {
-            members[l.subtree].push(i);
-            if l.role == Role::Interior {
-                relays[l.subtree].push((l.slot, i));
-            }
-        }
-    }
-    for r in &mut relays {
-        r.sort_unstable_by(|a, b| b.cmp(a));
-    }
-
-    let mut tally = Tally::default();
-    let mut inbox: Vec<Vec<Segment>> = (0..n).map(|_| Vec::new()).collect();
-    let mut gw_inbox: Vec<Segment> = Vec::new();
-    let mut ran_leaf = vec![false; n];
-    let mut ran_relay = vec![false; n];
-    let mut route = |segs: Vec<Segment>,
-                     inbox: &mut Vec<Vec<Segment>>,
-                     ran_relay: &[bool]|
-     -> Result<(), FabricError> {
-        for s in segs.into_iter().filter(|s| !s.recs.is_empty()) {
-            match s.dest {
-                Dest::Gateway => gw_inbox.push(s),
-                Dest::Node(j) if ran_relay[j] => return Err(FabricError::Order(j)),
-                Dest::Node(j) => inbox[j].push(s),
-            }
-        }
-        Ok(())
-    };
-    for s in 0..k {
-        // Each leaf runs when the first subtree it sends into comes up;
-        // all its other destinations come later.
-        for &i in &members[s] {
-            if !std::mem::replace(&mut ran_leaf[i], true) {
-                let out = leaf::run_leaf(&ctx, &clock, i)?;
-                tally.leaf(&out);
-                route(out.segments, &mut inbox, &ran_relay)?;
-            }
-        }
-        for &(_, i) in &relays[s] {
-            let inputs = std::mem::take(&mut inbox[i]);
-            let out = relay::run_relay(&ctx, &clock, i, &inputs)?;
-            drop(inputs);
-            ran_relay[i] = true;
-            tally.relay(&ctx, i, &out);
-            route(out.segments, &mut inbox, &ran_relay)?;
-        }
-    }
-    drop(route);
+    let (tally, gw_inbox) = schedule::run_roles(&ctx, &clock, ctx.cfg.threads)?;
     let rss_before_gateway = rss_bytes().0;
     let gw = gateway::run_gateway(&ctx, &clock, &gw_inbox)?;
     let rss_with_gateway = rss_bytes().0;

@@ -100,7 +100,7 @@ pub fn run_relay(
         LinkKind::Relay
     };
     let events = arrival_order(inputs);
-    let mut up = SimUplink::planned(home, i, kind);
+    let mut up = SimUplink::planned(home, i, kind, u8::MAX);
     let mut merger = Merger::new(merge_config(ctx));
     let mut sink = NullSink;
     let mut rejected = 0u64;

@@ -23,6 +23,11 @@ pub struct Rec {
 /// keyframe (a fresh encoder).
 #[derive(Debug)]
 pub struct Segment {
+    /// The sending node.
+    pub from: usize,
+    /// The sender's output it came from, and its connection number there:
+    /// with `from`, a stable order for inputs that arrive at the same time.
+    pub conn: (u8, u32),
     /// Where the records went.
     pub dest: Dest,
     /// Delivered records.
@@ -85,6 +90,8 @@ pub struct SimUplink<'a> {
     from: usize,
     /// Kind of the link (by its planned parent).
     pub kind: LinkKind,
+    /// Which of the sender's outputs this is.
+    output: u8,
     enc: Option<LinkEncoder>,
     cur: Option<Segment>,
     done: Vec<Segment>,
@@ -99,19 +106,20 @@ pub struct SimUplink<'a> {
 impl<'a> SimUplink<'a> {
     /// The in-memory link of node `from`'s leaf into its own relay.
     pub fn local(from: usize) -> Self {
-        Self::new(None, from, LinkKind::Local)
+        Self::new(None, from, LinkKind::Local, 0)
     }
 
-    /// A planned network link of node `from`.
-    pub fn planned(link: &'a Link, from: usize, kind: LinkKind) -> Self {
-        Self::new(Some(link), from, kind)
+    /// A planned network link of node `from`, its output number `output`.
+    pub fn planned(link: &'a Link, from: usize, kind: LinkKind, output: u8) -> Self {
+        Self::new(Some(link), from, kind, output)
     }
 
-    fn new(link: Option<&'a Link>, from: usize, kind: LinkKind) -> Self {
+    fn new(link: Option<&'a Link>, from: usize, kind: LinkKind, output: u8) -> Self {
         Self {
             link,
             from,
             kind,
+            output,
             enc: None,
             cur: None,
             done: Vec::new(),
@@ -139,7 +147,10 @@ impl<'a> SimUplink<'a> {
                 self.done.push(s);
                 self.failovers += 1;
             }
+            let n = u32::try_from(self.done.len()).unwrap_or(u32::MAX);
             self.cur = Some(Segment {
+                from: self.from,
+                conn: (self.output, n),
                 dest,
                 recs: Vec::new(),
             });
