@@ -15,6 +15,15 @@
 //! state of one relay lives only while it runs, which is what lets 100,000
 //! nodes fit in memory; the result is the same as a tick-by-tick run.
 //! CPU time is measured per role run (thread CPU time), see `schedule`.
+//!
+//! Found with it: the merger keeps, per series, the newest timestamp it
+//! accepted and drops anything not newer. With R = 2 that loses a sample
+//! when the faster path has a gap and overtakes the slower one: after a
+//! relay dies, its children's new links to their backups skip one level
+//! and deliver tick t+1 before the other subtree delivers tick t, which
+//! is then dropped as a duplicate. `--phase staggered` (every path
+//! delivers a tick at the same time) does not show it; random phases do
+//! (`--nodes 64 --subtrees 4 --ticks 20 --kill cn000005 --kill-tick 8`).
 
 mod gateway;
 mod leaf;
