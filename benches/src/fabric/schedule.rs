@@ -125,6 +125,10 @@ pub fn run_roles(
         }
     });
 
+    tracing::info!(
+        rss_mib = super::rss_bytes().0 >> 20,
+        "leaves done; relays next"
+    );
     let next_subtree = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -132,6 +136,7 @@ pub fn run_roles(
                 while !sh.failed() {
                     let t = next_subtree.fetch_add(1, Ordering::Relaxed);
                     let Some(order) = relays.get(t) else { break };
+                    tracing::info!(subtree = t, relays = order.len(), "subtree started");
                     for &(_, i) in order {
                         let mut inputs = std::mem::take(&mut *lock(&sh.inbox[i]));
                         sort_inputs(&mut inputs);
