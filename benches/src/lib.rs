@@ -1,9 +1,11 @@
 //! Canopy's benchmarks and measuring tools: `wire-cost` (bytes per sample
-//! on a recorded trace), `leaf-overhead` (a leaf's CPU and RSS next to
+//! on a recorded trace), `fabric-sim` (a whole tree in one process, see
+//! [`fabric`]), `leaf-overhead` (a leaf's CPU and RSS next to
 //! node_exporter), criterion benches of the codec, and their shared
 //! helpers.
 #![allow(clippy::print_stdout)]
 
+pub mod fabric;
 pub mod overhead;
 pub mod simtrace;
 pub mod trace;

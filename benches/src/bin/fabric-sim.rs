@@ -1,0 +1,123 @@
+//! `fabric-sim`: a whole Canopy tree in one process (real codec and merge
+//! state machines, virtual time, no sockets); prints the figures of the run
+//! as a table row, or as JSON.
+#![allow(clippy::print_stdout)]
+
+use anyhow::{Context, Result, bail};
+use canopy_benches::fabric::{self, Kill, PhaseMode, Report, SimConfig};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Simulate a Canopy fabric of N nodes and measure it")]
+struct Cli {
+    /// Nodes N.
+    #[arg(long)]
+    nodes: usize,
+    /// Subtrees K.
+    #[arg(long, default_value_t = 8)]
+    subtrees: usize,
+    /// Replicas R.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Leaf ticks (relays run on until the tree is drained).
+    #[arg(long, default_value_t = 30)]
+    ticks: u32,
+    /// Tick, ms.
+    #[arg(long, default_value_t = 1000)]
+    tick_ms: i64,
+    /// One-way latency of each network link, ms.
+    #[arg(long, default_value_t = 2)]
+    link_latency_ms: i64,
+    /// Seed of the simulated cluster and of the tick phases.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Tick phases: random (timers start with the process, as today),
+    /// aligned (all on the second), staggered (relays just after children).
+    #[arg(long, value_enum, default_value_t = PhaseMode::Random)]
+    phase: PhaseMode,
+    /// Step between relay levels with --phase staggered, ms.
+    #[arg(long, default_value_t = 20)]
+    stagger_ms: i64,
+    /// CPUs per simulated node.
+    #[arg(long, default_value_t = 64)]
+    cpus: u32,
+    /// Kill this relay (host name, e.g. cn000003) at --kill-tick.
+    #[arg(long)]
+    kill: Option<String>,
+    /// Tick at which --kill dies.
+    #[arg(long, default_value_t = 10)]
+    kill_tick: u32,
+    /// Time for a child to notice a dead parent, ms.
+    #[arg(long, default_value_t = 1500)]
+    failover_ms: i64,
+    /// Ticks before the steady window (default: max depth + 2).
+    #[arg(long)]
+    warmup: Option<u32>,
+    /// zstd window of every link, log2 bytes (default: the codec's).
+    #[arg(long)]
+    window_log: Option<u32>,
+    /// Threads to run the roles on (the CPU figures are per-thread CPU
+    /// time, so this only changes the wall time).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Print the report as JSON instead of a table row.
+    #[arg(long)]
+    json: bool,
+    /// Print no header line.
+    #[arg(long)]
+    no_header: bool,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let mut cfg = SimConfig {
+        nodes: cli.nodes,
+        subtrees: cli.subtrees,
+        replicas: cli.replicas,
+        ticks: cli.ticks,
+        tick_ms: cli.tick_ms,
+        link_latency_ms: cli.link_latency_ms,
+        seed: cli.seed,
+        phase: cli.phase,
+        stagger_ms: cli.stagger_ms,
+        cpus: cli.cpus,
+        kill: cli.kill.map(|node| Kill {
+            node,
+            at_tick: cli.kill_tick,
+        }),
+        failover_ms: cli.failover_ms,
+        warmup_ticks: cli.warmup,
+        threads: cli.threads,
+        ..SimConfig::default()
+    };
+    if let Some(w) = cli.window_log {
+        cfg.codec.window_log = w;
+    }
+    let report: Report = fabric::run(cfg).context("simulation failed")?;
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        if !cli.no_header {
+            println!("{}", Report::table_header());
+        }
+        println!("{}", report.table_row());
+    }
+    if !report.exactness.ok() {
+        bail!(
+            "not exact: {} of {} nodes exact, {} missing, {} out of sequence, {} rejected",
+            report.exactness.exact_nodes,
+            report.exactness.nodes,
+            report.exactness.missing,
+            report.exactness.out_of_sequence,
+            report.exactness.rejected_records
+        );
+    }
+    Ok(())
+}

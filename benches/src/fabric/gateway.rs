@@ -1,0 +1,186 @@
+//! The gateway: a `Merger` fed by every subtree top (and by any child that
+//! failed over to it), whose sink measures freshness and checks that every
+//! tick of every node's `canopy_synthetic_ticks_total` arrives exactly once.
+
+use std::collections::HashMap;
+
+use canopy_aggregator::merge::{Merger, Sink};
+use canopy_proto::Labels;
+use hdrhistogram::Histogram;
+
+use super::FabricError;
+use super::measure::CpuClock;
+use super::relay::{arrival_order, feed, merge_config};
+use super::stream::Segment;
+use super::timing::Ctx;
+use canopy_aggregator::merge::MergeConfig;
+
+/// The counter every simulated node increments by one per tick.
+pub const TICKS_METRIC: &str = "canopy_synthetic_ticks_total";
+
+/// Per node: what arrived of its tick counter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NodeTicks {
+    /// Samples that arrived.
+    pub got: u32,
+    /// Samples whose value was not the previous one plus one (a gap or a
+    /// repeat).
+    pub out_of_sequence: u32,
+    /// Largest value seen (the number of the last tick that arrived).
+    pub last: u32,
+}
+
+/// The gateway's sink: freshness histogram and per-node tick accounting.
+#[derive(Debug)]
+pub struct GatewaySink {
+    now_ms: i64,
+    window: (i64, i64),
+    index: HashMap<String, usize>,
+    /// Per node, in plan order.
+    pub nodes: Vec<NodeTicks>,
+    /// Arrival minus sample time of every sample in the steady window, ms.
+    pub freshness: Histogram<u64>,
+    /// Samples accepted in the steady window (by sample time).
+    pub steady_samples: u64,
+    /// All samples accepted.
+    pub samples: u64,
+    /// Staleness markers written.
+    pub retired: u64,
+}
+
+impl GatewaySink {
+    fn new(ctx: &Ctx) -> Result<Self, FabricError> {
+        let index = ctx
+            .plan
+            .hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.name.clone(), i))
+            .collect();
+        Ok(Self {
+            now_ms: 0,
+            window: ctx.steady_window(),
+            index,
+            nodes: vec![NodeTicks::default(); ctx.plan.hosts().len()],
+            freshness: Histogram::new_with_bounds(1, 24 * 3_600_000, 3)
+                .map_err(|e| FabricError::Histogram(e.to_string()))?,
+            steady_samples: 0,
+            samples: 0,
+            retired: 0,
+        })
+    }
+}
+
+impl Sink for GatewaySink {
+    fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+        self.samples += 1;
+        if ts_ms >= self.window.0 && ts_ms < self.window.1 {
+            self.steady_samples += 1;
+            let age = u64::try_from(self.now_ms - ts_ms).unwrap_or(0);
+            self.freshness.saturating_record(age);
+        }
+        if labels.name() == TICKS_METRIC
+            && let Some(&i) = self.index.get(source)
+        {
+            let n = &mut self.nodes[i];
+            let v = value as u32;
+            if v != n.last + 1 {
+                n.out_of_sequence += 1;
+            }
+            n.got += 1;
+            n.last = n.last.max(v);
+        }
+    }
+
+    fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
+
+    fn retire(&mut self, _: &str, _: &Labels, _: i64) {
+        self.retired += 1;
+    }
+}
+
+/// What the gateway did.
+#[derive(Debug)]
+pub struct GatewayOut {
+    /// Its sink.
+    pub sink: GatewaySink,
+    /// CPU time of the whole run, ns.
+    pub cpu_ns: u64,
+    /// CPU time of the gateway ticks in the steady window, ns.
+    pub steady_cpu_ns: u64,
+    /// Length of that window, ms of cluster time.
+    pub steady_ms: i64,
+    /// Records rejected (must be 0).
+    pub rejected: u64,
+    /// Updates dropped as duplicates (the R-1 other copies).
+    pub duplicates: u64,
+    /// Updates accepted.
+    pub accepted: u64,
+    /// Series in its table at the end.
+    pub series: usize,
+    /// Payload bytes received in the steady window, per second.
+    pub steady_in_bps: f64,
+}
+
+/// Runs the gateway over every record routed to it.
+pub fn run_gateway(
+    ctx: &Ctx,
+    clock: &CpuClock,
+    inputs: &[Segment],
+) -> Result<GatewayOut, FabricError> {
+    let events = arrival_order(inputs);
+    // As the real gateway: a section after a hole waits (at most 8 ticks)
+    // for the slower path to fill it.
+    let mut merger = Merger::new(MergeConfig {
+        hole_wait_ms: 8 * ctx.cfg.tick_ms,
+        ..merge_config(ctx)
+    });
+    let mut sink = GatewaySink::new(ctx)?;
+    let (lo, hi) = ctx.steady_window();
+    let (mut rejected, mut next) = (0u64, 0usize);
+    let (mut steady_cpu_ns, mut steady_bytes) = (0u64, 0u64);
+    let (mut first_steady, mut last_steady) = (None, 0i64);
+    let start = clock.now_ns();
+    let mut mark = start;
+    for k in 0..=ctx.relay_ticks {
+        let now = ctx.gateway_tick(k);
+        while let Some(&(at, c, r)) = events.get(next) {
+            if at > now {
+                break;
+            }
+            next += 1;
+            sink.now_ms = at;
+            if at >= lo && at < hi {
+                steady_bytes += inputs[c as usize].recs[r as usize].payload.len() as u64;
+            }
+            if !feed(&mut merger, inputs, c, r, &mut sink)? {
+                rejected += 1;
+            }
+        }
+        merger.expire(now, &mut sink);
+        let _ = merger.take_changeset(now);
+        merger.end_tick();
+        let t = clock.now_ns();
+        // Gateway ticks (lo, hi]: the work on what arrived in [lo, hi).
+        if now > lo && now <= hi {
+            steady_cpu_ns += t.saturating_sub(mark);
+            first_steady.get_or_insert(now);
+            last_steady = now;
+        }
+        mark = t;
+    }
+    let cpu_ns = clock.now_ns().saturating_sub(start);
+    let steady_ms = first_steady.map_or(0, |f| last_steady - f + ctx.cfg.tick_ms);
+    let st = merger.stats();
+    Ok(GatewayOut {
+        cpu_ns,
+        steady_cpu_ns,
+        steady_ms,
+        rejected,
+        duplicates: st.duplicates_dropped,
+        accepted: st.updates_accepted,
+        series: merger.table().len(),
+        steady_in_bps: steady_bytes as f64 * 1000.0 / (hi - lo).max(1) as f64,
+        sink,
+    })
+}
