@@ -4,10 +4,12 @@
 //! `canopy jobs` / `canopy query` output, all checked against the
 //! Prometheus HTTP API of the same gateway (one source of truth).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+mod support;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::{free_port, urlencode};
 
 use canopy_proto::api::scheduler_client::SchedulerClient;
 use canopy_proto::api::{
@@ -34,42 +36,16 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// GET `path` on 127.0.0.1:`port`; the body when the status is 200.
 fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status: u16 = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1;
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
-        _ => body.to_string(),
-    };
-    (status == 200).then_some(body)
+    support::get(port, path)
+        .filter(|(status, _)| *status == 200)
+        .map(|(_, body)| body)
 }
 
 /// One value of an instant PromQL query through the HTTP API.
 fn promql_value(port: u16, q: &str) -> Option<f64> {
-    let enc: String = q
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let enc = urlencode(q);
     let body = get(port, &format!("/api/v1/query?query={enc}"))?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     v["data"]["result"][0]["value"][1].as_str()?.parse().ok()

@@ -9,11 +9,13 @@
 
 #![cfg(target_os = "linux")]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::{free_port, get, query_json, value_of, wait_for};
 
 const SCRIPT: &str = "scripts/local-slurm.sh";
 const USER: &str = "canopytest";
@@ -44,63 +46,12 @@ impl Drop for Cleanup {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_string();
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
-        _ => body,
-    };
-    Some((status, body))
-}
-
 /// Instant query; the result vector.
 fn query(port: u16, q: &str) -> Vec<serde_json::Value> {
-    let enc: String = q
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let (status, body) = get(port, &format!("/api/v1/query?query={enc}")).expect("query answered");
-    assert_eq!(status, 200, "{q}: {body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
-fn value_of(r: &serde_json::Value) -> f64 {
-    r["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-fn wait_for<T>(what: &str, guard: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < guard, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    query_json(port, q)["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn run(cmd: &str, args: &[&str]) -> (bool, String) {

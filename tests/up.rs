@@ -2,10 +2,12 @@
 //! of simulated nodes, this host's real node) over QUIC on loopback,
 //! queried through the Prometheus HTTP API.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+mod support;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::{free_port, get, query_json, value_of, wait_for};
 
 /// Kills the child on drop so a failed assertion leaves nothing behind.
 struct Proc(Child);
@@ -17,68 +19,12 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// GET `path` on 127.0.0.1:`port`; (status, body).
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_string();
-    // Chunked bodies: keep the JSON between the first '{' and the last '}'.
-    let body = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) if b >= a => body[a..=b].to_string(),
-        _ => body,
-    };
-    Some((status, body))
-}
-
 fn query(port: u16, q: &str) -> serde_json::Value {
-    let enc: String = q
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let (status, body) = get(port, &format!("/api/v1/query?query={enc}")).expect("query answered");
-    assert_eq!(status, 200, "{q}: {body}");
-    serde_json::from_str(&body).expect("JSON")
+    query_json(port, q)
 }
 
 fn results(v: &serde_json::Value) -> Vec<serde_json::Value> {
     v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
-fn value_of(r: &serde_json::Value) -> f64 {
-    r["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-/// Polls `f` until it returns Some or the guard expires.
-fn wait_for<T>(what: &str, guard: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(t0.elapsed() < guard, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 #[test]

@@ -131,6 +131,14 @@ pub fn results(port: u16, q: &str) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
+/// An instant query that must answer 200: its whole JSON answer.
+pub fn query_json(port: u16, q: &str) -> serde_json::Value {
+    let (status, body) =
+        get(port, &format!("/api/v1/query?query={}", urlencode(q))).expect("query answered");
+    assert_eq!(status, 200, "{q}: {body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
 /// The value of one instant-vector result.
 pub fn value_of(r: &serde_json::Value) -> f64 {
     r["value"][1]
