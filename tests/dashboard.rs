@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Procs, free_port, get, results, wait_for};
+use support::{canopy_up, get, results, wait_for};
 
 fn chromium() -> PathBuf {
     if let Some(p) = std::env::var_os("CANOPY_CHROMIUM") {
@@ -115,20 +115,8 @@ fn dashboard_renders_live_jobs_and_refreshes() {
         "{} does not run: reinstall with .ci/install-chromium.sh",
         chrome.display()
     );
-    let http = free_port();
-    let grpc = free_port();
-    let mut procs = Procs::default();
-    procs.spawn(&[
-        "up",
-        "--nodes",
-        "8",
-        "--subtrees",
-        "4",
-        "--http",
-        &format!("127.0.0.1:{http}"),
-        "--grpc",
-        &format!("127.0.0.1:{grpc}"),
-    ]);
+    let up = canopy_up(&["--nodes", "8", "--subtrees", "4"]);
+    let http = up.http;
     let (status, _) = wait_for("the gateway", Duration::from_secs(60), || {
         get(http, "/").filter(|(s, _)| *s == 200)
     });

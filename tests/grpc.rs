@@ -6,10 +6,10 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{free_port, urlencode};
+use support::{canopy_up, urlencode};
 
 use canopy_proto::api::scheduler_client::SchedulerClient;
 use canopy_proto::api::{
@@ -25,16 +25,6 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-
-/// Kills the child on drop so a failed assertion leaves nothing behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// GET `path` on 127.0.0.1:`port`; the body when the status is 200.
 fn get(port: u16, path: &str) -> Option<String> {
@@ -85,21 +75,8 @@ fn canopy(args: &[&str]) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canopy_up_serves_the_scheduler_grpc_api_and_the_terminal_commands() {
-    let http = free_port();
-    let grpc = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_canopy"))
-        .args(["up", "--nodes", "8", "--subtrees", "4", "--tick-ms", "500"])
-        .args([
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{grpc}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("canopy up starts");
-    let _proc = Proc(child);
+    let up = canopy_up(&["--nodes", "8", "--subtrees", "4", "--tick-ms", "500"]);
+    let (http, grpc) = (up.http, up.grpc);
     let url = format!("http://127.0.0.1:{grpc}");
     let channel: Channel = wait_for("the gRPC port", Duration::from_secs(60), || {
         let url = url.clone();

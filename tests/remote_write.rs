@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canopy_gateway::remote_write::wire::{encode, request_of};
 use canopy_proto::model::Labels;
-use support::{Procs, free_port, get, urlencode, wait_for};
+use support::{Procs, canopy_up, free_port, get, urlencode, wait_for};
 
 /// An external server, killed and reaped on drop.
 struct Server(Child);
@@ -177,26 +177,23 @@ fn canopy_up_remote_writes_the_same_series_to_prometheus_and_victoriametrics() {
     let (_prom, prom) = prometheus(dir.path(), "global:\n  scrape_interval: 1h\n");
     let (_vm, vm) = victoria(dir.path());
 
-    let http = free_port();
-    let grpc = free_port();
-    let mut procs = Procs::default();
-    procs.spawn(&[
-        "up",
+    let (p, v) = (
+        format!("http://127.0.0.1:{prom}/api/v1/write"),
+        format!("http://127.0.0.1:{vm}/api/v1/write"),
+    );
+    let up = canopy_up(&[
         "--nodes",
         "4",
         "--subtrees",
         "2",
         "--tick-ms",
         "1000",
-        "--http",
-        &format!("127.0.0.1:{http}"),
-        "--grpc",
-        &format!("127.0.0.1:{grpc}"),
         "--remote-write",
-        &format!("http://127.0.0.1:{prom}/api/v1/write"),
+        &p,
         "--remote-write",
-        &format!("http://127.0.0.1:{vm}/api/v1/write"),
+        &v,
     ]);
+    let http = up.http;
     // Every node (4 simulated + this host) up in Canopy, then in both TSDBs.
     for (port, name) in [
         (http, "Canopy"),

@@ -12,24 +12,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{free_port, get, query_json, value_of, wait_for};
+use support::{canopy_up, get, query_json, value_of, wait_for};
 
 const SCRIPT: &str = "scripts/local-slurm.sh";
 const USER: &str = "canopytest";
 const MIB: f64 = 1024.0 * 1024.0;
-
-/// Kills the child on drop so a failed assertion leaves nothing behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Cancels the test's jobs and removes its directory on drop.
 struct Cleanup {
@@ -139,21 +129,8 @@ fn this_host() -> String {
 fn real_slurm_jobs_are_attributed_through_the_gateway() {
     slurm_up();
     let node = this_host();
-    let http = free_port();
-    let grpc = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_canopy"))
-        .args(["up", "--nodes", "2", "--subtrees", "1", "--tick-ms", "500"])
-        .args([
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{grpc}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("canopy up starts");
-    let _proc = Proc(child);
+    let up = canopy_up(&["--nodes", "2", "--subtrees", "1", "--tick-ms", "500"]);
+    let http = up.http;
     wait_for("the HTTP API", Duration::from_secs(60), || {
         get(http, "/api/v1/status/buildinfo")
     });

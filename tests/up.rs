@@ -4,20 +4,10 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{free_port, get, query_json, value_of, wait_for};
-
-/// Kills the child on drop so a failed assertion leaves nothing behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{canopy_up, get, query_json, value_of, wait_for};
 
 fn query(port: u16, q: &str) -> serde_json::Value {
     query_json(port, q)
@@ -29,21 +19,8 @@ fn results(v: &serde_json::Value) -> Vec<serde_json::Value> {
 
 #[test]
 fn canopy_up_serves_the_fabric_over_the_prometheus_api() {
-    let http = free_port();
-    let grpc = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_canopy"))
-        .args(["up", "--nodes", "12", "--subtrees", "4", "--tick-ms", "500"])
-        .args([
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{grpc}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("canopy up starts");
-    let mut proc = Proc(child);
+    let mut fabric = canopy_up(&["--nodes", "12", "--subtrees", "4", "--tick-ms", "500"]);
+    let http = fabric.http;
 
     let (status, body) = wait_for("the HTTP API", Duration::from_secs(60), || {
         get(http, "/api/v1/status/buildinfo")
@@ -112,11 +89,11 @@ fn canopy_up_serves_the_fabric_over_the_prometheus_api() {
     assert!(body.contains("bad_data"), "{body}");
 
     // Ctrl-C shuts down cleanly.
-    let pid = proc.0.id().to_string();
+    let pid = fabric.procs.0[0].id().to_string();
     let _ = Command::new("kill").args(["-INT", &pid]).status();
     let t0 = Instant::now();
     let exited = loop {
-        if let Ok(Some(s)) = proc.0.try_wait() {
+        if let Ok(Some(s)) = fabric.procs.0[0].try_wait() {
             break Some(s);
         }
         if t0.elapsed() > Duration::from_secs(20) {

@@ -48,6 +48,28 @@ impl Drop for Procs {
     }
 }
 
+/// A `canopy up` process on free loopback ports, killed on drop.
+pub struct Up {
+    /// The process (index 0).
+    pub procs: Procs,
+    /// Its Prometheus HTTP API port.
+    pub http: u16,
+    /// Its gRPC port.
+    pub grpc: u16,
+}
+
+/// Starts `canopy up ARGS --http … --grpc …` on free ports.
+pub fn canopy_up(args: &[&str]) -> Up {
+    let (http, grpc) = (free_port(), free_port());
+    let (h, g) = (format!("127.0.0.1:{http}"), format!("127.0.0.1:{grpc}"));
+    let mut all = vec!["up"];
+    all.extend_from_slice(args);
+    all.extend(["--http", &h, "--grpc", &g]);
+    let mut procs = Procs::default();
+    procs.spawn(&all);
+    Up { procs, http, grpc }
+}
+
 /// Runs `canopy ARGS` to completion; its stdout, or a panic with stderr.
 pub fn canopy(args: &[&str]) -> String {
     let out = Command::new(BIN).args(args).output().expect("canopy runs");
