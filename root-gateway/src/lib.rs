@@ -13,6 +13,7 @@
 //! input: bad queries, huge ranges and deep nesting become typed errors.
 
 pub mod api;
+pub mod auth;
 pub mod dashboard;
 pub mod freshness;
 pub mod promql;

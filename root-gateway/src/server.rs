@@ -16,6 +16,8 @@ use canopy_proto::model::Labels;
 use tokio::sync::watch;
 
 use crate::api::http::{ApiState, router};
+use crate::auth::Auth;
+use crate::stress::Thresholds;
 use crate::freshness::Freshness;
 use crate::promql::{Engine, EngineOpts};
 use crate::remote_write::{self, RemoteWrite, SenderConfig, Tap, TapEvent};
@@ -208,6 +210,10 @@ pub struct GatewayOptions {
     pub wal: Option<WalConfig>,
     /// remote_write endpoints every sample the gateway holds is sent to.
     pub remote_write: Vec<String>,
+    /// Who may call the HTTP and gRPC APIs ([`Auth::open`]: everyone).
+    pub auth: Auth,
+    /// Where the stress verdicts draw their lines.
+    pub thresholds: Thresholds,
 }
 
 /// A running gateway.
@@ -317,20 +323,30 @@ pub async fn start(
     let engine = Arc::new(Engine::new(EngineOpts::default()));
     let grpc_addr = match opts.grpc {
         Some(addr) => {
-            let st = crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
+            let mut st =
+                crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
+            st.auth = opts.auth.clone();
+            st.thresholds = Arc::new(opts.thresholds.clone());
             Some(crate::api::grpc::serve(addr, st, opts.tick, shutdown.clone()).await?)
         }
         None => None,
     };
     let mut api = ApiState::new(Arc::new(store.clone()), engine);
     api.exporters = self_metrics(&store, &relay, wal_stats.clone());
-    let app = router(api)
-        .merge(crate::dashboard::router())
+    api.auth = opts.auth.clone();
+    // The API router guards its own routes; the rest (dashboard files:
+    // open, remote_write in: admin) go through the same guard here.
+    let rest = crate::dashboard::router()
         .merge(remote_write::router(remote_write::ReceiverState {
             store: store.clone(),
             tap,
             limits: remote_write::wire::WireLimits::default(),
-        }));
+        }))
+        .layer(axum::middleware::from_fn_with_state(
+            opts.auth.clone(),
+            crate::auth::http::guard,
+        ));
+    let app = router(api).merge(rest);
     let tcp = tokio::net::TcpListener::bind(opts.http)
         .await
         .map_err(|source| ServerError::Bind {

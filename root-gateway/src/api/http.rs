@@ -16,6 +16,8 @@ use super::federate::{federate as federate_text, metadata_of};
 use super::params::{Params, parse_duration, parse_time};
 use super::selfmetrics::{self, ApiMetrics, Exporter};
 use super::{ApiError, HttpStatus};
+use crate::auth::Auth;
+use crate::auth::http::{Scoped, guard};
 use crate::promql::{Engine, Matrix, PromqlError, Value, format_value, parse_selector};
 use crate::store::{Labels, MatchOp, Matcher, Querier};
 use canopy_proto::model::METRIC_NAME;
@@ -39,6 +41,8 @@ pub struct ApiState {
     pub api_metrics: Arc<ApiMetrics>,
     /// More of the gateway's own metrics for `/metrics` (store, WAL, ingest).
     pub exporters: Vec<Exporter>,
+    /// Who may call what (open by default; see [`crate::auth`]).
+    pub auth: Auth,
 }
 
 impl ApiState {
@@ -53,14 +57,17 @@ impl ApiState {
             now_ms: Arc::new(canopy_proto::link::unix_now_ms),
             api_metrics: Arc::new(ApiMetrics::default()),
             exporters: Vec::new(),
+            auth: Auth::open(),
         }
     }
 }
 
-/// The router: `/api/v1/*`, `/federate` and `/metrics`.
+/// The router: `/api/v1/*`, `/federate` and `/metrics`, every route behind
+/// the access-control [`guard`].
 pub fn router(state: ApiState) -> Router {
     let limit = state.max_body_bytes;
     let m = Arc::clone(&state.api_metrics);
+    let auth = state.auth.clone();
     Router::new()
         .route("/api/v1/query", get(query).post(query))
         .route("/api/v1/query_range", get(query_range).post(query_range))
@@ -76,6 +83,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/federate", get(federate).post(federate))
         .route("/metrics", get(self_metrics))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(auth, guard))
         .layer(axum::middleware::from_fn_with_state(m, selfmetrics::track))
         .with_state(state)
 }
@@ -184,14 +192,14 @@ async fn run_blocking<T: Send + 'static>(
     })
 }
 
-async fn query(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn query(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
     let q = required(&p, "query")?.to_string();
     let t = time_param(&p, "time", (st.now_ms)())?;
     let v = run_blocking(&st, &p, move |qr, e, c| e.instant_with_cancel(qr, &q, t, c)).await?;
     Ok(success(value_json(&v)))
 }
 
-async fn query_range(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn query_range(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
     let q = required(&p, "query")?.to_string();
     let start = parse_time(required(&p, "start")?).ok_or_else(|| {
         ApiError::BadData("invalid parameter \"start\": cannot parse to a valid timestamp".into())
@@ -272,13 +280,13 @@ fn matching_series(
     Ok(out)
 }
 
-async fn series(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn series(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
     let limit = limit_param(&p)?;
     let s = matching_series(&st, &p, true)?;
     Ok(limited(s.iter().map(json_labels).collect(), limit))
 }
 
-async fn labels(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn labels(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
     let limit = limit_param(&p)?;
     let s = matching_series(&st, &p, false)?;
     let names: BTreeSet<&str> = s.iter().flat_map(|l| l.iter().map(|(k, _)| k)).collect();
@@ -296,7 +304,7 @@ fn valid_label_name(n: &str) -> bool {
 }
 
 async fn label_values(
-    State(st): State<ApiState>,
+    Scoped(st): Scoped,
     Path(name): Path<String>,
     p: Params,
 ) -> Result<Json<Json_>, ApiError> {
@@ -310,7 +318,7 @@ async fn label_values(
 }
 
 /// Metric metadata from the naming contract, for every metric name held.
-async fn metadata(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn metadata(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
     let limit = limit_param(&p)?;
     let only = p.get("metric").filter(|m| !m.is_empty());
     let sel = vec![Matcher {
@@ -338,7 +346,7 @@ async fn metadata(State(st): State<ApiState>, p: Params) -> Result<Json<Json_>, 
 }
 
 /// `/federate?match[]=...`: the newest sample of each matched series.
-async fn federate(State(st): State<ApiState>, p: Params) -> Result<Response, ApiError> {
+async fn federate(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
     let sets = selectors(&st, &p, true)?;
     let now = (st.now_ms)();
     let body = federate_text(

@@ -99,6 +99,10 @@ pub struct Evaluator<'a, S: Source = EngineSource<'a>> {
     pub recent_window: &'a str,
     /// Verdict thresholds.
     pub thresholds: &'a Thresholds,
+    /// The cluster's I/O totals, when given from elsewhere (a user's scoped
+    /// view still measures shares against the whole cluster); `None`: the
+    /// source's own jobs.
+    pub cluster_total: Option<Io>,
 }
 
 impl<'a> Evaluator<'a, EngineSource<'a>> {
@@ -126,6 +130,7 @@ impl<'a, S: Source> Evaluator<'a, S> {
             rate_window: "1m",
             recent_window: "1h",
             thresholds,
+            cluster_total: None,
         }
     }
 
@@ -202,7 +207,10 @@ impl<'a, S: Source> Evaluator<'a, S> {
     /// labels: `job_id`, `user`, `account`, `partition`), judged.
     pub fn running(&self, scope: &[(&str, String)]) -> Result<ClusterView, StressError> {
         let ids = self.identities(&queries::running_jobs(scope), true)?;
-        let total = self.cluster_io()?;
+        let total = match self.cluster_total {
+            Some(t) => t,
+            None => self.cluster_io()?,
+        };
         if ids.is_empty() {
             return Ok(ClusterView {
                 time_ms: self.src.time_ms(),

@@ -5,7 +5,10 @@
 use super::{JobStress, NodeStress, Verdict};
 
 /// Where the verdicts draw their lines. Ratios are fractions (0.5 = 50 %).
-#[derive(Clone, Debug, PartialEq)]
+/// The `[thresholds]` table of gateway.toml sets any of them; the rest
+/// keep their defaults.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Thresholds {
     /// A job observed for less than this many seconds (its rates still
     /// under-read) is not called underusing.

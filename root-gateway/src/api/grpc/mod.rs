@@ -18,6 +18,7 @@ use pb::scheduler_server::SchedulerServer;
 use tokio::sync::watch as signal;
 use tonic::Status;
 
+use crate::auth::{Access, Auth};
 use crate::promql::Engine;
 use crate::store::Querier;
 use crate::stress::{ClusterView, Evaluator, JobFilter, StressError, Thresholds};
@@ -56,6 +57,11 @@ pub struct GrpcState {
     pub now_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
     /// `WatchJobs` subscribers.
     pub hub: Arc<WatchHub>,
+    /// Who may call the scheduler service (open by default).
+    pub auth: Auth,
+    /// The unscoped store, kept by a user-scoped state to measure cluster
+    /// I/O totals (sums only, never another job's row).
+    cluster: Option<Arc<dyn Querier + Send + Sync>>,
 }
 
 impl GrpcState {
@@ -69,7 +75,21 @@ impl GrpcState {
             query_timeout: Duration::from_secs(30),
             now_ms: Arc::new(canopy_proto::link::unix_now_ms),
             hub: Arc::new(WatchHub::new(256, 1024)),
+            auth: Auth::open(),
+            cluster: None,
         }
+    }
+
+    /// This state as `access` may see it: for a user, every query reads
+    /// through a [`crate::auth::ScopedQuerier`]; I/O shares are still
+    /// measured against the whole cluster's totals.
+    pub fn for_access(&self, access: &Access) -> GrpcState {
+        let mut st = self.clone();
+        if access.user().is_some() {
+            st.cluster = Some(Arc::clone(&self.querier));
+            st.querier = access.querier(&self.querier);
+        }
+        st
     }
 
     /// Runs `f` on an [`Evaluator`] at the current time, off the async
@@ -83,13 +103,17 @@ impl GrpcState {
         let deadline = Instant::now() + self.query_timeout;
         let r = tokio::task::spawn_blocking(move || {
             let cancel = move || Instant::now() >= deadline;
-            let ev = Evaluator::new(
+            let mut ev = Evaluator::new(
                 &st.engine,
                 st.querier.as_ref(),
                 now,
                 &cancel,
                 &st.thresholds,
             );
+            if let Some(all) = &st.cluster {
+                let whole = Evaluator::new(&st.engine, all.as_ref(), now, &cancel, &st.thresholds);
+                ev.cluster_total = Some(whole.cluster_io()?);
+            }
             f(&ev)
         })
         .await
@@ -144,7 +168,13 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| GrpcError::Bind { addr, source })?;
     watch::spawn_poller(state.clone(), tick, shutdown.clone());
-    let svc = SchedulerServer::new(SchedulerService::new(state));
+    let auth = state.auth.clone();
+    // Health and reflection stay open (no data); the scheduler service
+    // needs a token whenever the gateway has tokens.
+    let svc = SchedulerServer::with_interceptor(
+        SchedulerService::new(state),
+        crate::auth::grpc::interceptor(auth),
+    );
     let mut sd = shutdown;
     tokio::spawn(async move {
         let r = tonic::transport::Server::builder()

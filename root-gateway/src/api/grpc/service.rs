@@ -5,6 +5,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::watch::DEFAULT_SHARE_THRESHOLD;
+use crate::auth::Role;
+use crate::auth::grpc::{access_of, status as auth_status};
 use super::{GrpcState, convert};
 use crate::stress::{JobStress, StateFilter, job_id_order};
 
@@ -31,8 +33,9 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::JobStressRequest>,
     ) -> Result<Response<pb::JobStressReply>, Status> {
+        let st = self.state.for_access(&access_of(&req)?);
         let id = req.into_inner().job_id;
-        let (j, t) = self.state.eval(move |ev| ev.job(&id)).await?;
+        let (j, t) = st.eval(move |ev| ev.job(&id)).await?;
         Ok(Response::new(pb::JobStressReply {
             stress: Some(convert::job_stress(&j)),
             time_ms: t,
@@ -43,6 +46,10 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::NodeStressRequest>,
     ) -> Result<Response<pb::NodeStressReply>, Status> {
+        // Node data carries no `user` label: a user token sees no node.
+        access_of(&req)?
+            .require(Role::Scheduler, "read node stress")
+            .map_err(|e| auth_status(&e))?;
         let node = req.into_inner().node;
         let (n, t) = self.state.eval(move |ev| ev.node(&node)).await?;
         Ok(Response::new(pb::NodeStressReply {
@@ -55,11 +62,13 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::ClusterIoShareRequest>,
     ) -> Result<Response<pb::ClusterIoShareReply>, Status> {
+        // A user sees only their own jobs, with shares of the whole cluster.
+        let st = self.state.for_access(&access_of(&req)?);
         let n = match req.into_inner().top_n as usize {
             0 => TOP_N_DEFAULT,
             n => n.min(TOP_N_MAX),
         };
-        let (view, t) = self.state.eval(move |ev| ev.running(&[])).await?;
+        let (view, t) = st.eval(move |ev| ev.running(&[])).await?;
         let mut jobs: Vec<&JobStress> = view.jobs.values().collect();
         let key = |j: &JobStress| {
             let s = j.io_share;
@@ -95,9 +104,9 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::ListJobsRequest>,
     ) -> Result<Response<pb::ListJobsReply>, Status> {
+        let st = self.state.for_access(&access_of(&req)?);
         let f = convert::filter(req.into_inner().filter);
-        let (mut jobs, t) = self
-            .state
+        let (mut jobs, t) = st
             .eval(move |ev| {
                 let scope = f.scope();
                 let view = ev.running(&scope)?;
@@ -128,6 +137,7 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::WatchJobsRequest>,
     ) -> Result<Response<Self::WatchJobsStream>, Status> {
+        let access = access_of(&req)?;
         let r = req.into_inner();
         let threshold = match r.share_threshold {
             0.0 => DEFAULT_SHARE_THRESHOLD,
@@ -138,10 +148,12 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
                 )));
             }
         };
-        let rx = self
-            .state
-            .hub
-            .subscribe(convert::filter(r.filter), threshold)?;
+        let mut filter = convert::filter(r.filter);
+        let scope = access.user().map(str::to_string);
+        if scope.is_some() {
+            filter.user.clone_from(&scope);
+        }
+        let rx = self.state.hub.subscribe(filter, threshold, scope)?;
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -153,8 +165,16 @@ mod tests {
     use pb::scheduler_server::Scheduler;
 
     use super::*;
+    use crate::auth::Access;
     use crate::promql::Engine;
     use crate::store::{LiveStore, LiveStoreConfig, SharedStore};
+
+    /// A request as the interceptor passes it for an admin token.
+    fn admin<T>(m: T) -> Request<T> {
+        let mut r = Request::new(m);
+        r.extensions_mut().insert(Access::Admin);
+        r
+    }
 
     fn service() -> SchedulerService {
         let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
@@ -166,7 +186,7 @@ mod tests {
         let s = service();
         for t in [1.5, -0.1, f64::NAN] {
             let e = s
-                .watch_jobs(Request::new(pb::WatchJobsRequest {
+                .watch_jobs(admin(pb::WatchJobsRequest {
                     filter: None,
                     share_threshold: t,
                 }))
@@ -175,29 +195,43 @@ mod tests {
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{t}");
         }
         let e = s
-            .job_stress(Request::new(pb::JobStressRequest {
+            .job_stress(admin(pb::JobStressRequest {
                 job_id: String::new(),
             }))
             .await
             .expect_err("empty id");
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         let e = s
-            .node_stress(Request::new(pb::NodeStressRequest { node: "n".into() }))
+            .node_stress(admin(pb::NodeStressRequest { node: "n".into() }))
             .await
             .expect_err("unknown node");
         assert_eq!(e.code(), tonic::Code::NotFound);
         let l = s
-            .list_jobs(Request::new(pb::ListJobsRequest { filter: None }))
+            .list_jobs(admin(pb::ListJobsRequest { filter: None }))
             .await
             .expect("list")
             .into_inner();
         assert!(l.jobs.is_empty());
         let io = s
-            .cluster_io_share(Request::new(pb::ClusterIoShareRequest { top_n: 0 }))
+            .cluster_io_share(admin(pb::ClusterIoShareRequest { top_n: 0 }))
             .await
             .expect("io share")
             .into_inner();
         assert_eq!(io.jobs_total, 0);
         assert_eq!(io.total.and_then(|t| t.read_bytes_per_second), None);
+    }
+
+    #[tokio::test]
+    async fn requests_without_access_fail_closed_and_users_see_no_nodes() {
+        let s = service();
+        let e = s
+            .list_jobs(Request::new(pb::ListJobsRequest { filter: None }))
+            .await
+            .expect_err("no access attached");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        let mut r = Request::new(pb::NodeStressRequest { node: "n".into() });
+        r.extensions_mut().insert(Access::User("alice".into()));
+        let e = s.node_stress(r).await.expect_err("user");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
     }
 }

@@ -13,6 +13,8 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::{GrpcState, convert};
+use crate::auth::Access;
+use std::collections::{BTreeMap, BTreeSet};
 use crate::stress::watch::{diff, snapshot};
 use crate::stress::{ClusterView, JobFilter};
 
@@ -21,6 +23,8 @@ pub const DEFAULT_SHARE_THRESHOLD: f64 = 0.25;
 
 /// One subscriber's sending end and its state.
 struct Sub {
+    /// The user a user token's watch is bound to (`None`: every job).
+    scope: Option<String>,
     filter: JobFilter,
     threshold: f64,
     tx: mpsc::Sender<Result<pb::JobEvent, Status>>,
@@ -62,11 +66,13 @@ impl WatchHub {
     }
 
     /// Registers a watch; its first events (a snapshot of the running jobs)
-    /// come at the next poll.
+    /// come at the next poll. A watch with a `scope` (a user token's) only
+    /// ever gets events of the view computed through that user's scoped store.
     pub fn subscribe(
         &self,
         filter: JobFilter,
         threshold: f64,
+        scope: Option<String>,
     ) -> Result<mpsc::Receiver<Result<pb::JobEvent, Status>>, Status> {
         let mut subs = self
             .subs
@@ -80,6 +86,7 @@ impl WatchHub {
         }
         let (tx, rx) = mpsc::channel(self.capacity);
         subs.push(Sub {
+            scope,
             filter,
             threshold,
             tx,
@@ -96,13 +103,25 @@ impl WatchHub {
         }
     }
 
-    /// Sends each subscriber its events between `prev` and `next`.
-    pub fn publish(&self, prev: Option<&ClusterView>, next: &ClusterView) {
+    /// The distinct scopes of the current watches.
+    pub fn scopes(&self) -> BTreeSet<Option<String>> {
+        self.subs
+            .lock()
+            .map(|s| s.iter().map(|x| x.scope.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Sends each subscriber of `scope` its events between `prev` and
+    /// `next` (views computed for that scope).
+    pub fn publish(&self, scope: Option<&str>, prev: Option<&ClusterView>, next: &ClusterView) {
         let Ok(mut subs) = self.subs.lock() else {
             return;
         };
         let mut dropped_now = 0u64;
         subs.retain_mut(|s| {
+            if s.scope.as_deref() != scope {
+                return !s.tx.is_closed();
+            }
             let events = match (s.fresh, prev) {
                 (false, Some(p)) => diff(p, next, &s.filter, s.threshold),
                 _ => snapshot(next, &s.filter),
@@ -148,7 +167,9 @@ pub fn spawn_poller(state: GrpcState, tick: Duration, mut shutdown: watch::Recei
     tokio::spawn(async move {
         let mut iv = tokio::time::interval(tick);
         iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut prev: Option<ClusterView> = None;
+        // One view per scope being watched: the unscoped one, and one per
+        // user, each computed through that user's scoped store.
+        let mut prev: BTreeMap<Option<String>, ClusterView> = BTreeMap::new();
         loop {
             tokio::select! {
                 _ = iv.tick() => {}
@@ -157,16 +178,20 @@ pub fn spawn_poller(state: GrpcState, tick: Duration, mut shutdown: watch::Recei
                     break;
                 }
             }
-            if state.hub.subscribers() == 0 {
-                prev = None;
-                continue;
-            }
-            match state.running_view(JobFilter::default()).await {
-                Ok(view) => {
-                    state.hub.publish(prev.as_ref(), &view);
-                    prev = Some(view);
+            let scopes = state.hub.scopes();
+            prev.retain(|k, _| scopes.contains(k));
+            for scope in scopes {
+                let st = match &scope {
+                    None => state.clone(),
+                    Some(u) => state.for_access(&Access::User(u.clone())),
+                };
+                match st.running_view(JobFilter::default()).await {
+                    Ok(view) => {
+                        state.hub.publish(scope.as_deref(), prev.get(&scope), &view);
+                        prev.insert(scope, view);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "WatchJobs poll failed"),
                 }
-                Err(e) => tracing::warn!(error = %e, "WatchJobs poll failed"),
             }
         }
     });
@@ -204,11 +229,11 @@ mod tests {
     fn slow_clients_lose_counted_events_not_memory() {
         let hub = WatchHub::new(2, 4);
         let mut rx = hub
-            .subscribe(JobFilter::default(), 0.25)
+            .subscribe(JobFilter::default(), 0.25, None)
             .expect("subscribe");
         // Snapshot of 5 jobs into a queue of 2: 3 dropped.
         let v1 = view(1, &["1", "2", "3", "4", "5"]);
-        hub.publish(None, &v1);
+        hub.publish(None, None, &v1);
         assert_eq!(hub.dropped_total(), 3);
         let a = rx.try_recv().expect("first").expect("ok");
         assert_eq!(a.kind, pb::job_event::Kind::JobRunning as i32);
@@ -217,24 +242,46 @@ mod tests {
         assert!(rx.try_recv().is_err(), "queue bounded at 2");
         // The next event tells the client how much it lost.
         let v2 = view(2, &["1", "2", "3", "4", "5", "6"]);
-        hub.publish(Some(&v1), &v2);
+        hub.publish(None, Some(&v1), &v2);
         let b = rx.try_recv().expect("started").expect("ok");
         assert_eq!(b.kind, pb::job_event::Kind::JobStarted as i32);
         assert_eq!(b.dropped_before, 3);
         assert_eq!(b.job.map(|j| j.job_id), Some("6".to_string()));
         // A closed client is forgotten at the next publish.
         drop(rx);
-        hub.publish(Some(&v2), &v2);
+        hub.publish(None, Some(&v2), &v2);
         assert_eq!(hub.subscribers(), 0);
     }
 
     #[test]
     fn watches_are_capped() {
         let hub = WatchHub::new(4, 1);
-        let _a = hub.subscribe(JobFilter::default(), 0.25).expect("first");
+        let _a = hub.subscribe(JobFilter::default(), 0.25, None).expect("first");
         let e = hub
-            .subscribe(JobFilter::default(), 0.25)
+            .subscribe(JobFilter::default(), 0.25, None)
             .expect_err("second");
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+    }
+
+    #[test]
+    fn a_scoped_watch_gets_only_its_scopes_views() {
+        let hub = WatchHub::new(16, 4);
+        let mut all = hub
+            .subscribe(JobFilter::default(), 0.25, None)
+            .expect("unscoped");
+        let mut alice = hub
+            .subscribe(JobFilter::default(), 0.25, Some("alice".into()))
+            .expect("alice");
+        hub.publish(None, None, &view(1, &["1", "2"]));
+        assert!(alice.try_recv().is_err(), "the unscoped view is not alice's");
+        assert!(all.try_recv().is_ok());
+        hub.publish(Some("alice"), None, &view(1, &["2"]));
+        let e = alice.try_recv().expect("alice's view").expect("ok");
+        assert_eq!(e.job.map(|j| j.job_id), Some("2".to_string()));
+        assert!(alice.try_recv().is_err());
+        assert_eq!(
+            hub.scopes().into_iter().collect::<Vec<_>>(),
+            vec![None, Some("alice".to_string())]
+        );
     }
 }
