@@ -23,6 +23,7 @@ pub struct Gateway {
     rt: tokio::runtime::Runtime,
     client: Client<HttpConnector, Empty<Bytes>>,
     timeout: Duration,
+    token: Option<String>,
 }
 
 /// Percent-encodes a query-string value.
@@ -54,7 +55,14 @@ impl Gateway {
             rt,
             client,
             timeout: Duration::from_secs(60),
+            token: None,
         })
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
     }
 
     /// GETs `path?params` and returns the `data` of a successful answer.
@@ -65,8 +73,15 @@ impl Gateway {
             .collect();
         let url = format!("{}{path}?{}", self.base, qs.join("&"));
         let uri: hyper::Uri = url.parse().with_context(|| format!("bad URL {url:?}"))?;
+        let mut req = hyper::Request::get(uri);
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Empty::new())
+            .context("building the request (is the token printable ASCII?)")?;
         let (status, body) = self.rt.block_on(async {
-            let resp = tokio::time::timeout(self.timeout, self.client.get(uri))
+            let resp = tokio::time::timeout(self.timeout, self.client.request(req))
                 .await
                 .context("the gateway did not answer in time")?
                 .with_context(|| format!("connecting to {}", self.base))?;

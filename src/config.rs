@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use canopy_gateway::stress::Thresholds;
 use canopy_topology::{Peer, Plan, Role};
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +105,16 @@ pub struct GatewayFile {
     /// `["http://victoria:8428/api/v1/write"]`.
     #[serde(default)]
     pub remote_write: Vec<String>,
+    /// Tokens file (relative to this file; `canopy token` makes its lines):
+    /// SHA-256 hashes with roles admin, scheduler or user. Absent: no access
+    /// control, which the gateway only accepts on loopback addresses
+    /// (`--insecure` overrides).
+    #[serde(default)]
+    pub tokens: Option<PathBuf>,
+    /// Where the stress verdicts draw their lines (`[thresholds]`; any
+    /// field left out keeps its default).
+    #[serde(default)]
+    pub thresholds: Thresholds,
     /// Certificates.
     pub tls: TlsFile,
 }
@@ -307,6 +318,8 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
         data_dir: None,
         fsync: default_fsync(),
         remote_write: Vec::new(),
+        tokens: None,
+        thresholds: Thresholds::default(),
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),

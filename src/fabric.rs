@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::{MergeConfig, NullSink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
+use canopy_gateway::auth::Auth;
 use canopy_gateway::server::{GatewayOptions, start};
+use canopy_gateway::stress::Thresholds;
 use canopy_gateway::wal::WalConfig;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
@@ -199,6 +201,10 @@ pub struct UpArgs {
     pub tick_ms: u64,
     /// remote_write endpoints.
     pub remote_write: Vec<String>,
+    /// Tokens file (none: open, allowed on loopback only unless `insecure`).
+    pub tokens: Option<std::path::PathBuf>,
+    /// Run open even when listening beyond loopback.
+    pub insecure: bool,
 }
 
 fn this_host() -> String {
@@ -226,6 +232,16 @@ pub async fn up(args: UpArgs) -> Result<()> {
         },
     )?;
     let tick = Duration::from_millis(args.tick_ms.max(100));
+    let auth = access_control(
+        &[args.http, args.grpc],
+        args.tokens.as_deref(),
+        args.insecure,
+    )?;
+    let access_line = match &args.tokens {
+        Some(t) => format!("tokens from {} (admin, scheduler, user roles)", t.display()),
+        None if args.insecure => "OPEN, no access control (--insecure)".to_string(),
+        None => "open on loopback, no tokens (give --tokens FILE to require them)".to_string(),
+    };
     let ca = Ca::generate("canopy up ephemeral CA")?;
     let (sd_tx, sd_rx) = watch::channel(false);
 
@@ -244,6 +260,8 @@ pub async fn up(args: UpArgs) -> Result<()> {
             wal: None,
             grpc: Some(args.grpc),
             remote_write: args.remote_write.clone(),
+            auth,
+            thresholds: Default::default(),
         },
         sd_rx.clone(),
     )
@@ -316,7 +334,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
         .map_or_else(|| "off".to_string(), |a| a.to_string());
     println!(
         "Canopy is up: a gateway, {} simulated nodes and this host ({real}) in {} subtrees, all over QUIC with mutual TLS on loopback.\n\
-         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC scheduler API: {grpc} (canopy.api.v1.Scheduler, with health and reflection)\n  Jobs:            canopy jobs --gateway http://{http}\n\
+         \n  Dashboard:       http://{http}/\n  Prometheus API:  http://{http}/api/v1/query?query=up\n  Grafana:         add a Prometheus data source with URL http://{http}\n  gRPC scheduler API: {grpc} (canopy.api.v1.Scheduler, with health and reflection)\n  Jobs:            canopy jobs --gateway http://{http}\n  Access:          {access_line}\n\
          \nCtrl-C stops everything.",
         args.nodes,
         p.subtrees().len()
@@ -438,6 +456,41 @@ pub struct GatewayArgs {
     pub fsync: Option<String>,
     /// remote_write endpoints (replace the config's when given).
     pub remote_write: Vec<String>,
+    /// Tokens file (overrides the config's `tokens`).
+    pub tokens: Option<std::path::PathBuf>,
+    /// Run open even when listening beyond loopback.
+    pub insecure: bool,
+}
+
+/// The start-up rule: tokens when given; else open, which is only allowed
+/// when every API address is loopback, or with `insecure` (loudly).
+pub fn access_control(addrs: &[SocketAddr], tokens: Option<&Path>, insecure: bool) -> Result<Auth> {
+    if let Some(t) = tokens {
+        let auth = Auth::from_file(t)?;
+        tracing::info!(tokens = %t.display(), "access control: tokens required on the HTTP and gRPC APIs");
+        return Ok(auth);
+    }
+    let wide: Vec<String> = addrs
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if wide.is_empty() {
+        tracing::info!("no tokens: the APIs are open, on loopback only");
+    } else if insecure {
+        tracing::warn!(
+            addrs = %wide.join(", "),
+            "INSECURE: the APIs listen beyond loopback WITHOUT access control (--insecure); anyone who reaches them reads every user's jobs and may write series"
+        );
+    } else {
+        bail!(
+            "refusing to serve {} beyond loopback without tokens: anyone reaching it could read every user's jobs. \
+             Give --tokens FILE (make tokens with `canopy token --role ...`; or `tokens = \"FILE\"` in gateway.toml), \
+             listen on 127.0.0.1, or pass --insecure to run open anyway",
+            wide.join(", ")
+        );
+    }
+    Ok(Auth::open())
 }
 
 /// `canopy gateway [--config FILE]`.
@@ -445,10 +498,16 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let http = args.http;
     let mut grpc_cfg = "127.0.0.1:9701".to_string();
     let mut remote_write = args.remote_write;
+    let mut tokens = args.tokens;
+    let mut thresholds = Thresholds::default();
     let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
             grpc_cfg.clone_from(&f.grpc);
+            if tokens.is_none() {
+                tokens = f.tokens.as_deref().map(|t| config::rel(p, t));
+            }
+            thresholds = f.thresholds.clone();
             if remote_write.is_empty() {
                 remote_write.clone_from(&f.remote_write);
             }
@@ -488,10 +547,8 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
         None => None,
     };
     let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
-    if !http.ip().is_loopback() {
-        tracing::warn!(%http, "the API listens beyond loopback without access control (tokens come with issue 6)");
-    }
     let grpc = config::addr("--grpc", args.grpc.as_deref().unwrap_or(&grpc_cfg))?;
+    let auth = access_control(&[http, grpc], tokens.as_deref(), args.insecure)?;
     let (sd_tx, sd_rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -502,6 +559,8 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             wal,
             grpc: Some(grpc),
             remote_write,
+            auth,
+            thresholds,
         },
         sd_rx,
     )

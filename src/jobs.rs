@@ -2,7 +2,10 @@
 //! table. The per-job numbers and verdicts come from the same stress core
 //! (and so the same PromQL expressions) as the gRPC API.
 
+use std::path::Path;
+
 use anyhow::{Context, Result, bail};
+use canopy_gateway::auth::{Access, Role, tokens};
 use canopy_gateway::stress::{Evaluator, JobFilter, JobStress, StateFilter, Thresholds};
 
 use crate::client::{Gateway, HttpSource};
@@ -34,8 +37,8 @@ fn now_ms() -> i64 {
 }
 
 /// The `canopy jobs` table.
-pub fn jobs(gateway: &str, f: &JobFilter, sort: JobSort) -> Result<String> {
-    let gw = Gateway::new(gateway)?;
+pub fn jobs(gateway: &str, token: Option<String>, f: &JobFilter, sort: JobSort) -> Result<String> {
+    let gw = Gateway::new(gateway)?.with_token(token);
     let th = Thresholds::default();
     let ev = Evaluator::with_source(
         HttpSource {
@@ -64,13 +67,13 @@ pub fn jobs(gateway: &str, f: &JobFilter, sort: JobSort) -> Result<String> {
 
 /// The `canopy query` table: instant, or over `range` before `time`.
 pub fn query(
-    gateway: &str,
+    (gateway, token): (&str, Option<String>),
     q: &str,
     time: Option<&str>,
     range: Option<&str>,
     step: &str,
 ) -> Result<String> {
-    let gw = Gateway::new(gateway)?;
+    let gw = Gateway::new(gateway)?.with_token(token);
     let data = match range {
         None => gw.query(q, time)?,
         Some(r) => {
@@ -87,4 +90,46 @@ pub fn query(
         }
     };
     report::query_table(&data)
+}
+
+/// `canopy token`: a new secret for `role` (and `user`), printed once with
+/// the line for the tokens file; with `append`, the line is added to it.
+pub fn token(role: &str, user: Option<String>, append: Option<&Path>) -> Result<String> {
+    let role: Role = role.parse()?;
+    let access = match (role, user) {
+        (Role::User, Some(u)) if tokens::valid_user(&u) => Access::User(u),
+        (Role::User, Some(u)) => {
+            bail!("--user {u:?}: a user name has no spaces or control characters")
+        }
+        (Role::User, None) => {
+            bail!("a user token needs --user NAME (the value of the `user` label)")
+        }
+        (_, Some(_)) => bail!("only user tokens take --user"),
+        (Role::Admin, None) => Access::Admin,
+        (Role::Scheduler, None) => Access::Scheduler,
+    };
+    let (secret, entry) = tokens::mint(access)?;
+    let line = entry.line();
+    let mut out = format!("secret: {secret}\nline:   {line}\n");
+    match append {
+        Some(f) => {
+            use std::io::Write;
+            let mut o = std::fs::OpenOptions::new();
+            o.create(true).append(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            let mut file = o
+                .open(f)
+                .with_context(|| format!("opening {}", f.display()))?;
+            writeln!(file, "{line}").with_context(|| format!("writing {}", f.display()))?;
+            out.push_str(&format!(
+                "appended the line to {} (restart the gateway to load it); the secret is not stored anywhere: keep it now\n",
+                f.display()
+            ));
+        }
+        None => out.push_str(
+            "add the line to the gateway's tokens file (--tokens FILE or `tokens = \"FILE\"`); the secret is shown only now\n",
+        ),
+    }
+    Ok(out)
 }

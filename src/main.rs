@@ -57,6 +57,12 @@ enum Cmd {
         /// (`http://host:port/api/v1/write`); repeatable.
         #[arg(long = "remote-write", value_name = "URL")]
         remote_write: Vec<String>,
+        /// Require tokens from this file (lines made by `canopy token`).
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// Serve without tokens even beyond loopback (a loud warning).
+        #[arg(long)]
+        insecure: bool,
     },
     /// Print the plan for a host list, or write one config file per host.
     Plan {
@@ -149,6 +155,27 @@ enum Cmd {
         /// replaces the config's `remote_write` list.
         #[arg(long = "remote-write", value_name = "URL")]
         remote_write: Vec<String>,
+        /// Require tokens from this file (overrides the config's `tokens`).
+        /// Without tokens the gateway refuses to listen beyond loopback.
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// Serve without tokens even beyond loopback (a loud warning).
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Make an access token: prints the secret once and the line for the
+    /// gateway's tokens file (which holds only its SHA-256 hash).
+    Token {
+        /// admin (everything), scheduler (gRPC and every read, all users),
+        /// or user (only series whose `user` label is --user).
+        #[arg(long)]
+        role: String,
+        /// The user a `user` token is bound to.
+        #[arg(long)]
+        user: Option<String>,
+        /// Also append the line to this tokens file (created 0600 if absent).
+        #[arg(long, value_name = "FILE")]
+        append: Option<PathBuf>,
     },
     /// A table of running and recent jobs with efficiency columns (like seff/cacct).
     Jobs {
@@ -173,6 +200,9 @@ enum Cmd {
         /// Running jobs only (default: also those ended in the last hour).
         #[arg(long)]
         running: bool,
+        /// Access token of a gateway that requires one.
+        #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Run a PromQL query against a gateway and print the answer as a table.
     Query {
@@ -191,6 +221,9 @@ enum Cmd {
         /// Step of a range query.
         #[arg(long, default_value = "15s")]
         step: String,
+        /// Access token of a gateway that requires one.
+        #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -219,6 +252,8 @@ fn main() -> Result<()> {
             subtrees,
             tick_ms,
             remote_write,
+            tokens,
+            insecure,
         } => runtime()?.block_on(fabric::up(fabric::UpArgs {
             nodes,
             http: config::addr("--http", &http)?,
@@ -226,6 +261,8 @@ fn main() -> Result<()> {
             subtrees,
             tick_ms,
             remote_write,
+            tokens,
+            insecure,
         })),
         Cmd::Plan {
             hosts,
@@ -312,6 +349,8 @@ fn main() -> Result<()> {
             retention,
             fsync,
             remote_write,
+            tokens,
+            insecure,
         } => runtime()?.block_on(fabric::gateway(
             config.as_deref(),
             fabric::GatewayArgs {
@@ -321,8 +360,14 @@ fn main() -> Result<()> {
                 retention,
                 fsync,
                 remote_write,
+                tokens,
+                insecure,
             },
         )),
+        Cmd::Token { role, user, append } => {
+            print!("{}", jobs::token(&role, user, append.as_deref())?);
+            Ok(())
+        }
         Cmd::Jobs {
             gateway,
             user,
@@ -331,9 +376,10 @@ fn main() -> Result<()> {
             node,
             sort,
             running,
+            token,
         } => {
             let filter = jobs::filter(user, account, partition, node, running);
-            print!("{}", jobs::jobs(&gateway, &filter, sort)?);
+            print!("{}", jobs::jobs(&gateway, token, &filter, sort)?);
             Ok(())
         }
         Cmd::Query {
@@ -342,10 +388,12 @@ fn main() -> Result<()> {
             time,
             range,
             step,
+            token,
         } => {
+            let gw = (gateway.as_str(), token);
             print!(
                 "{}",
-                jobs::query(&gateway, &query, time.as_deref(), range.as_deref(), &step)?
+                jobs::query(gw, &query, time.as_deref(), range.as_deref(), &step)?
             );
             Ok(())
         }

@@ -17,11 +17,11 @@ use tokio::sync::watch;
 
 use crate::api::http::{ApiState, router};
 use crate::auth::Auth;
-use crate::stress::Thresholds;
 use crate::freshness::Freshness;
 use crate::promql::{Engine, EngineOpts};
 use crate::remote_write::{self, RemoteWrite, SenderConfig, Tap, TapEvent};
 use crate::store::{LiveStore, LiveStoreConfig, Op, SharedStore};
+use crate::stress::Thresholds;
 use crate::wal::{Wal, WalConfig, WalError, WalStats};
 
 /// Errors starting the gateway.
@@ -323,8 +323,7 @@ pub async fn start(
     let engine = Arc::new(Engine::new(EngineOpts::default()));
     let grpc_addr = match opts.grpc {
         Some(addr) => {
-            let mut st =
-                crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
+            let mut st = crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
             st.auth = opts.auth.clone();
             st.thresholds = Arc::new(opts.thresholds.clone());
             Some(crate::api::grpc::serve(addr, st, opts.tick, shutdown.clone()).await?)

@@ -22,11 +22,7 @@ pub fn interceptor(
 ) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + Sync + 'static {
     move |mut req: Request<()>| {
         let access = auth
-            .check(
-                req.metadata()
-                    .get("authorization")
-                    .map(|v| v.as_bytes()),
-            )
+            .check(req.metadata().get("authorization").map(|v| v.as_bytes()))
             .map_err(|e| status(&e))?;
         req.extensions_mut().insert(access);
         Ok(req)

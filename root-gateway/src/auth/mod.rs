@@ -133,10 +133,7 @@ impl Access {
 
     /// The store as this caller may see it: `base` itself, or a
     /// [`ScopedQuerier`] on it for a user.
-    pub fn querier(
-        &self,
-        base: &Arc<dyn Querier + Send + Sync>,
-    ) -> Arc<dyn Querier + Send + Sync> {
+    pub fn querier(&self, base: &Arc<dyn Querier + Send + Sync>) -> Arc<dyn Querier + Send + Sync> {
         match self {
             Access::User(u) => Arc::new(ScopedQuerier::new(Arc::clone(base), u)),
             _ => Arc::clone(base),

@@ -62,10 +62,7 @@ fn malformed_token_lines_are_errors_with_their_line() {
         (format!("sha256:{ok} user"), "needs the user name"),
         (format!("sha256:{ok} admin alice"), "only user tokens"),
         (format!("sha256:{ok} user alice extra"), "too many fields"),
-        (
-            format!("sha256:{ok} admin\nsha256:{ok} user bob"),
-            "twice",
-        ),
+        (format!("sha256:{ok} admin\nsha256:{ok} user bob"), "twice"),
     ] {
         let e = parse(&text).expect_err(&text).to_string();
         assert!(e.contains(want), "{text:?}: {e}");
@@ -79,7 +76,10 @@ fn minted_tokens_verify_and_differ() {
     let (s2, e2) = mint(Access::Admin).expect("mint");
     assert_ne!(s1, s2);
     assert!(s1.starts_with(tokens::SECRET_PREFIX) && s1.len() == 7 + 64);
-    assert!(!e1.line().contains(&s1), "the line holds the hash, not the secret");
+    assert!(
+        !e1.line().contains(&s1),
+        "the line holds the hash, not the secret"
+    );
     let set = TokenSet::new(parse(&format!("{}\n{}\n", e1.line(), e2.line())).expect("parse"));
     assert_eq!(set.lookup(&s1), Some(Access::User("alice".into())));
     assert_eq!(set.lookup(&s2), Some(Access::Admin));
@@ -90,12 +90,21 @@ fn credentials_bearer_and_basic_with_the_token_as_password() {
     let (secret, entry) = mint(Access::Scheduler).expect("mint");
     let auth = Auth::with_tokens(TokenSet::new(vec![entry]));
     let bearer = format!("Bearer {secret}");
-    assert_eq!(auth.check(Some(bearer.as_bytes())).ok(), Some(Access::Scheduler));
+    assert_eq!(
+        auth.check(Some(bearer.as_bytes())).ok(),
+        Some(Access::Scheduler)
+    );
     let lower = format!("bearer  {secret} ");
-    assert_eq!(auth.check(Some(lower.as_bytes())).ok(), Some(Access::Scheduler));
+    assert_eq!(
+        auth.check(Some(lower.as_bytes())).ok(),
+        Some(Access::Scheduler)
+    );
     let b64 = base64::engine::general_purpose::STANDARD.encode(format!("grafana:{secret}"));
     let basic = format!("Basic {b64}");
-    assert_eq!(auth.check(Some(basic.as_bytes())).ok(), Some(Access::Scheduler));
+    assert_eq!(
+        auth.check(Some(basic.as_bytes())).ok(),
+        Some(Access::Scheduler)
+    );
     assert!(matches!(auth.check(None), Err(AuthError::Missing)));
     for bad in [
         "Bearer nope".to_string(),
@@ -123,7 +132,11 @@ fn roles_are_ordered() {
         .require(Role::Admin, "write")
         .expect_err("scheduler is not admin");
     assert!(matches!(e, AuthError::Forbidden { .. }));
-    assert!(Access::User("a".into()).require(Role::Scheduler, "x").is_err());
+    assert!(
+        Access::User("a".into())
+            .require(Role::Scheduler, "x")
+            .is_err()
+    );
 }
 
 /// alice and bob each run a job; node data has no `user` label.
@@ -147,13 +160,19 @@ fn store() -> Arc<dyn crate::store::Querier + Send + Sync> {
             i as f64 * 100.0,
         );
         put(
-            Labels::metric("canopy_job_memory_bytes", [("job_id", "1"), ("user", "alice")]),
+            Labels::metric(
+                "canopy_job_memory_bytes",
+                [("job_id", "1"), ("user", "alice")],
+            ),
             1e9,
         );
         put(Labels::metric("canopy_node_load1", [("node", "n1")]), 3.0);
         put(Labels::metric("up", [("node", "n1")]), 1.0);
         put(
-            Labels::metric("canopy_job_cpus_allocated", [("job_id", "3"), ("user", "alicex")]),
+            Labels::metric(
+                "canopy_job_cpus_allocated",
+                [("job_id", "3"), ("user", "alicex")],
+            ),
             4.0,
         );
     }
@@ -200,7 +219,11 @@ fn a_user_sees_only_series_with_their_user_label() {
     }
     // What alice does see is hers, whole.
     assert_eq!(vector(alice.as_ref(), r#"{__name__=~".+"}"#).len(), 2);
-    assert_eq!(vector(alice.as_ref(), "up").len(), 0, "node data is not hers");
+    assert_eq!(
+        vector(alice.as_ref(), "up").len(),
+        0,
+        "node data is not hers"
+    );
     let sum = |q: &dyn crate::store::Querier| match Engine::default()
         .instant(q, "sum(canopy_job_cpu_seconds_total)", 300_000)
         .expect("sum")
@@ -220,7 +243,12 @@ fn a_user_sees_only_series_with_their_user_label() {
     assert_eq!(all.series(&any, 0, 300_000, 1000).expect("series").len(), 6);
     // An empty user name sees nothing at all.
     let nobody = ScopedQuerier::new(Arc::clone(&all), "");
-    assert!(nobody.series(&any, 0, 300_000, 1000).expect("series").is_empty());
+    assert!(
+        nobody
+            .series(&any, 0, 300_000, 1000)
+            .expect("series")
+            .is_empty()
+    );
     // Others see only their own.
     let bob = Access::User("bob".into()).querier(&all);
     assert_eq!(
@@ -228,5 +256,12 @@ fn a_user_sees_only_series_with_their_user_label() {
         ["bob".to_string()].into()
     );
     // Scheduler and admin see everything.
-    assert_eq!(Access::Scheduler.querier(&all).series(&any, 0, 300_000, 1000).expect("s").len(), 6);
+    assert_eq!(
+        Access::Scheduler
+            .querier(&all)
+            .series(&any, 0, 300_000, 1000)
+            .expect("s")
+            .len(),
+        6
+    );
 }

@@ -5,9 +5,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::watch::DEFAULT_SHARE_THRESHOLD;
+use super::{GrpcState, convert};
 use crate::auth::Role;
 use crate::auth::grpc::{access_of, status as auth_status};
-use super::{GrpcState, convert};
 use crate::stress::{JobStress, StateFilter, job_id_order};
 
 /// Default and largest `top_n` of `ClusterIoShare`.

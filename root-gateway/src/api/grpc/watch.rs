@@ -14,9 +14,9 @@ use tonic::Status;
 
 use super::{GrpcState, convert};
 use crate::auth::Access;
-use std::collections::{BTreeMap, BTreeSet};
 use crate::stress::watch::{diff, snapshot};
 use crate::stress::{ClusterView, JobFilter};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Default share threshold of a watch that gives none.
 pub const DEFAULT_SHARE_THRESHOLD: f64 = 0.25;
@@ -256,7 +256,9 @@ mod tests {
     #[test]
     fn watches_are_capped() {
         let hub = WatchHub::new(4, 1);
-        let _a = hub.subscribe(JobFilter::default(), 0.25, None).expect("first");
+        let _a = hub
+            .subscribe(JobFilter::default(), 0.25, None)
+            .expect("first");
         let e = hub
             .subscribe(JobFilter::default(), 0.25, None)
             .expect_err("second");
@@ -273,7 +275,10 @@ mod tests {
             .subscribe(JobFilter::default(), 0.25, Some("alice".into()))
             .expect("alice");
         hub.publish(None, None, &view(1, &["1", "2"]));
-        assert!(alice.try_recv().is_err(), "the unscoped view is not alice's");
+        assert!(
+            alice.try_recv().is_err(),
+            "the unscoped view is not alice's"
+        );
         assert!(all.try_recv().is_ok());
         hub.publish(Some("alice"), None, &view(1, &["2"]));
         let e = alice.try_recv().expect("alice's view").expect("ok");
