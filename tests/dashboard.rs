@@ -255,3 +255,105 @@ fn dashboard_renders_live_jobs_and_refreshes() {
         "job {job} listed on node {node}"
     );
 }
+
+/// `data.result` of an instant query sent with `Authorization: Bearer`.
+fn results_as(port: u16, q: &str, token: &str) -> Vec<serde_json::Value> {
+    let auth = format!("Bearer {token}");
+    support::request(
+        port,
+        "GET",
+        &format!("/api/v1/query?query={}", support::urlencode(q)),
+        &[("Authorization", auth.as_str())],
+        b"",
+    )
+    .filter(|(s, _)| *s == 200)
+    .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+    .and_then(|v| v["data"]["result"].as_array().cloned())
+    .unwrap_or_default()
+}
+
+/// Job ids by user, as an admin sees them now.
+fn jobs_by_user(port: u16, admin: &str) -> Vec<(String, String)> {
+    results_as(
+        port,
+        "count by (user, job_id) (canopy_job_cpus_allocated)",
+        admin,
+    )
+    .iter()
+    .filter_map(|r| {
+        let m = &r["metric"];
+        Some((
+            m["user"].as_str()?.to_string(),
+            m["job_id"].as_str()?.to_string(),
+        ))
+    })
+    .collect()
+}
+
+#[test]
+fn dashboard_with_a_user_token_shows_only_that_users_jobs() {
+    let chrome = chromium();
+    assert!(
+        Command::new(&chrome)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "{} does not run: reinstall with .ci/install-chromium.sh",
+        chrome.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tokens");
+    let f = file.to_str().expect("UTF-8");
+    let mint = |args: &[&str]| -> String {
+        let mut all = vec!["token", "--append", f];
+        all.extend_from_slice(args);
+        support::canopy(&all)
+            .lines()
+            .find_map(|l| l.strip_prefix("secret: ").map(str::to_string))
+            .expect("a secret")
+    };
+    let admin = mint(&["--role", "admin"]);
+    let users = [
+        "alice", "bob", "chen", "dana", "emil", "fatima", "goran", "hiro", "ines", "jamal",
+    ];
+    let tokens: Vec<(&str, String)> = users
+        .iter()
+        .map(|u| (*u, mint(&["--role", "user", "--user", u])))
+        .collect();
+    let up = canopy_up(&["--nodes", "8", "--subtrees", "4", "--tokens", f]);
+    let http = up.http;
+    let me = wait_for("jobs of two users", Duration::from_secs(90), || {
+        let by = jobs_by_user(http, &admin);
+        let users: BTreeSet<&str> = by.iter().map(|(u, _)| u.as_str()).collect();
+        (users.len() >= 2).then(|| by[0].0.clone())
+    });
+    let tok = &tokens.iter().find(|(u, _)| *u == me).expect("a token").1;
+    let url = format!("http://127.0.0.1:{http}/");
+
+    // Without a token the page asks for one and shows no job.
+    let dom = dump_dom(&url, 4_000);
+    assert!(dom.contains("asks for an access token"), "token prompt");
+    assert!(rendered_jobs(&dom).is_empty());
+
+    // With `#token=`, it shows the user's jobs and nobody else's.
+    let before = jobs_by_user(http, &admin);
+    let dom = dump_dom(&format!("{url}#token={tok}"), 8_000);
+    let after = jobs_by_user(http, &admin);
+    let others: BTreeSet<String> = before
+        .iter()
+        .chain(&after)
+        .filter(|(u, _)| *u != me)
+        .map(|(_, j)| j.clone())
+        .collect();
+    let shown = rendered_jobs(&dom);
+    assert!(!shown.is_empty(), "my jobs are shown");
+    let leaked: Vec<_> = shown.intersection(&others).collect();
+    assert!(
+        leaked.is_empty(),
+        "other users' jobs on the page: {leaked:?}"
+    );
+    assert!(
+        !dom.contains(tok.as_str()),
+        "the token left the address bar and the page"
+    );
+}

@@ -134,7 +134,20 @@ function setParams(params) {
   history.replaceState(null, '', qs ? `${path}?${qs}` : path);
 }
 
+/**
+ * `#token=SECRET` (also `#/job/1?token=…`): remembers the token for this tab
+ * (sessionStorage) and takes it out of the address bar and the history.
+ */
+function takeTokenFromHash() {
+  const m = location.hash.match(/[#?&]token=([^&]*)/);
+  if (!m) return;
+  setToken(decodeURIComponent(m[1]));
+  const rest = location.hash.replace(/([#?&])token=[^&]*&?/, '$1').replace(/[?&]$/, '');
+  history.replaceState(null, '', rest === '#' || rest === '' ? '#/' : rest);
+}
+
 function route() {
+  takeTokenFromHash();
   if (current) current.destroy();
   view.replaceChildren();
   const { parts, params } = parseHash();
