@@ -327,3 +327,33 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "listen = \"0.0.0.0:7700\"\n";
+    const TLS: &str = "[tls]\nca = \"ca.pem\"\ncert = \"g.pem\"\nkey = \"g.key\"\n";
+
+    #[test]
+    fn gateway_thresholds_default_and_override_one_by_one() {
+        let f: GatewayFile = toml::from_str(&format!("{MIN}{TLS}")).expect("minimal");
+        assert_eq!(f.thresholds, Thresholds::default());
+        assert_eq!(f.tokens, None);
+        let f: GatewayFile = toml::from_str(&format!(
+            "{MIN}tokens = \"tokens\"\n[thresholds]\ncpu_under = 0.3\nio_share_over = 0.8\n{TLS}"
+        ))
+        .expect("thresholds");
+        assert_eq!(f.thresholds.cpu_under, 0.3);
+        assert_eq!(f.thresholds.io_share_over, 0.8);
+        assert_eq!(f.thresholds.mem_over, Thresholds::default().mem_over);
+        assert_eq!(f.tokens.as_deref(), Some(Path::new("tokens")));
+        let e = toml::from_str::<GatewayFile>(&format!("{MIN}[thresholds]\ncpu_undr = 0.3\n{TLS}"))
+            .expect_err("a typo is an error");
+        assert!(e.to_string().contains("cpu_undr"), "{e}");
+        // What `plan --emit-configs` writes reads back the same.
+        let text = toml::to_string_pretty(&f).expect("serialise");
+        let back: GatewayFile = toml::from_str(&text).expect("round trip");
+        assert_eq!(back, f);
+    }
+}
