@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use canopy_gateway::remote_write::{EndpointConfig, WriteAuth};
 use canopy_gateway::stress::Thresholds;
 use canopy_topology::{Peer, Plan, Role};
 use serde::{Deserialize, Serialize};
@@ -102,9 +103,11 @@ pub struct GatewayFile {
     #[serde(default = "default_fsync")]
     pub fsync: String,
     /// Prometheus remote_write endpoints every series is sent to, e.g.
-    /// `["http://victoria:8428/api/v1/write"]`.
+    /// `["http://victoria:8428/api/v1/write"]`; an entry may be a table with
+    /// credentials and roots: `{ url = "https://…", bearer_token_file = "…",
+    /// basic_auth = { username = "…", password_file = "…" }, ca_file = "…" }`.
     #[serde(default)]
-    pub remote_write: Vec<String>,
+    pub remote_write: Vec<RemoteWriteFile>,
     /// Tokens file (relative to this file; `canopy token` makes its lines):
     /// SHA-256 hashes with roles admin, scheduler or user. Absent: no access
     /// control, which the gateway only accepts on loopback addresses
@@ -117,6 +120,123 @@ pub struct GatewayFile {
     pub thresholds: Thresholds,
     /// Certificates.
     pub tls: TlsFile,
+}
+
+/// One `remote_write` entry of gateway.toml.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum RemoteWriteFile {
+    /// Just the URL (`http://` or `https://`).
+    Url(String),
+    /// A URL with credentials and roots.
+    Endpoint(RemoteWriteEndpoint),
+}
+
+/// A remote_write endpoint with credentials; secrets live in files
+/// (relative to the config file), never in the config itself.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteWriteEndpoint {
+    /// `http(s)://host:port/api/v1/write`.
+    pub url: String,
+    /// File holding a bearer token (`Authorization: Bearer …`).
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
+    /// Basic auth: user name and a file holding the password.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuthFile>,
+    /// PEM CA certificates to trust instead of the public and system roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Basic auth of a remote_write endpoint.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthFile {
+    /// User name.
+    pub username: String,
+    /// File holding the password.
+    pub password_file: PathBuf,
+}
+
+fn read_secret(what: &str, p: &Path) -> Result<String> {
+    let s = std::fs::read_to_string(p)
+        .with_context(|| format!("reading the {what} file {}", p.display()))?;
+    let s = s.trim().to_string();
+    if s.is_empty() {
+        bail!("the {what} file {} is empty", p.display());
+    }
+    Ok(s)
+}
+
+impl RemoteWriteFile {
+    /// The endpoint, its files read relative to `config`.
+    pub fn load(&self, config: &Path) -> Result<EndpointConfig> {
+        let e = match self {
+            RemoteWriteFile::Url(u) => return Ok(EndpointConfig::plain(u)),
+            RemoteWriteFile::Endpoint(e) => e,
+        };
+        let auth = match (&e.bearer_token_file, &e.basic_auth) {
+            (Some(_), Some(_)) => bail!(
+                "remote_write {}: bearer_token_file or basic_auth, not both",
+                e.url
+            ),
+            (Some(f), None) => Some(WriteAuth::Bearer(read_secret(
+                "bearer token",
+                &rel(config, f),
+            )?)),
+            (None, Some(b)) => Some(WriteAuth::Basic {
+                username: b.username.clone(),
+                password: read_secret("password", &rel(config, &b.password_file))?,
+            }),
+            (None, None) => None,
+        };
+        let ca_pem = match &e.ca_file {
+            Some(f) => {
+                let p = rel(config, f);
+                Some(
+                    std::fs::read_to_string(&p)
+                        .with_context(|| format!("reading {}", p.display()))?,
+                )
+            }
+            None => None,
+        };
+        Ok(EndpointConfig {
+            url: e.url.clone(),
+            auth,
+            ca_pem,
+        })
+    }
+}
+
+/// `--remote-write URL` endpoints, each with `--remote-write-bearer-file`
+/// and `--remote-write-ca` when given.
+pub fn cli_endpoints(
+    urls: &[String],
+    bearer_file: Option<&Path>,
+    ca_file: Option<&Path>,
+) -> Result<Vec<EndpointConfig>> {
+    if urls.is_empty() && (bearer_file.is_some() || ca_file.is_some()) {
+        bail!(
+            "--remote-write-bearer-file and --remote-write-ca apply to --remote-write URLs; none given"
+        );
+    }
+    let auth = bearer_file
+        .map(|f| read_secret("bearer token", f))
+        .transpose()?
+        .map(WriteAuth::Bearer);
+    let ca_pem = ca_file
+        .map(|f| std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display())))
+        .transpose()?;
+    Ok(urls
+        .iter()
+        .map(|u| EndpointConfig {
+            url: u.clone(),
+            auth: auth.clone(),
+            ca_pem: ca_pem.clone(),
+        })
+        .collect())
 }
 
 fn default_tick_ms() -> u64 {
@@ -351,6 +471,30 @@ mod tests {
         let e = toml::from_str::<GatewayFile>(&format!("{MIN}[thresholds]\ncpu_undr = 0.3\n{TLS}"))
             .expect_err("a typo is an error");
         assert!(e.to_string().contains("cpu_undr"), "{e}");
+        // remote_write: URLs and tables with credentials side by side.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("vm.token"), "tok\n").expect("write");
+        std::fs::write(dir.path().join("pw"), "pw").expect("write");
+        let g: GatewayFile = toml::from_str(&format!(
+            "{MIN}remote_write = [\"http://a/w\", {{ url = \"https://b/w\", bearer_token_file = \"vm.token\" }}, {{ url = \"https://c/w\", basic_auth = {{ username = \"u\", password_file = \"pw\" }} }}]\n{TLS}"
+        ))
+        .expect("remote_write entries");
+        let cfg = dir.path().join("gateway.toml");
+        let eps: Vec<EndpointConfig> = g
+            .remote_write
+            .iter()
+            .map(|r| r.load(&cfg))
+            .collect::<Result<_>>()
+            .expect("load");
+        assert_eq!(eps[0], EndpointConfig::plain("http://a/w"));
+        assert_eq!(eps[1].auth, Some(WriteAuth::Bearer("tok".into())));
+        assert_eq!(
+            eps[2].auth,
+            Some(WriteAuth::Basic {
+                username: "u".into(),
+                password: "pw".into()
+            })
+        );
         // What `plan --emit-configs` writes reads back the same.
         let text = toml::to_string_pretty(&f).expect("serialise");
         let back: GatewayFile = toml::from_str(&text).expect("round trip");

@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::{MergeConfig, NullSink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
 use canopy_gateway::auth::Auth;
+use canopy_gateway::remote_write::EndpointConfig;
 use canopy_gateway::server::{GatewayOptions, start};
 use canopy_gateway::stress::Thresholds;
 use canopy_gateway::wal::WalConfig;
@@ -200,7 +201,7 @@ pub struct UpArgs {
     /// Tick, ms.
     pub tick_ms: u64,
     /// remote_write endpoints.
-    pub remote_write: Vec<String>,
+    pub remote_write: Vec<EndpointConfig>,
     /// Tokens file (none: open, allowed on loopback only unless `insecure`).
     pub tokens: Option<std::path::PathBuf>,
     /// Run open even when listening beyond loopback.
@@ -455,7 +456,7 @@ pub struct GatewayArgs {
     /// fsync policy: always, tick, never.
     pub fsync: Option<String>,
     /// remote_write endpoints (replace the config's when given).
-    pub remote_write: Vec<String>,
+    pub remote_write: Vec<EndpointConfig>,
     /// Tokens file (overrides the config's `tokens`).
     pub tokens: Option<std::path::PathBuf>,
     /// Run open even when listening beyond loopback.
@@ -509,7 +510,11 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             }
             thresholds = f.thresholds.clone();
             if remote_write.is_empty() {
-                remote_write.clone_from(&f.remote_write);
+                remote_write = f
+                    .remote_write
+                    .iter()
+                    .map(|r| r.load(p))
+                    .collect::<Result<_>>()?;
             }
             let id = load_identity(p, &f.tls)?;
             let l = Listener::bind(

@@ -57,6 +57,13 @@ enum Cmd {
         /// (`http://host:port/api/v1/write`); repeatable.
         #[arg(long = "remote-write", value_name = "URL")]
         remote_write: Vec<String>,
+        /// Bearer token file for every --remote-write endpoint.
+        #[arg(long, value_name = "FILE")]
+        remote_write_bearer_file: Option<PathBuf>,
+        /// PEM CA file the --remote-write endpoints' https certificates are
+        /// checked against (default: public and system roots).
+        #[arg(long, value_name = "FILE")]
+        remote_write_ca: Option<PathBuf>,
         /// Require tokens from this file (lines made by `canopy token`).
         #[arg(long, value_name = "FILE")]
         tokens: Option<PathBuf>,
@@ -155,6 +162,13 @@ enum Cmd {
         /// replaces the config's `remote_write` list.
         #[arg(long = "remote-write", value_name = "URL")]
         remote_write: Vec<String>,
+        /// Bearer token file for every --remote-write endpoint.
+        #[arg(long, value_name = "FILE")]
+        remote_write_bearer_file: Option<PathBuf>,
+        /// PEM CA file the --remote-write endpoints' https certificates are
+        /// checked against (default: public and system roots).
+        #[arg(long, value_name = "FILE")]
+        remote_write_ca: Option<PathBuf>,
         /// Require tokens from this file (overrides the config's `tokens`).
         /// Without tokens the gateway refuses to listen beyond loopback.
         #[arg(long, value_name = "FILE")]
@@ -252,6 +266,8 @@ fn main() -> Result<()> {
             subtrees,
             tick_ms,
             remote_write,
+            remote_write_bearer_file,
+            remote_write_ca,
             tokens,
             insecure,
         } => runtime()?.block_on(fabric::up(fabric::UpArgs {
@@ -260,7 +276,11 @@ fn main() -> Result<()> {
             grpc: config::addr("--grpc", &grpc)?,
             subtrees,
             tick_ms,
-            remote_write,
+            remote_write: config::cli_endpoints(
+                &remote_write,
+                remote_write_bearer_file.as_deref(),
+                remote_write_ca.as_deref(),
+            )?,
             tokens,
             insecure,
         })),
@@ -349,6 +369,8 @@ fn main() -> Result<()> {
             retention,
             fsync,
             remote_write,
+            remote_write_bearer_file,
+            remote_write_ca,
             tokens,
             insecure,
         } => runtime()?.block_on(fabric::gateway(
@@ -359,7 +381,11 @@ fn main() -> Result<()> {
                 data_dir,
                 retention,
                 fsync,
-                remote_write,
+                remote_write: config::cli_endpoints(
+                    &remote_write,
+                    remote_write_bearer_file.as_deref(),
+                    remote_write_ca.as_deref(),
+                )?,
                 tokens,
                 insecure,
             },

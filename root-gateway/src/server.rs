@@ -209,7 +209,7 @@ pub struct GatewayOptions {
     /// Write-ahead log and snapshots (none: memory only, nothing survives a restart).
     pub wal: Option<WalConfig>,
     /// remote_write endpoints every sample the gateway holds is sent to.
-    pub remote_write: Vec<String>,
+    pub remote_write: Vec<remote_write::EndpointConfig>,
     /// Who may call the HTTP and gRPC APIs ([`Auth::open`]: everyone).
     pub auth: Auth,
     /// Where the stress verdicts draw their lines.
@@ -259,7 +259,7 @@ pub async fn start(
         None
     } else {
         let cfg = SenderConfig {
-            urls: opts.remote_write.clone(),
+            endpoints: opts.remote_write.clone(),
             ..SenderConfig::default()
         };
         Some(remote_write::spawn(cfg, shutdown.clone())?)

@@ -11,12 +11,14 @@
 //! with backoff and drops its oldest samples when full. [`sender`] is the
 //! thin async shell around both.
 
+pub mod endpoint;
 pub mod queue;
 pub mod receiver;
 pub mod sender;
 pub mod tracker;
 pub mod wire;
 
+pub use endpoint::{EndpointConfig, WriteAuth};
 pub use receiver::{ReceiverState, router};
 pub use sender::{RemoteWrite, SenderConfig, Tap, spawn};
 pub use tracker::TapEvent;
@@ -53,6 +55,14 @@ pub enum RemoteWriteError {
     /// The body could not be read from the connection.
     #[error("reading the remote_write body: {0}")]
     Read(String),
+    /// The TLS settings of an endpoint are unusable.
+    #[error("remote_write {url:?}: TLS: {reason}")]
+    Tls {
+        /// The endpoint.
+        url: String,
+        /// Why.
+        reason: String,
+    },
     /// A remote_write URL Canopy cannot send to.
     #[error("remote_write URL {url:?}: {reason}")]
     BadUrl {
@@ -69,3 +79,5 @@ mod receiver_tests;
 mod sender_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -10,21 +10,20 @@ use bytes::Bytes;
 use canopy_proto::link::unix_now_ms;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::Uri;
-use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, USER_AGENT};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, USER_AGENT};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::RemoteWriteError;
+use super::endpoint::{EndpointConfig, HttpClient};
 use super::queue::{Next, Outcome, QueueConfig, QueueStats, SendQueue, classify};
 use super::tracker::{OutSample, TapEvent, Tracker, TrackerConfig, TrackerStats};
 
 /// Settings of the remote_write senders.
 #[derive(Clone, Debug)]
 pub struct SenderConfig {
-    /// Endpoints (`http://host:port/path`), each with its own queue.
-    pub urls: Vec<String>,
+    /// Endpoints (`http(s)://host:port/path`, credentials, roots), each
+    /// with its own queue.
+    pub endpoints: Vec<EndpointConfig>,
     /// Events the tap buffers before it drops (counted).
     pub channel_capacity: usize,
     /// Per-request timeout.
@@ -40,7 +39,7 @@ pub struct SenderConfig {
 impl Default for SenderConfig {
     fn default() -> Self {
         SenderConfig {
-            urls: Vec::new(),
+            endpoints: Vec::new(),
             channel_capacity: 1 << 18,
             request_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_millis(100),
@@ -88,6 +87,7 @@ pub struct RemoteWriteStats {
 struct Endpoint {
     url: String,
     uri: Uri,
+    authorization: Option<HeaderValue>,
     queue: Mutex<SendQueue>,
     notify: Notify,
 }
@@ -124,7 +124,7 @@ fn lock(q: &Mutex<SendQueue>) -> std::sync::MutexGuard<'_, SendQueue> {
     q.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Checks a remote_write URL: plain `http://` with a host.
+/// Checks a remote_write URL: `http://` or `https://` with a host.
 pub fn parse_url(url: &str) -> Result<Uri, RemoteWriteError> {
     let bad = |reason: &str| RemoteWriteError::BadUrl {
         url: url.to_string(),
@@ -134,13 +134,8 @@ pub fn parse_url(url: &str) -> Result<Uri, RemoteWriteError> {
         .parse()
         .map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(bad(
-                "https is not supported by the sender yet; use http:// (e.g. through a local TLS proxy)",
-            ));
-        }
-        _ => return Err(bad("expected http://host:port/path")),
+        Some("http" | "https") => {}
+        _ => return Err(bad("expected http(s)://host:port/path")),
     }
     if uri.authority().is_none() {
         return Err(bad("no host"));
@@ -155,10 +150,18 @@ pub fn spawn(
     shutdown: watch::Receiver<bool>,
 ) -> Result<RemoteWrite, RemoteWriteError> {
     let mut endpoints = Vec::new();
-    for url in &cfg.urls {
+    let mut clients = Vec::new();
+    for ec in &cfg.endpoints {
+        let uri = parse_url(&ec.url)?;
+        let authorization = ec.authorization()?;
+        if authorization.is_some() && uri.scheme_str() == Some("http") {
+            tracing::warn!(url = %ec.url, "remote_write credentials sent over plain http");
+        }
+        clients.push(ec.client()?);
         endpoints.push(Arc::new(Endpoint {
-            url: url.clone(),
-            uri: parse_url(url)?,
+            url: ec.url.clone(),
+            uri,
+            authorization,
             queue: Mutex::new(SendQueue::new(cfg.queue.clone())),
             notify: Notify::new(),
         }));
@@ -169,12 +172,10 @@ pub fn spawn(
         dropped: Arc::new(AtomicU64::new(0)),
     };
     let tracker = Arc::new(Mutex::new(TrackerStats::default()));
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    for ep in &endpoints {
+    for (ep, client) in endpoints.iter().zip(clients) {
         tokio::spawn(send_loop(
             Arc::clone(ep),
-            client.clone(),
+            client,
             cfg.request_timeout,
             shutdown.clone(),
         ));
@@ -237,7 +238,7 @@ async fn track_loop(
 
 async fn send_loop(
     ep: Arc<Endpoint>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: HttpClient,
     timeout: Duration,
     mut sd: watch::Receiver<bool>,
 ) {
@@ -248,7 +249,7 @@ async fn send_loop(
         let next = lock(&ep.queue).next(unix_now_ms());
         let wait_until = match next {
             Ok(Next::Send(batch)) => {
-                let outcome = post(&client, &ep.uri, batch.body, timeout).await;
+                let outcome = post(&client, &ep, batch.body, timeout).await;
                 let delay = lock(&ep.queue).on_outcome(&outcome, unix_now_ms());
                 match (&outcome, delay) {
                     (Outcome::Retry(why), Some(d))
@@ -288,13 +289,12 @@ async fn send_loop(
 }
 
 /// One POST; the outcome decides retry or drop.
-async fn post(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    uri: &Uri,
-    body: Bytes,
-    timeout: Duration,
-) -> Outcome {
-    let req = hyper::Request::post(uri.clone())
+async fn post(client: &HttpClient, ep: &Endpoint, body: Bytes, timeout: Duration) -> Outcome {
+    let mut req = hyper::Request::post(ep.uri.clone());
+    if let Some(a) = &ep.authorization {
+        req = req.header(AUTHORIZATION, a.clone());
+    }
+    let req = req
         .header(CONTENT_ENCODING, "snappy")
         .header(CONTENT_TYPE, "application/x-protobuf")
         .header(USER_AGENT, concat!("canopy/", env!("CARGO_PKG_VERSION")))

@@ -13,6 +13,7 @@ use axum::routing::post;
 use canopy_proto::model::Labels;
 use tokio::sync::watch;
 
+use super::endpoint::EndpointConfig;
 use super::queue::QueueConfig;
 use super::sender::{RemoteWrite, SenderConfig, spawn};
 use super::tracker::TapEvent;
@@ -59,7 +60,7 @@ async fn serve(e: Endpoint) -> String {
 
 fn cfg(url: String, capacity: usize) -> SenderConfig {
     SenderConfig {
-        urls: vec![url],
+        endpoints: vec![EndpointConfig::plain(&url)],
         poll_interval: Duration::from_millis(10),
         queue: QueueConfig {
             capacity,
@@ -157,7 +158,7 @@ async fn an_absent_endpoint_is_retried_and_the_queue_drops_its_oldest() {
     assert_eq!((q.queued, q.samples_sent), (50, 0));
     assert!(
         spawn(
-            cfg("https://example.org/api/v1/write".into(), 1),
+            cfg("ftp://example.org/api/v1/write".into(), 1),
             watch::channel(false).1
         )
         .is_err()
