@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::{Access, Auth, AuthError, Role};
+use crate::api::HttpStatus;
 use crate::api::http::ApiState;
 
 /// What a path needs.
@@ -36,14 +37,28 @@ pub fn need(method: &Method, path: &str) -> Need {
     }
 }
 
+impl HttpStatus for AuthError {
+    fn status(&self) -> StatusCode {
+        match self {
+            AuthError::Missing | AuthError::Invalid => StatusCode::UNAUTHORIZED,
+            AuthError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+    fn error_type(&self) -> &'static str {
+        match self {
+            AuthError::Missing | AuthError::Invalid => "unauthorized",
+            AuthError::Forbidden { .. } => "forbidden",
+            _ => "internal",
+        }
+    }
+}
+
 /// A Prometheus-shaped error: 401 `unauthorized` (with a `WWW-Authenticate`
 /// challenge) for missing or unknown tokens, 403 `forbidden` for a role too low.
 pub fn deny(e: &AuthError) -> Response {
-    let (status, kind) = match e {
-        AuthError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
-        _ => (StatusCode::UNAUTHORIZED, "unauthorized"),
-    };
-    let body = json!({"status": "error", "errorType": kind, "error": e.to_string()});
+    let status = e.status();
+    let body = json!({"status": "error", "errorType": e.error_type(), "error": e.to_string()});
     let mut r = (status, axum::Json(body)).into_response();
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(

@@ -265,3 +265,58 @@ fn a_user_sees_only_series_with_their_user_label() {
         6
     );
 }
+
+#[tokio::test]
+async fn the_http_guard_answers_401_403_and_scopes_every_handler() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt;
+
+    let (user, ue) = mint(Access::User("alice".into())).expect("mint");
+    let (sched, se) = mint(Access::Scheduler).expect("mint");
+    let mut st = crate::api::http::ApiState::new(store(), Arc::new(Engine::default()));
+    st.now_ms = Arc::new(|| 300_000);
+    st.auth = Auth::with_tokens(TokenSet::new(vec![ue, se]));
+    let app = crate::api::http::router(st);
+    let call = |uri: &str, token: Option<&str>| {
+        let mut r = Request::get(uri);
+        if let Some(t) = token {
+            r = r.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = r.body(Body::empty()).expect("request");
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req).await.expect("answer");
+            let status = resp.status();
+            let challenge = resp.headers().contains_key(header::WWW_AUTHENTICATE);
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .expect("body");
+            let text = String::from_utf8_lossy(&body).to_string();
+            (status, challenge, text)
+        }
+    };
+    let (s, challenge, body) = call("/api/v1/query?query=up", None).await;
+    assert_eq!((s, challenge), (StatusCode::UNAUTHORIZED, true));
+    assert!(body.contains("\"errorType\":\"unauthorized\""), "{body}");
+    let (s, _, body) = call("/metrics", Some(&sched)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(body.contains("\"errorType\":\"forbidden\""), "{body}");
+    let sel = "%7B__name__%3D~%22.%2B%22%7D";
+    for path in [
+        format!("/api/v1/series?match[]={sel}"),
+        format!("/api/v1/query?query={sel}"),
+        format!("/federate?match[]={sel}"),
+        "/api/v1/label/user/values".to_string(),
+    ] {
+        let (s, _, body) = call(&path, Some(&user)).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {body}");
+        assert!(body.contains("alice"), "{path}: {body}");
+        assert!(
+            !body.contains("bob") && !body.contains("n1\"}"),
+            "{path}: {body}"
+        );
+        let (_, _, all) = call(&path, Some(&sched)).await;
+        assert!(all.contains("bob"), "{path}: the scheduler sees bob: {all}");
+    }
+}
