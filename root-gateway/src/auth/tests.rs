@@ -71,6 +71,16 @@ fn malformed_token_lines_are_errors_with_their_line() {
 }
 
 #[test]
+fn user_names_that_would_change_meaning_in_the_file_are_refused() {
+    for bad in ["", "a b", "a#b", "a\tb", "a\u{7}"] {
+        assert!(!tokens::valid_user(bad), "{bad:?}");
+    }
+    for good in ["alice", "o'brien", "jean-luc", "用户"] {
+        assert!(tokens::valid_user(good), "{good:?}");
+    }
+}
+
+#[test]
 fn minted_tokens_verify_and_differ() {
     let (s1, e1) = mint(Access::User("alice".into())).expect("mint");
     let (s2, e2) = mint(Access::Admin).expect("mint");

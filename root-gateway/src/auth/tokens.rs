@@ -85,9 +85,13 @@ impl TokenEntry {
 }
 
 /// A user name a token may be bound to: the value of a `user` label, not
-/// empty, printable, without spaces (the file is whitespace-separated).
+/// empty, printable, without spaces (the file is whitespace-separated) and
+/// without `#` (it starts a comment: `a#b` would bind the token to `a`).
 pub fn valid_user(u: &str) -> bool {
-    !u.is_empty() && u.len() <= 256 && u.chars().all(|c| !c.is_whitespace() && !c.is_control())
+    !u.is_empty()
+        && u.len() <= 256
+        && u.chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && c != '#')
 }
 
 /// Parses a tokens file. Blank lines and `#` comments are skipped; any
