@@ -41,7 +41,10 @@ impl fmt::Debug for WriteAuth {
         match self {
             WriteAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
             WriteAuth::Basic { username, .. } => {
-                write!(f, "Basic {{ username: {username:?}, password: <redacted> }}")
+                write!(
+                    f,
+                    "Basic {{ username: {username:?}, password: <redacted> }}"
+                )
             }
         }
     }
