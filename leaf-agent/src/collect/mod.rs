@@ -15,6 +15,8 @@
 pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod diskstats;
+pub mod filesystem;
+pub mod fs_worker;
 pub mod gpu;
 pub mod hwmon;
 pub mod infiniband;
@@ -37,6 +39,8 @@ pub mod synthetic;
 
 #[cfg(test)]
 mod device_tests;
+#[cfg(test)]
+mod fs_tests;
 #[cfg(test)]
 mod gpu_tests;
 #[cfg(test)]
@@ -141,6 +145,11 @@ pub fn host_collectors(
         Box::new(NetDevCollector::new(node, proc_root)),
         Box::new(DiskStatsCollector::new(node, proc_root)),
         Box::new(PressureCollector::new(node, proc_root)),
+        Box::new(filesystem::FilesystemCollector::new(
+            node,
+            proc_root,
+            filesystem::FilesystemOptions::default(),
+        )),
         Box::new(SlurmJobsCollector::new(
             node,
             proc_root,
