@@ -22,10 +22,12 @@ pub mod hwmon;
 pub mod infiniband;
 pub mod job_energy;
 pub mod job_labels;
+pub mod k8s_pods;
 pub mod loadavg;
 pub mod lustre;
 pub mod meminfo;
 pub mod netdev;
+pub mod outside_jobs;
 pub mod perf;
 pub mod perf_jobs;
 pub mod pressure;
@@ -43,6 +45,8 @@ mod device_tests;
 mod fs_tests;
 #[cfg(test)]
 mod gpu_tests;
+#[cfg(test)]
+mod k8s_tests;
 #[cfg(test)]
 mod perf_tests;
 #[cfg(test)]
@@ -159,6 +163,11 @@ pub fn host_collectors(
                 ..SlurmJobsOptions::default()
             },
         )),
+        Box::new(k8s_pods::K8sPodsCollector::new(
+            node,
+            cgroup_root,
+            Some(Path::new(k8s_pods::DEFAULT_POD_LOGS)),
+        )),
         // Optional devices: each logs once when absent and looks again
         // rarely. `/sys` sits beside `/proc` (a fixture `.../proc` gets
         // `.../sys`).
@@ -179,6 +188,8 @@ pub fn host_collectors(
         // buffer (job labels, RAPL and job CPU series).
         Box::new(job_labels::JobLabelsCollector),
         Box::new(job_energy::JobEnergyCollector::new()),
+        // Processes outside any job: node busy CPU minus the jobs'.
+        Box::new(outside_jobs::OutsideJobsCollector::new(node)),
     ]
 }
 
