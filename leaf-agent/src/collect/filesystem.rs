@@ -177,8 +177,7 @@ impl FsFilter {
                     .strip_prefix(p.as_str())
                     .is_some_and(|r| r.starts_with('/'))
         };
-        !self.exclude_fstypes.contains(&m.fstype)
-            && !self.exclude_mountpoints.iter().any(under)
+        !self.exclude_fstypes.contains(&m.fstype) && !self.exclude_mountpoints.iter().any(under)
     }
 
     /// The mounts to report, one per mount point (the last mounted wins,

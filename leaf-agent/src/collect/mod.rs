@@ -30,6 +30,7 @@ pub mod netdev;
 pub mod outside_jobs;
 pub mod perf;
 pub mod perf_jobs;
+pub mod perf_tasks;
 pub mod pressure;
 pub mod probe;
 pub mod proc_io;
@@ -47,6 +48,8 @@ mod fs_tests;
 mod gpu_tests;
 #[cfg(test)]
 mod k8s_tests;
+#[cfg(test)]
+mod perf_tasks_tests;
 #[cfg(test)]
 mod perf_tests;
 #[cfg(test)]
@@ -182,6 +185,13 @@ pub fn host_collectors(
             node,
             cgroup_root,
             &sys_root,
+            perf_jobs::DEFAULT_MAX_FDS,
+        )),
+        // cgroup v1 Slurm: per-task counters with inherit.
+        Box::new(perf_tasks::PerfTasksCollector::new(
+            node,
+            cgroup_root,
+            proc_root,
             perf_jobs::DEFAULT_MAX_FDS,
         )),
         // Last: these read what the collectors above put in the tick's
