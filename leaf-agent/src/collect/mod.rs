@@ -43,6 +43,8 @@ pub mod synthetic;
 #[cfg(test)]
 mod device_tests;
 #[cfg(test)]
+mod drm_tests;
+#[cfg(test)]
 mod fs_tests;
 #[cfg(test)]
 mod gpu_tests;
@@ -180,6 +182,9 @@ pub fn host_collectors(
         Box::new(lustre::LustreCollector::new(node, proc_root, &sys_root)),
         Box::new(gpu::amd::AmdGpuCollector::new(node, &sys_root)),
         Box::new(gpu::nvml::NvmlCollector::new(node, proc_root)),
+        Box::new(gpu::drm::DrmFdinfoCollector::new(
+            node, proc_root, &sys_root,
+        )),
         Box::new(perf::PerfCollector::new(node, &sys_root)),
         Box::new(perf_jobs::PerfJobsCollector::new(
             node,
