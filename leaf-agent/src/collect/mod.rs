@@ -41,6 +41,8 @@ pub mod stat;
 pub mod synthetic;
 
 #[cfg(test)]
+mod bad_input_tests;
+#[cfg(test)]
 mod device_tests;
 #[cfg(test)]
 mod drm_tests;
