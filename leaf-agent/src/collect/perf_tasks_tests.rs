@@ -271,3 +271,27 @@ fn perf_tasks_no_v1_jobs_logs_once_and_budget_holds() {
             && o.labels.get("kind") == Some("fd_budget")
     }));
 }
+
+#[test]
+fn perf_tasks_idle_slurm_root_picks_up_a_new_job_at_the_next_tick() {
+    let d = crate::TestDir::new();
+    let ctl = d.path().join("cpuacct");
+    std::fs::create_dir_all(ctl.join("slurm_n1/uid_1000")).unwrap();
+    let mut c =
+        PerfTasksCollector::with_controllers("n1", vec![ctl.clone()], Path::new("/proc"), 64);
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        c.collect(&mut out).unwrap();
+    }
+    assert_eq!(c.probe().notices(), 0, "Slurm's root is there: no back-off");
+    // A job starts (its tasks are already gone: nothing to open, no panic).
+    std::fs::create_dir_all(ctl.join("slurm_n1/uid_1000/job_9/step_0")).unwrap();
+    std::fs::write(
+        ctl.join("slurm_n1/uid_1000/job_9/step_0/tasks"),
+        "4000000000\n",
+    )
+    .unwrap();
+    c.collect(&mut out).unwrap();
+    assert_eq!(c.opened_tasks(9), Some(0));
+    assert!(out.is_empty(), "{out:?}");
+}
