@@ -344,7 +344,12 @@ impl Collector for K8sPodsCollector {
             return Ok(());
         }
         let (pods, errs) = scan_pods(&self.cgroup_root);
-        if pods.is_empty() && self.ids.is_empty() {
+        // Back off only where the kubelet made no cgroup at all; on a
+        // kubelet node without pods, a new pod shows at the next tick.
+        let kubelet = hierarchies(&self.cgroup_root)
+            .iter()
+            .any(|(_, b)| b.join("kubepods").is_dir() || b.join("kubepods.slice").is_dir());
+        if pods.is_empty() && self.ids.is_empty() && !kubelet {
             self.probe
                 .missing(&"no kubepods cgroup (no kubelet on this node)");
             return Ok(());

@@ -428,3 +428,31 @@ fn outside_jobs_real_host_collectors_report_it() {
         outside.value
     );
 }
+
+#[test]
+fn k8s_kubelet_without_pods_picks_up_a_new_pod_at_the_next_tick() {
+    let dir = TestDir::new();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("cpuacct/kubepods/burstable")).unwrap();
+    let mut c = K8sPodsCollector::new("n1", root, None);
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        c.collect(&mut out).unwrap();
+    }
+    assert!(out.is_empty());
+    assert_eq!(
+        c.probe().notices(),
+        0,
+        "the kubelet's cgroup is there: no back-off"
+    );
+    write(
+        root,
+        &format!("cpuacct/kubepods/burstable/pod{UID_WEB}/cpuacct.usage"),
+        "1000000000\n",
+    );
+    c.collect(&mut out).unwrap();
+    assert_eq!(
+        val(&out, "canopy_job_cpu_seconds_total", UID_WEB),
+        Some(1.0)
+    );
+}
