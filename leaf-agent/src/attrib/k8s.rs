@@ -71,3 +71,19 @@ pub fn parse_pod_cgroup(path: &str) -> Option<PodRef> {
     }
     None
 }
+
+/// A pod's namespace and name from its kubelet log directory name,
+/// `<namespace>_<pod name>_<pod uid>` (`/var/log/pods/`, kubelet
+/// `BuildPodLogsDirectory`). Namespaces and pod names are DNS-1123 names,
+/// which have no `_`, so the split is unambiguous.
+pub fn parse_pod_log_dir(name: &str) -> Option<(String, String, String)> {
+    let mut parts = name.splitn(3, '_');
+    let (ns, pod, uid) = (parts.next()?, parts.next()?, parts.next()?);
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    (ok(ns) && ok(pod) && is_uid(uid)).then(|| (ns.to_string(), pod.to_string(), uid.to_string()))
+}

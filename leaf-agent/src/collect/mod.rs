@@ -15,17 +15,22 @@
 pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod diskstats;
+pub mod filesystem;
+pub mod fs_worker;
 pub mod gpu;
 pub mod hwmon;
 pub mod infiniband;
 pub mod job_energy;
 pub mod job_labels;
+pub mod k8s_pods;
 pub mod loadavg;
 pub mod lustre;
 pub mod meminfo;
 pub mod netdev;
+pub mod outside_jobs;
 pub mod perf;
 pub mod perf_jobs;
+pub mod perf_tasks;
 pub mod pressure;
 pub mod probe;
 pub mod proc_io;
@@ -36,9 +41,19 @@ pub mod stat;
 pub mod synthetic;
 
 #[cfg(test)]
+mod bad_input_tests;
+#[cfg(test)]
 mod device_tests;
 #[cfg(test)]
+mod drm_tests;
+#[cfg(test)]
+mod fs_tests;
+#[cfg(test)]
 mod gpu_tests;
+#[cfg(test)]
+mod k8s_tests;
+#[cfg(test)]
+mod perf_tasks_tests;
 #[cfg(test)]
 mod perf_tests;
 #[cfg(test)]
@@ -141,6 +156,11 @@ pub fn host_collectors(
         Box::new(NetDevCollector::new(node, proc_root)),
         Box::new(DiskStatsCollector::new(node, proc_root)),
         Box::new(PressureCollector::new(node, proc_root)),
+        Box::new(filesystem::FilesystemCollector::new(
+            node,
+            proc_root,
+            filesystem::FilesystemOptions::default(),
+        )),
         Box::new(SlurmJobsCollector::new(
             node,
             proc_root,
@@ -149,6 +169,11 @@ pub fn host_collectors(
                 scontrol: find_on_path("scontrol").map(|p| p.to_string_lossy().into_owned()),
                 ..SlurmJobsOptions::default()
             },
+        )),
+        Box::new(k8s_pods::K8sPodsCollector::new(
+            node,
+            cgroup_root,
+            Some(Path::new(k8s_pods::DEFAULT_POD_LOGS)),
         )),
         // Optional devices: each logs once when absent and looks again
         // rarely. `/sys` sits beside `/proc` (a fixture `.../proc` gets
@@ -159,6 +184,9 @@ pub fn host_collectors(
         Box::new(lustre::LustreCollector::new(node, proc_root, &sys_root)),
         Box::new(gpu::amd::AmdGpuCollector::new(node, &sys_root)),
         Box::new(gpu::nvml::NvmlCollector::new(node, proc_root)),
+        Box::new(gpu::drm::DrmFdinfoCollector::new(
+            node, proc_root, &sys_root,
+        )),
         Box::new(perf::PerfCollector::new(node, &sys_root)),
         Box::new(perf_jobs::PerfJobsCollector::new(
             node,
@@ -166,10 +194,19 @@ pub fn host_collectors(
             &sys_root,
             perf_jobs::DEFAULT_MAX_FDS,
         )),
+        // cgroup v1 Slurm: per-task counters with inherit.
+        Box::new(perf_tasks::PerfTasksCollector::new(
+            node,
+            cgroup_root,
+            proc_root,
+            perf_jobs::DEFAULT_MAX_FDS,
+        )),
         // Last: these read what the collectors above put in the tick's
         // buffer (job labels, RAPL and job CPU series).
         Box::new(job_labels::JobLabelsCollector),
         Box::new(job_energy::JobEnergyCollector::new()),
+        // Processes outside any job: node busy CPU minus the jobs'.
+        Box::new(outside_jobs::OutsideJobsCollector::new(node)),
     ]
 }
 

@@ -95,7 +95,7 @@ impl PerfKind {
         }
     }
 
-    fn event(self) -> Event {
+    pub(crate) fn event(self) -> Event {
         match self {
             PerfKind::TaskClock => Software::TASK_CLOCK.into(),
             PerfKind::ContextSwitches => Software::CONTEXT_SWITCHES.into(),

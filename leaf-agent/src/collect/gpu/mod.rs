@@ -18,6 +18,7 @@
 //! summed under an empty `job_id`.
 
 pub mod amd;
+pub mod drm;
 pub mod nvml;
 
 use std::collections::{BTreeMap, HashMap};

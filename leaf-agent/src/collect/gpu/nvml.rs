@@ -102,7 +102,7 @@ pub fn device_sm_utilization(procs: &[GpuProcess], gpu: &str, sampled: bool) -> 
 }
 
 /// The job of `pid` from `/proc/<pid>/cgroup`, else its `SLURM_JOB_ID`.
-fn job_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
+pub(crate) fn job_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
     let dir = proc_root.join(pid.to_string());
     if let Some(j) = std::fs::read_to_string(dir.join("cgroup"))
         .ok()
