@@ -1,12 +1,14 @@
 //! Canopy's benchmarks and measuring tools: `wire-cost` (bytes per sample
 //! on a recorded trace), `fabric-sim` (a whole tree in one process, see
 //! [`fabric`]), `leaf-overhead` (a leaf's CPU and RSS next to
-//! node_exporter), criterion benches of the codec, and their shared
-//! helpers.
+//! node_exporter), `tsdb-side-by-side` (the gateway next to Prometheus
+//! 2.42, see [`sidebyside`]), criterion benches of the codec, and their
+//! shared helpers.
 #![allow(clippy::print_stdout)]
 
 pub mod fabric;
 pub mod overhead;
+pub mod sidebyside;
 pub mod simtrace;
 pub mod trace;
 pub mod wire;
