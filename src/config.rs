@@ -76,6 +76,27 @@ pub struct NodeFile {
     pub gateways: Vec<String>,
     /// One uplink per subtree the node belongs to.
     pub uplinks: Vec<UplinkFile>,
+    /// Staggered timers: the relay forwards this long after each wall-clock
+    /// tick boundary (the planner sets it from the node's depth, see
+    /// `canopy_aggregator::schedule`). Absent: timers run from the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_offset_ms: Option<u64>,
+    /// With staggered timers, the leaf samples this long after each boundary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_offset_ms: Option<u64>,
+}
+
+/// Staggered timers of `host` in `plan`: (sample offset, relay offset) after
+/// each tick boundary, ms; the relay's from its depth in its home subtree.
+pub fn stagger(plan: &Plan, host: &str) -> Option<(u64, u64)> {
+    use canopy_aggregator::schedule::{
+        DEFAULT_JITTER_MS, DEFAULT_STEP_MS, leaf_jitter_ms, relay_offset_ms,
+    };
+    let home = plan.host(host)?.links.first()?;
+    let max_depth = plan.subtrees().get(home.subtree).map_or(1, |s| s.depth);
+    let relay = relay_offset_ms(home.depth, max_depth, DEFAULT_STEP_MS);
+    let sample = leaf_jitter_ms(host, DEFAULT_JITTER_MS);
+    Some((u64::try_from(sample).ok()?, u64::try_from(relay).ok()?))
 }
 
 /// `canopy gateway --config FILE`.
@@ -414,6 +435,8 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
         },
         children,
         uplinks,
+        relay_offset_ms: stagger(plan, host).map(|s| s.1),
+        sample_offset_ms: stagger(plan, host).map(|s| s.0),
     })
 }
 
@@ -451,6 +474,7 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
 #[cfg(test)]
 mod tests {
     use super::*;
+    use canopy_topology::{PlanParams, plan};
 
     const MIN: &str = "listen = \"0.0.0.0:7700\"\n";
     const TLS: &str = "[tls]\nca = \"ca.pem\"\ncert = \"g.pem\"\nkey = \"g.key\"\n";
@@ -499,5 +523,62 @@ mod tests {
         let text = toml::to_string_pretty(&f).expect("serialise");
         let back: GatewayFile = toml::from_str(&text).expect("round trip");
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn planned_configs_stagger_relays_by_depth() {
+        let hosts: Vec<String> = (1..=16).map(|i| format!("h{i:02}")).collect();
+        let p = plan(
+            &hosts,
+            PlanParams {
+                subtrees: 4,
+                replicas: 2,
+                arity: 2,
+            },
+        )
+        .expect("plan");
+        let a = Addressing {
+            loopback: true,
+            base_port: 20000,
+            gateways: Vec::new(),
+            loopback_gateways: 1,
+        };
+        let offset = |h: &str| {
+            let f = node_file(&p, h, &a, 1000).expect("node file");
+            let s = f.sample_offset_ms.expect("sample offset");
+            let r = f.relay_offset_ms.expect("relay offset");
+            assert!(
+                s < r,
+                "{h} samples ({s} ms) before its relay forwards ({r} ms)"
+            );
+            r
+        };
+        let mut pairs = 0;
+        for hp in p.hosts() {
+            let home = &hp.links[0];
+            if let Peer::Host(parent) = &home.parent {
+                // A parent forwards after its child has forwarded.
+                assert!(
+                    offset(parent) > offset(&hp.name),
+                    "{parent} after {}",
+                    hp.name
+                );
+                pairs += 1;
+            } else {
+                assert_eq!(home.depth, 1);
+            }
+        }
+        assert!(pairs > 0, "the plan has relays below the tops");
+        // Old configs (no offsets) still load: timers then run from the start.
+        let f = node_file(&p, "h01", &a, 1000).expect("node file");
+        let mut text = toml::to_string_pretty(&f).expect("toml");
+        assert!(text.contains("relay_offset_ms"));
+        text = text
+            .lines()
+            .filter(|l| !l.contains("offset_ms"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let old: NodeFile = toml::from_str(&text).expect("a config without offsets");
+        assert_eq!(old.relay_offset_ms, None);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::{MergeConfig, NullSink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
+use canopy_aggregator::schedule::TickSchedule;
 use canopy_gateway::auth::Auth;
 use canopy_gateway::remote_write::EndpointConfig;
 use canopy_gateway::server::{GatewayOptions, start};
@@ -23,6 +24,7 @@ use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
     BufferLimits, Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
+    unix_now_ms,
 };
 use canopy_topology::{GATEWAY_NAME, Peer, Plan, PlanParams, Role, plan};
 use tokio::sync::{mpsc, watch};
@@ -81,6 +83,26 @@ fn load_identity(cfg_path: &Path, tls: &config::TlsFile) -> Result<Identity> {
     })
 }
 
+/// Staggered timers of one node (see `canopy_aggregator::schedule`): when
+/// its leaf samples and when its relay forwards; `None`: from the start.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    sample: TickSchedule,
+    relay: TickSchedule,
+}
+
+impl Pace {
+    /// From (sample offset, relay offset) in ms.
+    fn new(tick: Duration, (sample, relay): (u64, u64)) -> Self {
+        let t = i64::try_from(tick.as_millis()).unwrap_or(1000);
+        let ms = |v: u64| i64::try_from(v).unwrap_or(0);
+        Self {
+            sample: TickSchedule::new(t, ms(sample)),
+            relay: TickSchedule::new(t, ms(relay)),
+        }
+    }
+}
+
 /// One node's uplink as the plan gives it.
 struct PlannedUplink {
     subtree: usize,
@@ -104,6 +126,7 @@ async fn spawn_node(
     tick: Duration,
     buffer: BufferLimits,
     metrics: Option<SocketAddr>,
+    pace: Option<Pace>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let dialer = Arc::new(Dialer::new(
@@ -147,14 +170,21 @@ async fn spawn_node(
         serve_metrics(addr, fabric.clone(), shutdown.clone()).await?;
     }
     collectors.push(Box::new(fabric));
-    relay.spawn_ticker(relay_uplinks, shutdown.clone());
+    relay.spawn_ticker_at(relay_uplinks, pace.map(|p| p.relay), shutdown.clone());
     let cfg = AgentConfig {
         node: host.to_string(),
         tick,
         bounds: BoundsPolicy::default(),
         codec: CodecConfig::default(),
     };
-    tokio::spawn(agent::run(cfg, collectors, outputs, shutdown));
+    tokio::spawn(async move {
+        if let Some(p) = pace {
+            // Start on the boundary: the agent's interval keeps the phase.
+            let ms = p.sample.wait_ms(unix_now_ms());
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        agent::run(cfg, collectors, outputs, shutdown).await;
+    });
     Ok(())
 }
 
@@ -325,6 +355,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             tick,
             BufferLimits::default(),
             None,
+            config::stagger(&p, &hp.name).map(|s| Pace::new(tick, s)),
             sd_rx.clone(),
         )
         .await?;
@@ -430,8 +461,11 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         max_age_ms: i64::try_from(f.buffer_age_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
         ..BufferLimits::default()
     };
+    let pace = f
+        .relay_offset_ms
+        .map(|r| Pace::new(tick, (f.sample_offset_ms.unwrap_or(0), r)));
     spawn_node(
-        &f.host, &id, listener, ups, collectors, tick, buffer, metrics, sd_rx,
+        &f.host, &id, listener, ups, collectors, tick, buffer, metrics, pace, sd_rx,
     )
     .await?;
     tracing::info!(host = %f.host, listen = %f.listen, "node running");

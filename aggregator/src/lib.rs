@@ -10,3 +10,4 @@
 
 pub mod merge;
 pub mod relay;
+pub mod schedule;

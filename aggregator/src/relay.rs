@@ -15,6 +15,7 @@ use canopy_proto::link::{InboundLink, Listener, Uplink, UplinkEncoder, unix_now_
 use tokio::sync::{mpsc, watch};
 
 use crate::merge::{MergeConfig, Merger, Sink};
+use crate::schedule::TickSchedule;
 
 /// Settings of a relay.
 #[derive(Clone, Debug)]
@@ -159,7 +160,19 @@ impl<S: Sink + Send + 'static> Relay<S> {
 
     /// Every tick: merged changes to every uplink, and expiry of silent
     /// sources. Runs until shutdown.
-    pub fn spawn_ticker(&self, uplinks: Vec<Uplink>, mut shutdown: watch::Receiver<bool>) {
+    pub fn spawn_ticker(&self, uplinks: Vec<Uplink>, shutdown: watch::Receiver<bool>) {
+        self.spawn_ticker_at(uplinks, None, shutdown);
+    }
+
+    /// [`Relay::spawn_ticker`] on a wall-clock schedule (staggered timers,
+    /// see [`crate::schedule`]): each tick at the schedule's next firing.
+    /// `None`: every `tick` from now, as `spawn_ticker`.
+    pub fn spawn_ticker_at(
+        &self,
+        uplinks: Vec<Uplink>,
+        at: Option<TickSchedule>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let me = self.clone();
         tokio::spawn(async move {
             let mut encs: Vec<UplinkEncoder> = uplinks
@@ -169,8 +182,19 @@ impl<S: Sink + Send + 'static> Relay<S> {
             let mut interval = tokio::time::interval(me.cfg.tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
+                let wait = async {
+                    match at {
+                        Some(s) => {
+                            let ms = s.wait_ms(unix_now_ms());
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                        None => {
+                            interval.tick().await;
+                        }
+                    }
+                };
                 tokio::select! {
-                    _ = interval.tick() => {}
+                    _ = wait => {}
                     _ = shutdown.changed() => break,
                 }
                 let now = unix_now_ms();

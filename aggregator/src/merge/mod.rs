@@ -660,6 +660,11 @@ impl Merger {
                 h
             }
         };
+        // One label buffer per series in this process, whichever links
+        // carry it (the decoders of R paths, the table, the index).
+        if let Some(e) = self.table.get(h) {
+            c.dec.share_labels(id, &e.labels);
+        }
         let epoch = self.smeta[h as usize].epoch;
         c.series.insert(id, Slot { h, epoch });
         c.owner.insert(h, Slot { h: id, epoch });

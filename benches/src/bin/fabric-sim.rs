@@ -31,13 +31,17 @@ struct Cli {
     /// Seed of the simulated cluster and of the tick phases.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Tick phases: random (timers start with the process, as today),
-    /// aligned (all on the second), staggered (relays just after children).
-    #[arg(long, value_enum, default_value_t = PhaseMode::Random)]
+    /// Tick phases: staggered (as `canopy node` from the planner's configs:
+    /// leaves on the second plus jitter, relays just after children),
+    /// random (timers start with each process), aligned (all on the second).
+    #[arg(long, value_enum, default_value_t = PhaseMode::Staggered)]
     phase: PhaseMode,
     /// Step between relay levels with --phase staggered, ms.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = canopy_aggregator::schedule::DEFAULT_STEP_MS)]
     stagger_ms: i64,
+    /// Largest leaf sampling offset with --phase staggered, ms.
+    #[arg(long, default_value_t = canopy_aggregator::schedule::DEFAULT_JITTER_MS)]
+    jitter_ms: i64,
     /// CPUs per simulated node.
     #[arg(long, default_value_t = 64)]
     cpus: u32,
@@ -56,6 +60,11 @@ struct Cli {
     /// zstd window of every link, log2 bytes (default: the codec's).
     #[arg(long)]
     window_log: Option<u32>,
+    /// zstd level of every link (default: the codec's). It only changes
+    /// keyframes and definitions (delta frames are range-coded), i.e. the
+    /// warm-up, not the steady window; a low level makes big runs faster.
+    #[arg(long)]
+    zstd_level: Option<i32>,
     /// Threads to run the roles on (the CPU figures are per-thread CPU
     /// time, so this only changes the wall time).
     #[arg(long, default_value_t = 1)]
@@ -87,6 +96,7 @@ fn main() -> Result<()> {
         seed: cli.seed,
         phase: cli.phase,
         stagger_ms: cli.stagger_ms,
+        jitter_ms: cli.jitter_ms,
         cpus: cli.cpus,
         kill: cli.kill.map(|node| Kill {
             node,
@@ -99,6 +109,9 @@ fn main() -> Result<()> {
     };
     if let Some(w) = cli.window_log {
         cfg.codec.window_log = w;
+    }
+    if let Some(l) = cli.zstd_level {
+        cfg.codec.zstd_level = l;
     }
     let report: Report = fabric::run(cfg).context("simulation failed")?;
     if cli.json {

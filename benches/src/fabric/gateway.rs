@@ -18,6 +18,9 @@ use canopy_aggregator::merge::MergeConfig;
 /// The counter every simulated node increments by one per tick.
 pub const TICKS_METRIC: &str = "canopy_synthetic_ticks_total";
 
+/// Highest age the gateway's freshness histogram tracks, ms (one hour).
+const FRESHNESS_MAX_MS: u64 = 3_600_000;
+
 /// Per node: what arrived of its tick counter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NodeTicks {
@@ -76,8 +79,12 @@ impl Sink for GatewaySink {
         self.samples += 1;
         if ts_ms >= self.window.0 && ts_ms < self.window.1 {
             self.steady_samples += 1;
-            let age = u64::try_from(self.now_ms - ts_ms).unwrap_or(0);
-            self.freshness.saturating_record(age);
+            // As the gateway's `canopy_gateway_freshness_seconds`: arrival
+            // (here the virtual time the record arrived, or a held section
+            // was released) minus the sample's tick, clamped to 1 ms..1 h.
+            let age = u64::try_from(self.now_ms.saturating_sub(ts_ms)).unwrap_or(0);
+            self.freshness
+                .saturating_record(age.clamp(1, FRESHNESS_MAX_MS));
         }
         if labels.name() == TICKS_METRIC
             && let Some(&i) = self.index.get(source)
@@ -157,6 +164,7 @@ pub fn run_gateway(
                 rejected += 1;
             }
         }
+        sink.now_ms = now;
         merger.expire(now, &mut sink);
         let _ = merger.take_changeset(now);
         merger.end_tick();

@@ -50,12 +50,16 @@ use timing::Ctx;
 #[serde(rename_all = "lowercase")]
 pub enum PhaseMode {
     /// Each node's leaf and relay tick at independent random offsets (what
-    /// `canopy node` does today: timers start when the process starts).
+    /// `canopy node` does with a config without staggered timers: timers
+    /// start when the process starts).
     Random,
     /// Every leaf and relay ticks on the same wall-clock second.
     Aligned,
-    /// Leaves sample on the second; a relay at depth d forwards
-    /// `(max_depth - d + 1) * stagger_ms` later, just after its children.
+    /// Staggered timers, as `canopy node` runs them from the planner's
+    /// configs (`canopy_aggregator::schedule`): leaves sample on the second
+    /// plus a per-host jitter of at most `jitter_ms`; a relay at depth d in
+    /// a subtree D deep forwards `(D - d + 1) * stagger_ms` after the
+    /// second, just after its children.
     Staggered,
 }
 
@@ -89,6 +93,8 @@ pub struct SimConfig {
     pub phase: PhaseMode,
     /// Step between relay levels in [`PhaseMode::Staggered`], ms.
     pub stagger_ms: i64,
+    /// Largest leaf sampling offset in [`PhaseMode::Staggered`], ms.
+    pub jitter_ms: i64,
     /// CPUs per simulated node (drives how many jobs it runs).
     pub cpus: u32,
     /// A relay to kill, if any.
@@ -115,8 +121,9 @@ impl Default for SimConfig {
             tick_ms: 1000,
             link_latency_ms: 2,
             seed: 1,
-            phase: PhaseMode::Random,
-            stagger_ms: 20,
+            phase: PhaseMode::Staggered,
+            stagger_ms: canopy_aggregator::schedule::DEFAULT_STEP_MS,
+            jitter_ms: canopy_aggregator::schedule::DEFAULT_JITTER_MS,
             cpus: 64,
             kill: None,
             failover_ms: 1500,

@@ -7,6 +7,7 @@
 //! relay at `t`. A relay forwards what arrived by its tick time, so each hop
 //! costs the link latency plus the wait for the relay's next tick.
 
+use canopy_aggregator::schedule::{leaf_jitter_ms, relay_offset_ms};
 use canopy_topology::{Link, Peer, Plan, choose_uplink};
 
 use super::{PhaseMode, SimConfig};
@@ -55,17 +56,24 @@ impl Ctx {
         let (leaf_phase, relay_phase): (Vec<i64>, Vec<i64>) = (0..n)
             .map(|i| match cfg.phase {
                 PhaseMode::Random => (
-                    draw(cfg.seed, i as u64, 1) % tick as u64,
-                    draw(cfg.seed, i as u64, 2) % tick as u64,
+                    (draw(cfg.seed, i as u64, 1) % tick as u64) as i64,
+                    (draw(cfg.seed, i as u64, 2) % tick as u64) as i64,
                 ),
                 PhaseMode::Aligned => (0, 0),
                 PhaseMode::Staggered => {
-                    let d = plan.hosts()[i].links.first().map_or(1, |l| l.depth);
-                    let step = cfg.stagger_ms.max(1) as u64;
-                    (0, u64::from(max_depth - d + 1) * step)
+                    // What `canopy plan --emit-configs` gives each node.
+                    let h = &plan.hosts()[i];
+                    let home = h.links.first();
+                    let d = home.map_or(1, |l| l.depth);
+                    let sub = home
+                        .and_then(|l| plan.subtrees().get(l.subtree))
+                        .map_or(max_depth, |s| s.depth);
+                    (
+                        leaf_jitter_ms(&h.name, cfg.jitter_ms),
+                        relay_offset_ms(d, sub, cfg.stagger_ms.max(1)),
+                    )
                 }
             })
-            .map(|(a, b)| (a as i64, b as i64))
             .unzip();
         let hop_ticks = 1 + (cfg.link_latency_ms + tick - 1) / tick;
         let max_phase = relay_phase.iter().copied().max().unwrap_or(0);

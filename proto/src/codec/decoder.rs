@@ -132,6 +132,18 @@ impl LinkDecoder {
         self.series.get(&id)
     }
 
+    /// Makes series `id` hold `labels` when they are equal to its own, so
+    /// that one buffer serves this decoder and whoever else holds the set
+    /// (the merger's table, another link's decoder). No-op otherwise.
+    pub fn share_labels(&mut self, id: u32, labels: &Labels) {
+        if let Some(s) = self.series.get_mut(&id)
+            && !s.labels.shares_buffer(labels)
+            && s.labels == *labels
+        {
+            s.labels = labels.clone();
+        }
+    }
+
     /// Every live series on this link (unordered).
     pub fn series_iter(&self) -> impl Iterator<Item = (u32, &RxSeries)> {
         self.series.iter().map(|(k, v)| (*k, v))
