@@ -151,7 +151,14 @@ fn faults(http: u16, except: Option<&str>, killed_at: i64) -> Vec<String> {
                 s[0].1
             ));
         }
-        for w in s.windows(2) {
+        // A repeated value is not a tick delivered twice (the store keeps one
+        // point per timestamp and refuses older ones): it is the unchanged
+        // counter implied at a grid slot where a starved leaf took its next
+        // tick late, as a scrape at that instant would read it. A gap or a
+        // step back is a fault.
+        let mut steps = s.clone();
+        steps.dedup_by(|b, a| b.1 == a.1);
+        for w in steps.windows(2) {
             if w[1].1 != w[0].1 + 1.0 {
                 out.push(format!(
                     "{h}: tick {} at {:+} ms from the kill, then {} at {:+} ms",
