@@ -209,7 +209,13 @@ pub fn rebuild_tail<'a>(
     tail: impl IntoIterator<Item = &'a [u8]>,
     codec: &CodecConfig,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
-    let mut r = Rebuilder::new(mirror, codec)?;
+    // A fast zstd level: the rebuild runs on the uplink's task when a link
+    // dies, and the receiver reads any level.
+    let fast = CodecConfig {
+        zstd_level: codec.zstd_level.min(3),
+        ..codec.clone()
+    };
+    let mut r = Rebuilder::new(mirror, &fast)?;
     let mut out = Vec::new();
     r.snapshot(&mut out)?;
     for rec in tail {
