@@ -6,14 +6,15 @@
 //! Glue only: the counters live in the crates; this reads them.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use canopy_aggregator::merge::NullSink;
 use canopy_aggregator::relay::Relay;
 use canopy_leaf::{Collector, LeafError, Observation};
 use canopy_proto::MetricKind;
 use canopy_proto::link::{ListenerStats, Uplink};
+use hdrhistogram::Histogram;
 
 /// Reads a node's fabric counters.
 #[derive(Clone)]
@@ -23,7 +24,15 @@ pub struct FabricMetrics {
     listener: Arc<ListenerStats>,
     /// (subtree, primary parent, uplink).
     uplinks: Vec<(usize, String, Uplink)>,
+    /// Reparent times (ms) per uplink, same order.
+    reparent: Arc<Vec<Mutex<Option<Histogram<u64>>>>>,
 }
+
+/// Longest reparent time tracked exactly, ms (longer ones count at the top).
+const MAX_REPARENT_MS: u64 = 3_600_000;
+
+/// Quantiles of the reparent time exposed.
+const QUANTILES: [(f64, &str); 3] = [(0.5, "0.5"), (0.99, "0.99"), (1.0, "1")];
 
 impl FabricMetrics {
     /// Counters of `node`'s relay, listener and uplinks.
@@ -33,11 +42,16 @@ impl FabricMetrics {
         listener: Arc<ListenerStats>,
         uplinks: Vec<(usize, String, Uplink)>,
     ) -> Self {
+        let reparent = uplinks
+            .iter()
+            .map(|_| Mutex::new(Histogram::new_with_bounds(1, MAX_REPARENT_MS, 3).ok()))
+            .collect();
         Self {
             node: node.to_string(),
             relay,
             listener,
             uplinks,
+            reparent: Arc::new(reparent),
         }
     }
 
@@ -87,7 +101,7 @@ impl FabricMetrics {
             &[("stage", "setup")],
             l.setup_failures.load(Ordering::Relaxed),
         ));
-        for (subtree, parent, u) in &self.uplinks {
+        for (i, (subtree, parent, u)) in self.uplinks.iter().enumerate() {
             let st = subtree.to_string();
             let lab: &[(&str, &str)] = &[("subtree", &st), ("parent", parent)];
             let s = u.stats();
@@ -119,6 +133,33 @@ impl FabricMetrics {
                 lab,
                 load(&s.reparent_ms_total) as f64 / 1000.0,
             ));
+            if let Some(h) = self.reparent.get(i) {
+                let mut h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(h) = h.as_mut() {
+                    for ms in s.take_reparents() {
+                        h.saturating_record(ms.clamp(1, MAX_REPARENT_MS));
+                    }
+                    for (q, qs) in QUANTILES {
+                        let v = if h.is_empty() {
+                            0.0
+                        } else {
+                            h.value_at_quantile(q) as f64 / 1000.0
+                        };
+                        out.push(g(
+                            "canopy_fabric_reparent_seconds",
+                            &[("subtree", &st), ("parent", parent), ("quantile", qs)],
+                            v,
+                        ));
+                    }
+                    out.push(c("canopy_fabric_reparent_seconds_count", lab, h.len()));
+                }
+            }
+            out.push(c("canopy_fabric_stalls_total", lab, load(&s.stalls)));
+            out.push(c(
+                "canopy_fabric_bad_controls_total",
+                lab,
+                load(&s.bad_controls),
+            ));
             out.push(c(
                 "canopy_fabric_segments_replayed_total",
                 lab,
@@ -131,6 +172,22 @@ impl FabricMetrics {
                 "canopy_fabric_buffer_dropped_records_total",
                 lab,
                 ob.dropped_records,
+            ));
+            out.push(c(
+                "canopy_fabric_acked_records_total",
+                lab,
+                ob.acked_records,
+            ));
+            out.push(c("canopy_fabric_bad_acks_total", lab, ob.bad_acks));
+            out.push(c(
+                "canopy_fabric_replayed_unacked_records_total",
+                lab,
+                ob.replayed_unacked,
+            ));
+            out.push(c(
+                "canopy_fabric_unacked_released_records_total",
+                lab,
+                ob.unacked_released,
             ));
             out.push(g(
                 "canopy_fabric_uplink_connected",

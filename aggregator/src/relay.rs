@@ -5,13 +5,22 @@
 //! the merger's changeset on every uplink (a fresh encoder, hence a
 //! keyframe from the merger's full state, whenever an uplink reconnects).
 //! The root gateway runs the same relay with no uplinks and a store sink.
+//!
+//! Acknowledgements: every child link gets a cumulative count of its
+//! records taken for good, at most every [`ACK_EVERY`]. A relay with
+//! uplinks acks a child's record once an uplink's frame that carried it
+//! (tagged with the tick) was acknowledged upstream, so a relay that dies
+//! with records merged but not passed on has not acked them: the child
+//! replays them to its backup. A relay without uplinks (the gateway) acks
+//! once its sink took the record (after its commit, for a durable sink).
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use canopy_proto::codec::CodecConfig;
-use canopy_proto::link::{InboundLink, Listener, Uplink, UplinkEncoder, unix_now_ms};
+use canopy_proto::link::{Control, InboundLink, Listener, Uplink, UplinkEncoder, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::merge::{MergeConfig, Merger, Sink};
@@ -28,9 +37,41 @@ pub struct RelayConfig {
     pub codec: CodecConfig,
 }
 
+/// Most often an ack goes down one child link.
+pub const ACK_EVERY: Duration = Duration::from_millis(100);
+
+/// Ticks a child's records may wait for upstream acks before entries merge.
+const MAX_PENDING_TICKS: usize = 64;
+
+/// How acks are earned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckMode {
+    /// Once an uplink frame carrying the record is acked upstream.
+    Upstream,
+    /// Once the sink took the record.
+    Sink,
+    /// Once the sink committed it ([`Relay::commit_with`]).
+    Commit,
+}
+
+/// Ack bookkeeping of one child link.
+#[derive(Debug, Default)]
+struct ChildAcks {
+    /// Records of the link fed to the merger.
+    fed: u64,
+    /// (tick, records fed by then), oldest first, not yet safe upstream.
+    pending: VecDeque<(u64, u64)>,
+    /// What may be acked now (read by the link's task).
+    ack: Arc<AtomicU64>,
+}
+
 struct Inner<S> {
     merger: Merger,
     sink: S,
+    acks: HashMap<u64, ChildAcks>,
+    mode: AckMode,
+    /// Ticks emitted (the tag of their uplink frames).
+    tick_no: u64,
 }
 
 /// A running relay: a merger, its sink, and the tasks around them.
@@ -57,6 +98,9 @@ impl<S: Sink + Send + 'static> Relay<S> {
             inner: Arc::new(Mutex::new(Inner {
                 merger: Merger::new(cfg.merge.clone()),
                 sink,
+                acks: HashMap::new(),
+                mode: AckMode::Upstream,
+                tick_no: 0,
             })),
             next_child: Arc::new(AtomicU64::new(1)),
             cfg,
@@ -83,12 +127,45 @@ impl<S: Sink + Send + 'static> Relay<S> {
         self.next_child.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Acks wait for the sink's commit: call [`Relay::commit_with`] after
+    /// each durable flush (a gateway with a write-ahead log).
+    pub fn acks_on_commit(&self) {
+        self.lock().mode = AckMode::Commit;
+    }
+
+    /// Runs `f` (a flush) on the sink, then acks every record fed before,
+    /// under one lock so nothing fed after the flush is acked.
+    pub fn commit_with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        let mut g = self.lock();
+        let r = f(&mut g.sink);
+        if g.mode == AckMode::Commit {
+            for c in g.acks.values() {
+                c.ack.store(c.fed, Ordering::Release);
+            }
+        }
+        r
+    }
+
     /// Feeds one record of `child`; false when the child must be dropped.
     fn feed(&self, child: u64, payload: &[u8]) -> bool {
         let mut g = self.lock();
-        let Inner { merger, sink } = &mut *g;
+        let Inner {
+            merger,
+            sink,
+            acks,
+            mode,
+            ..
+        } = &mut *g;
         match merger.on_record(child, payload, sink) {
-            Ok(_) => true,
+            Ok(_) => {
+                if let Some(c) = acks.get_mut(&child) {
+                    c.fed += 1;
+                    if *mode == AckMode::Sink {
+                        c.ack.store(c.fed, Ordering::Release);
+                    }
+                }
+                true
+            }
             Err(e) => {
                 tracing::warn!(child, error = %e, "rejected a child's frame; closing its link");
                 merger.child_gone(child);
@@ -124,23 +201,48 @@ impl<S: Sink + Send + 'static> Relay<S> {
             return;
         }
         tracing::info!(peer = link.peer(), child, "child connected");
+        let ack = Arc::new(AtomicU64::new(0));
+        self.lock().acks.insert(
+            child,
+            ChildAcks {
+                ack: ack.clone(),
+                ..ChildAcks::default()
+            },
+        );
         tokio::spawn(async move {
+            let mut acked = 0;
+            let mut every = tokio::time::interval(ACK_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                match link.recv_record().await {
-                    Ok(Some(payload)) => {
-                        if !me.feed(child, &payload) {
-                            link.close().await;
+                tokio::select! {
+                    r = link.recv_record() => match r {
+                        Ok(Some(payload)) => {
+                            if !me.feed(child, &payload) {
+                                link.close().await;
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::info!(peer = link.peer(), error = %e, "child link ended");
                             break;
                         }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::info!(peer = link.peer(), error = %e, "child link ended");
-                        break;
+                    },
+                    _ = every.tick() => {
+                        let a = ack.load(Ordering::Acquire);
+                        if a > acked {
+                            if let Err(e) = link.send_control(&Control::Ack(a).encode()).await {
+                                tracing::info!(peer = link.peer(), error = %e, "child link ended (ack)");
+                                break;
+                            }
+                            acked = a;
+                        }
                     }
                 }
             }
-            me.lock().merger.child_gone(child);
+            let mut g = me.lock();
+            g.merger.child_gone(child);
+            g.acks.remove(&child);
         });
     }
 
@@ -174,6 +276,12 @@ impl<S: Sink + Send + 'static> Relay<S> {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let me = self.clone();
+        if uplinks.is_empty() {
+            let mut g = self.lock();
+            if g.mode == AckMode::Upstream {
+                g.mode = AckMode::Sink;
+            }
+        }
         tokio::spawn(async move {
             let mut encs: Vec<UplinkEncoder> = uplinks
                 .iter()
@@ -199,16 +307,54 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 }
                 let now = unix_now_ms();
                 let mut g = me.lock();
-                let Inner { merger, sink } = &mut *g;
+                let Inner {
+                    merger,
+                    sink,
+                    acks,
+                    mode,
+                    tick_no,
+                } = &mut *g;
                 merger.expire(now, sink);
                 let (table, cs) = merger.take_changeset(now);
+                *tick_no += 1;
                 // Connected or not: the uplink buffers while no parent
                 // takes its records.
                 for (u, enc) in uplinks.iter().zip(encs.iter_mut()) {
-                    enc.emit(u, table, cs);
+                    enc.emit_tagged(u, table, cs, *tick_no);
                 }
                 merger.end_tick();
+                if *mode == AckMode::Upstream {
+                    // Any one uplink holding a tick for good makes it safe.
+                    let safe = uplinks.iter().map(Uplink::acked_tag).max().unwrap_or(0);
+                    release_acks(acks, *tick_no, safe);
+                }
             }
         });
+    }
+}
+
+/// Notes what each child had fed by tick `tick`, then acks what is in a
+/// tick acknowledged upstream (`safe`).
+fn release_acks(acks: &mut HashMap<u64, ChildAcks>, tick: u64, safe: u64) {
+    for c in acks.values_mut() {
+        if c.pending
+            .back()
+            .map_or(c.ack.load(Ordering::Relaxed), |p| p.1)
+            < c.fed
+        {
+            if c.pending.len() >= MAX_PENDING_TICKS {
+                // Upstream is not acking (an outage): later ticks merge
+                // into the newest entry, which keeps the bound.
+                c.pending.pop_back();
+            }
+            c.pending.push_back((tick, c.fed));
+        }
+        while let Some(&(t, fed)) = c.pending.front() {
+            if t > safe {
+                break;
+            }
+            c.ack.store(fed, Ordering::Release);
+            c.pending.pop_front();
+        }
     }
 }

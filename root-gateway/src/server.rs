@@ -278,6 +278,10 @@ pub async fn start(
         },
         StoreSink::new(store.clone()).with_tap(tap.clone()),
     );
+    if store.is_durable() {
+        // A child's record is acked once it is in the write-ahead log.
+        relay.acks_on_commit();
+    }
     if let Some(l) = opts.listener {
         relay.spawn_listener(l, shutdown.clone());
     }
@@ -301,8 +305,9 @@ pub async fn start(
                 };
                 let (store, relay) = (store.clone(), relay.clone());
                 let r = tokio::task::spawn_blocking(move || {
-                    // Under the relay lock, so batches reach the log in order.
-                    relay.with_sink(StoreSink::flush);
+                    // Under the relay lock, so batches reach the log in
+                    // order; what they hold is acked to the children.
+                    relay.commit_with(StoreSink::flush);
                     if maintain && let Err(e) = store.tick(unix_now_ms()) {
                         tracing::error!(error = %e, "store maintenance failed");
                     }

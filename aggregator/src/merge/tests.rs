@@ -353,14 +353,28 @@ fn burst_of_child_frames_keeps_one_section_per_timestamp() {
         ids.dedup();
         assert_eq!(ids.len(), s.updates.len());
     }
-    // A keyframe of this tick stamps the newest values at the newest ts.
+    // A keyframe of this tick (a new uplink) stamps the newest values at
+    // the newest ts, and still carries the older ticks' samples before it
+    // (they would be lost on the new link otherwise).
     let mut fresh = LinkEncoder::new(&cfg()).expect("encoder");
     let (table, cs) = m.take_changeset(3000);
     let mut rec = Vec::new();
     fresh.encode(table, cs, &mut rec).expect("encode");
     let mut dec = LinkDecoder::new(&cfg()).expect("decoder");
     let f = dec.decode(&payload(&rec)).expect("decode");
-    assert!(f.sections.iter().all(|s| s.ts_ms == 3000));
+    let ts: Vec<i64> = f.sections.iter().map(|s| s.ts_ms).collect();
+    assert_eq!(ts, vec![1000, 2000, 3000]);
+    let series0: Vec<(i64, f64)> = f
+        .sections
+        .iter()
+        .flat_map(|s| s.updates.iter().map(move |u| (s.ts_ms, u)))
+        .filter(|(_, u)| {
+            dec.series(u.0)
+                .is_some_and(|x| x.labels.get("i") == Some("0"))
+        })
+        .map(|(ts, u)| (ts, u.1))
+        .collect();
+    assert_eq!(series0, vec![(1000, 0.0), (2000, 1.0), (3000, 2.0)]);
     m.end_tick();
 }
 

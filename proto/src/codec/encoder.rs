@@ -227,6 +227,37 @@ impl LinkEncoder {
                 .iter()
                 .find(|s| s.source == sh)
                 .map_or(src.last_ts_ms, |s| s.ts_ms);
+            // Older sections of this tick (a relay's source that ticked
+            // twice since its last frame) go first with their own values:
+            // the full state below carries only the newest ones.
+            let mut older: Vec<&super::table::ChangeSection> = cs
+                .sections
+                .iter()
+                .filter(|s| s.source == sh && s.ts_ms < ts && !s.updates.is_empty())
+                .collect();
+            older.sort_by_key(|s| s.ts_ms);
+            for sec in older {
+                let mut ups: Vec<(u32, f64)> = sec
+                    .updates
+                    .iter()
+                    .copied()
+                    .filter(|u| table.get(u.0).is_some_and(|e| e.source == sh))
+                    .collect();
+                // Ascending ids, the last of duplicates kept.
+                ups.reverse();
+                ups.sort_by_key(|u| u.0);
+                ups.dedup_by_key(|u| u.0);
+                if !ups.is_empty() {
+                    let ps = self.section(table, sh, sec.ts_ms - cs.ts_ms, &ups, true)?;
+                    f.sections.push(ps);
+                    // The receiver restarts each keyframe column afresh.
+                    for &(h, _) in &ups {
+                        if let Some(st) = self.state.get_mut(h as usize) {
+                            st.known = false;
+                        }
+                    }
+                }
+            }
             let empty = Vec::new();
             let ups = by_source.get(sh as usize).unwrap_or(&empty);
             let mut ps = self.section(table, sh, ts - cs.ts_ms, ups, true)?;

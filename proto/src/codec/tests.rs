@@ -679,3 +679,82 @@ fn quiet_delta_frames_cost_a_few_bytes() {
         }
     }
 }
+
+#[test]
+fn a_keyframe_keeps_every_section_of_a_source_that_ticked_twice() {
+    // A relay's first frame on a new link (a keyframe) may hold two ticks
+    // of one source: the older one's samples must not vanish in it.
+    let cfg = CodecConfig::default();
+    let mut table = SeriesTable::new();
+    let src = table.add_source("n1", 1000);
+    let l = Labels::metric("ticks_total", [("node", "n1")]);
+    let h = table.insert(SeriesEntry {
+        labels: l.clone(),
+        source: src,
+        encoding: Encoding::CounterInt,
+        value: 9.0,
+    });
+    if let Some(s) = table.source_mut(src) {
+        s.last_ts_ms = 9000;
+    }
+    let mut cs = Changeset::new(9500);
+    cs.new_sources.push(src);
+    cs.defs.push(h);
+    // As a merger writes it: a heartbeat at the newest first, then each tick.
+    for (ts, ups) in [
+        (9000, vec![]),
+        (8000, vec![(h, 8.0)]),
+        (9000, vec![(h, 9.0)]),
+    ] {
+        cs.sections.push(ChangeSection {
+            source: src,
+            ts_ms: ts,
+            updates: ups,
+            retired: Vec::new(),
+        });
+    }
+    let mut enc = LinkEncoder::new(&cfg).expect("encoder");
+    let mut rec = Vec::new();
+    enc.encode(&table, &cs, &mut rec).expect("encode");
+    let (len, pre) = record::read_prefix(&rec, 1 << 20)
+        .expect("prefix")
+        .expect("complete");
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    let f = dec.decode(&rec[pre..pre + len]).expect("decode");
+    assert!(f.keyframe);
+    let mut got: Vec<(i64, f64)> = f
+        .sections
+        .iter()
+        .flat_map(|s| s.updates.iter().map(move |u| (s.ts_ms, u.1)))
+        .collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got, vec![(8000, 8.0), (9000, 9.0)]);
+    assert_eq!(
+        dec.series(h).map(|s| s.value),
+        Some(9.0),
+        "the newest value stays"
+    );
+    // And the link goes on: delta frames after it decode.
+    for t in 10..14 {
+        let ts = t * 1000;
+        if let Some(e) = table.get_mut(h) {
+            e.value = t as f64;
+        }
+        let mut cs = Changeset::new(ts);
+        cs.sections.push(ChangeSection {
+            source: src,
+            ts_ms: ts,
+            updates: vec![(h, t as f64)],
+            retired: Vec::new(),
+        });
+        let mut rec = Vec::new();
+        enc.encode(&table, &cs, &mut rec).expect("encode");
+        let (len, pre) = record::read_prefix(&rec, 1 << 20)
+            .expect("prefix")
+            .expect("complete");
+        let f = dec
+            .decode(&rec[pre..pre + len])
+            .expect("a delta after it decodes");
+        assert_eq!(f.sections[0].updates, vec![(h, t as f64)]);
+    }
+}

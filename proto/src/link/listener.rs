@@ -1,22 +1,19 @@
 //! The parent's side: a QUIC endpoint that accepts children and yields links.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quinn::{Connection, Endpoint, Incoming};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
 use super::stream::{RecordReader, RecordWriter, read_magic, write_magic};
-use super::{CloseCode, Identity, LinkError, LinkTuning, Result, runtime, tls};
+use super::{CloseCode, Identity, LinkError, LinkTuning, Result, WarnLimiter, runtime, tls};
 
 /// Links ready but not yet taken by [`Listener::accept`].
 const ACCEPT_QUEUE: usize = 64;
-
-/// How often each kind of refusal may be logged at warn.
-const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Counters a listener keeps about itself, for Canopy's own metrics.
 #[derive(Debug, Default)]
@@ -29,31 +26,6 @@ pub struct ListenerStats {
     pub setup_failures: AtomicU64,
     /// Links handed out by [`Listener::accept`] (or queued for it).
     pub accepted: AtomicU64,
-}
-
-/// One warn line per minute per cause, with a count of what was held back.
-#[derive(Debug, Default)]
-struct WarnLimiter {
-    last: StdMutex<Option<Instant>>,
-    suppressed: AtomicU64,
-}
-
-impl WarnLimiter {
-    /// `Some(n)` if this event may be logged (`n` events were suppressed since the last one).
-    fn allow(&self) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        match *last {
-            Some(t) if now.duration_since(t) < WARN_EVERY => {
-                self.suppressed.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            _ => {
-                *last = Some(now);
-                Some(self.suppressed.swap(0, Ordering::Relaxed))
-            }
-        }
-    }
 }
 
 #[derive(Debug, Default)]

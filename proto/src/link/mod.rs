@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub mod certs;
+mod control;
 mod dialer;
 mod listener;
 mod stream;
@@ -54,10 +55,11 @@ pub mod tls;
 mod uplink;
 
 pub use certs::{Ca, HostCert, Identity, SubjectAltName};
+pub use control::Control;
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
 pub use uplink::{
-    BufferLimits, Outbox, OutboxStats, Uplink, UplinkConfig, UplinkEncoder, UplinkStats,
+    AckError, BufferLimits, Outbox, OutboxStats, Uplink, UplinkConfig, UplinkEncoder, UplinkStats,
     UplinkTarget,
 };
 
@@ -77,6 +79,38 @@ pub const STREAM_MAGIC: [u8; 4] = *b"CNPY";
 
 /// Result type of the link layer.
 pub type Result<T, E = LinkError> = std::result::Result<T, E>;
+
+/// How often each kind of refusal may be logged at warn.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// One warn line per minute per cause, with a count of what was held back.
+#[derive(Debug, Default)]
+pub(crate) struct WarnLimiter {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl WarnLimiter {
+    /// `Some(n)` if this event may be logged (`n` events were suppressed since the last one).
+    pub(crate) fn allow(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        match *last {
+            Some(t) if now.duration_since(t) < WARN_EVERY => {
+                self.suppressed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(
+                    self.suppressed
+                        .swap(0, std::sync::atomic::Ordering::Relaxed),
+                )
+            }
+        }
+    }
+}
 
 /// Application error codes a link is closed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,16 +12,21 @@
 //! starts a fresh encoder (a keyframe) whenever the epoch moves on: when the
 //! live link died, or a long outage was cut into segments.
 
+#[cfg(test)]
+mod ack_tests;
 mod outbox;
+mod rebuild;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use outbox::{BufferLimits, Outbox, OutboxStats};
+pub use outbox::{AckError, BufferLimits, Outbox, OutboxStats};
 
-use super::{Dialer, OutboundLink, unix_now_ms};
+use super::{Control, Dialer, OutboundLink, unix_now_ms};
 use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
 
 /// Where one parent listens.
@@ -46,6 +51,14 @@ pub struct UplinkConfig {
     pub retry: Duration,
     /// While on the backup, how often to try the primary again.
     pub probe_interval: Duration,
+    /// Longest one record may wait for the parent to take it (flow
+    /// control): a parent that stops reading is left for the backup.
+    pub send_timeout: Duration,
+    /// Codec settings of the records (the outbox's mirror decodes them).
+    pub codec: CodecConfig,
+    /// Longest wait for the parent's ack of a replayed segment before the
+    /// next link starts.
+    pub replay_ack_wait: Duration,
 }
 
 impl UplinkConfig {
@@ -57,6 +70,9 @@ impl UplinkConfig {
             buffer: BufferLimits::default(),
             retry: Duration::from_millis(250),
             probe_interval: Duration::from_secs(2),
+            send_timeout: Duration::from_secs(5),
+            codec: CodecConfig::default(),
+            replay_ack_wait: Duration::from_secs(3),
         }
     }
 }
@@ -81,6 +97,37 @@ pub struct UplinkStats {
     pub reparent_ms_total: AtomicU64,
     /// Reconnects after a lost link.
     pub reconnects: AtomicU64,
+    /// Links left because the parent stopped taking records (send timeout).
+    pub stalls: AtomicU64,
+    /// Control records from the parent that did not parse.
+    pub bad_controls: AtomicU64,
+    /// Reparent times (ms), for the histogram; bounded (oldest go first).
+    pub reparents: Mutex<std::collections::VecDeque<u64>>,
+}
+
+/// Reparent times kept for the histogram until read.
+const MAX_REPARENTS: usize = 4096;
+
+impl UplinkStats {
+    /// Takes the reparent times (ms) recorded since the last call.
+    pub fn take_reparents(&self) -> Vec<u64> {
+        let mut q = self
+            .reparents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        q.drain(..).collect()
+    }
+
+    fn record_reparent(&self, ms: u64) {
+        let mut q = self
+            .reparents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if q.len() >= MAX_REPARENTS {
+            q.pop_front();
+        }
+        q.push_back(ms);
+    }
 }
 
 #[derive(Debug)]
@@ -92,6 +139,7 @@ struct Shared {
     on_backup: AtomicBool,
     closed: AtomicBool,
     stats: UplinkStats,
+    bad_ack_warn: super::WarnLimiter,
 }
 
 impl Shared {
@@ -125,13 +173,14 @@ impl Uplink {
     /// Starts the uplink's connection task on the current tokio runtime.
     pub fn spawn(dialer: Arc<Dialer>, cfg: UplinkConfig) -> Self {
         let shared = Arc::new(Shared {
-            outbox: Mutex::new(Outbox::new(cfg.buffer.clone())),
+            outbox: Mutex::new(Outbox::new(cfg.buffer.clone(), cfg.codec.clone())),
             more: tokio::sync::Notify::new(),
             restart: tokio::sync::Notify::new(),
             connected: AtomicBool::new(false),
             on_backup: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             stats: UplinkStats::default(),
+            bad_ack_warn: super::WarnLimiter::default(),
         });
         tokio::spawn(run(dialer, cfg, shared.clone()));
         Self {
@@ -160,11 +209,26 @@ impl Uplink {
     /// segment instead (counted), so this never blocks and memory stays
     /// bounded.
     pub fn send(&self, epoch: u64, record: Vec<u8>) -> bool {
-        let ok = self.shared.outbox().push(epoch, unix_now_ms(), record);
+        self.send_tagged(epoch, record, 0)
+    }
+
+    /// [`Uplink::send`] with a `tag` (a relay's tick number) that
+    /// [`Uplink::acked_tag`] reports once the parent took the record.
+    pub fn send_tagged(&self, epoch: u64, record: Vec<u8>, tag: u64) -> bool {
+        let ok = self
+            .shared
+            .outbox()
+            .push_tagged(epoch, unix_now_ms(), record, tag);
         if ok {
             self.shared.more.notify_one();
         }
         ok
+    }
+
+    /// Highest tag of a record the parent has acknowledged (or taken whole
+    /// in a replayed segment).
+    pub fn acked_tag(&self) -> u64 {
+        self.shared.outbox().acked_tag()
     }
 
     /// Drops the current connection and makes a new one (new epoch): the
@@ -208,6 +272,11 @@ impl UplinkEncoder {
     /// ended meanwhile, starts over at once with a keyframe of `table`, so
     /// this tick's values still go out.
     pub fn emit(&mut self, up: &Uplink, table: &SeriesTable, cs: &Changeset) {
+        self.emit_tagged(up, table, cs, 0);
+    }
+
+    /// [`UplinkEncoder::emit`] with a tag for [`Uplink::acked_tag`].
+    pub fn emit_tagged(&mut self, up: &Uplink, table: &SeriesTable, cs: &Changeset, tag: u64) {
         for _ in 0..2 {
             let epoch = up.epoch();
             if epoch != self.epoch || self.enc.is_none() {
@@ -218,7 +287,7 @@ impl UplinkEncoder {
                 self.enc = None;
                 return;
             };
-            if up.send(epoch, payload) {
+            if up.send_tagged(epoch, payload, tag) {
                 return;
             }
             self.enc = None;
@@ -307,6 +376,7 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
         if let Some(t) = lost_at.take() {
             let ms = u64::try_from(unix_now_ms() - t).unwrap_or(0);
             stats.reparent_ms_total.fetch_add(ms, Ordering::Relaxed);
+            stats.record_reparent(ms);
             stats.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         let end = serve(&dialer, &cfg, &shared, link, target, on_backup).await;
@@ -345,8 +415,12 @@ async fn serve(
             }
             count_sent(stats, rec.len());
         }
-        // The receiver reads it all, then a fresh link (fresh decoder)
-        // carries the next segment.
+        // The parent takes it all (its ack), then a fresh link (fresh
+        // decoder) carries the next segment: a link that starts before the
+        // parent fed the last one would race it, newer data first.
+        if !replay_acked(&link, backlog.len() as u64, cfg.replay_ack_wait).await {
+            tracing::debug!(parent = %target.name, "no ack for a replayed segment in time");
+        }
         link.close().await;
         shared.outbox().backlog_done();
         stats.segments_replayed.fetch_add(1, Ordering::Relaxed);
@@ -359,6 +433,16 @@ async fn serve(
     probe.tick().await;
     // The epoch this link carries once its first live record is written.
     let mut streaming: Option<u64> = None;
+    // The parent ended its control direction: stop reading it.
+    let mut control_done = false;
+    // A dial of the primary in progress while on the backup.
+    let mut probing: Option<Pin<Box<dyn Future<Output = Option<OutboundLink>> + Send + '_>>> = None;
+    let lost = |streaming: Option<u64>| {
+        if streaming.is_some() {
+            shared.outbox().link_lost();
+        }
+        End::Lost
+    };
     loop {
         if shared.closed.load(Ordering::Acquire) {
             link.close().await;
@@ -373,10 +457,19 @@ async fn serve(
                 return End::Lost;
             }
             streaming = Some(epoch);
-            if let Err(e) = link.send_record(&rec).await {
-                tracing::warn!(error = %e, "uplink send failed; reconnecting");
-                shared.outbox().link_lost();
-                return End::Lost;
+            match tokio::time::timeout(cfg.send_timeout, link.send_record(&rec)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "uplink send failed; reconnecting");
+                    return lost(streaming);
+                }
+                Err(_) => {
+                    // The parent stopped reading (flow control held us):
+                    // leave it; the link is dropped (closed) with us.
+                    stats.stalls.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(parent = %target.name, after = ?cfg.send_timeout, "parent stopped taking records; leaving it");
+                    return lost(streaming);
+                }
             }
             shared.outbox().sent();
             count_sent(stats, rec.len());
@@ -390,27 +483,89 @@ async fn serve(
                 link.close().await;
                 return End::Lost;
             }
+            c = link.recv_control(), if !control_done => match c {
+                Ok(Some(msg)) => on_control(shared, streaming, &msg),
+                Ok(None) => control_done = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "uplink lost its parent (control stream)");
+                    return lost(streaming);
+                }
+            },
             e = link.closed() => {
                 tracing::warn!(error = %e, "uplink lost its parent");
-                if streaming.is_some() {
-                    shared.outbox().link_lost();
-                }
-                return End::Lost;
+                return lost(streaming);
             }
-            _ = probe.tick(), if on_backup => {
-                // Back to the primary as soon as it accepts again.
-                if let Some(p) = connect(dialer, &cfg.primary).await {
+            _ = probe.tick(), if on_backup && probing.is_none() => {
+                // Dial the primary alongside: a dead one takes a whole
+                // connect timeout, during which records keep flowing.
+                probing = Some(Box::pin(connect(dialer, &cfg.primary)));
+            }
+            r = async { probing.as_mut().expect("guarded: only polled when set").await }, if probing.is_some() => {
+                probing = None;
+                if let Some(p) = r {
+                    // Back to the primary as soon as it accepts again. The
+                    // backup is alive: it gets what is queued, then a clean
+                    // close delivers it all; nothing needs replaying.
                     p.close().await;
                     tracing::info!(primary = %cfg.primary.name, "primary parent is back; returning to it");
-                    if streaming.is_some() {
-                        shared.outbox().link_lost();
+                    loop {
+                        let next = shared.outbox().next_live().map(|(e, r)| (e, r.to_vec()));
+                        let Some((epoch, rec)) = next else { break };
+                        if streaming.is_some_and(|s| s != epoch) {
+                            break;
+                        }
+                        streaming = Some(epoch);
+                        match tokio::time::timeout(cfg.send_timeout, link.send_record(&rec)).await {
+                            Ok(Ok(())) => {
+                                shared.outbox().sent();
+                                count_sent(stats, rec.len());
+                            }
+                            _ => return lost(streaming),
+                        }
                     }
                     link.close().await;
+                    if streaming.is_some() {
+                        shared.outbox().handed_over();
+                    }
                     return End::Primary;
                 }
             }
         }
     }
+}
+
+/// One control record from the parent: acks release the outbox.
+fn on_control(shared: &Shared, streaming: Option<u64>, msg: &[u8]) {
+    let res = match (Control::decode(msg), streaming) {
+        (Some(Control::Ack(n)), Some(epoch)) => shared.outbox().ack(epoch, n).map(|_| ()),
+        (Some(Control::Ack(_)), None) => Err(AckError::Stale),
+        (None, _) => {
+            shared.stats.bad_controls.fetch_add(1, Ordering::Relaxed);
+            Err(AckError::Stale)
+        }
+    };
+    if let Err(e) = res
+        && let Some(suppressed) = shared.bad_ack_warn.allow()
+    {
+        tracing::warn!(error = %e, suppressed, "uplink refused a control record from its parent");
+    }
+}
+
+/// Waits, at most `wait`, until the parent acks `n` records of `link`.
+async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> bool {
+    let acked = async {
+        loop {
+            match link.recv_control().await {
+                Ok(Some(msg)) => {
+                    if matches!(Control::decode(&msg), Some(Control::Ack(k)) if k >= n) {
+                        return true;
+                    }
+                }
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    };
+    tokio::time::timeout(wait, acked).await.unwrap_or(false)
 }
 
 fn count_sent(stats: &UplinkStats, len: usize) {

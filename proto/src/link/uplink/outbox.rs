@@ -12,8 +12,19 @@
 //! its byte or age limit, the *oldest whole segment* goes (a segment cut at
 //! its start could not be decoded). On reconnect, older segments replay
 //! first, oldest first, each on a link of its own.
+//!
+//! Acknowledgements: a record written to the live link stays until the
+//! parent acknowledges it ([`Outbox::ack`], cumulative per link). Each
+//! acknowledged record also feeds a *mirror* decoder, which then holds what
+//! the parent held. When the link dies, its unacknowledged tail (written or
+//! not) is rebuilt from the mirror as a finished segment of its own
+//! ([`super::rebuild`]) and replays, oldest first, to whichever parent
+//! answers next: nothing a dead parent had not passed on is lost.
 
 use std::collections::VecDeque;
+
+use super::rebuild::rebuild_tail;
+use crate::codec::{CodecConfig, LinkDecoder};
 
 /// Limits of the replay buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +53,45 @@ struct Segment {
     epoch: u64,
     /// When the segment's first record was pushed.
     started_ms: i64,
-    /// (pushed at, payload), oldest first.
-    recs: VecDeque<(i64, Vec<u8>)>,
+    /// (pushed at, payload, tag), oldest first.
+    recs: VecDeque<(i64, Vec<u8>, u64)>,
+    /// Records at the front written to the live link, awaiting an ack.
+    sent: usize,
+    /// Records released from the front by acks (the link's ack count).
+    acked: u64,
+}
+
+impl Segment {
+    fn new(epoch: u64, started_ms: i64) -> Self {
+        Self {
+            epoch,
+            started_ms,
+            recs: VecDeque::new(),
+            sent: 0,
+            acked: 0,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.recs.iter().map(|r| r.1.len()).sum()
+    }
+}
+
+/// Why an acknowledgement was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckError {
+    /// For another epoch than the one streaming live, or behind an earlier ack.
+    #[error("stale acknowledgement")]
+    Stale,
+    /// Acknowledges records never written to the link.
+    #[error("acknowledgement of {count} records, only {written} written")]
+    Beyond {
+        /// The count acknowledged.
+        count: u64,
+        /// Records written on the link so far.
+        written: u64,
+    },
 }
 
 /// Counters of the buffer.
@@ -53,27 +101,45 @@ pub struct OutboxStats {
     pub dropped_records: u64,
     /// Records refused because they were encoded for an older epoch.
     pub stale_records: u64,
+    /// Records released by the parent's acknowledgements.
+    pub acked_records: u64,
+    /// Acknowledgements refused (stale, or beyond what was written).
+    pub bad_acks: u64,
+    /// Unacknowledged records rebuilt to replay after a lost link.
+    pub replayed_unacked: u64,
+    /// Written, unacknowledged records released to stay within the byte
+    /// limit (they can no longer replay if the parent dies).
+    pub unacked_released: u64,
 }
 
 /// The replay buffer of one uplink.
 #[derive(Debug)]
 pub struct Outbox {
     limits: BufferLimits,
+    codec: CodecConfig,
     epoch: u64,
     segs: VecDeque<Segment>,
     bytes: usize,
     stats: OutboxStats,
+    /// Decoder fed the acknowledged records of the live epoch (its epoch).
+    mirror: Option<(u64, LinkDecoder)>,
+    /// Highest tag of a record the parent took for good.
+    acked_tag: u64,
 }
 
 impl Outbox {
-    /// An empty buffer; the first epoch is 1.
-    pub fn new(limits: BufferLimits) -> Self {
+    /// An empty buffer; the first epoch is 1. `codec` must match the
+    /// encoder's settings (the mirror decodes what it wrote).
+    pub fn new(limits: BufferLimits, codec: CodecConfig) -> Self {
         Self {
             limits,
+            codec,
             epoch: 1,
             segs: VecDeque::new(),
             bytes: 0,
             stats: OutboxStats::default(),
+            mirror: None,
+            acked_tag: 0,
         }
     }
 
@@ -94,6 +160,12 @@ impl Outbox {
     /// counted) when `epoch` is not the current one: the encoder must start
     /// over. Makes room by dropping the oldest segments.
     pub fn push(&mut self, epoch: u64, now_ms: i64, rec: Vec<u8>) -> bool {
+        self.push_tagged(epoch, now_ms, rec, 0)
+    }
+
+    /// [`Outbox::push`] with a caller's `tag` (e.g. its tick number), which
+    /// [`Outbox::acked_tag`] reports once the parent took the record.
+    pub fn push_tagged(&mut self, epoch: u64, now_ms: i64, rec: Vec<u8>, tag: u64) -> bool {
         if epoch != self.epoch {
             self.stats.stale_records += 1;
             return false;
@@ -101,15 +173,11 @@ impl Outbox {
         if self.segs.back().is_none_or(|s| s.epoch != epoch) {
             // Only the current epoch's first record may open its segment;
             // anything older than it will never be continued.
-            self.segs.push_back(Segment {
-                epoch,
-                started_ms: now_ms,
-                recs: VecDeque::new(),
-            });
+            self.segs.push_back(Segment::new(epoch, now_ms));
         }
         self.bytes += rec.len();
         if let Some(s) = self.segs.back_mut() {
-            s.recs.push_back((now_ms, rec));
+            s.recs.push_back((now_ms, rec, tag));
         }
         self.enforce(now_ms);
         true
@@ -127,6 +195,17 @@ impl Outbox {
                 return;
             }
             let live = front.epoch == self.epoch;
+            if live && !expired && front.sent > 0 {
+                // Written but unacknowledged: let them go as if acked (they
+                // reached the parent; only their replay is given up).
+                let n = front.acked + front.sent as u64;
+                let k = front.sent as u64;
+                if self.release(n).is_ok() {
+                    self.stats.acked_records -= k;
+                    self.stats.unacked_released += k;
+                    continue;
+                }
+            }
             if let Some(s) = self.segs.pop_front() {
                 self.drop_segment(s);
             }
@@ -139,7 +218,7 @@ impl Outbox {
     fn drop_segment(&mut self, s: Segment) {
         let n = s.recs.len() as u64;
         self.stats.dropped_records += n;
-        self.bytes -= s.recs.iter().map(|r| r.1.len()).sum::<usize>();
+        self.bytes -= s.bytes();
     }
 
     /// While disconnected: start a new segment when the current one is
@@ -173,12 +252,15 @@ impl Outbox {
         if self.has_backlog()
             && let Some(s) = self.segs.pop_front()
         {
-            self.bytes -= s.recs.iter().map(|r| r.1.len()).sum::<usize>();
+            self.bytes -= s.bytes();
+            if let Some(t) = s.recs.iter().map(|r| r.2).max() {
+                self.acked_tag = self.acked_tag.max(t);
+            }
         }
     }
 
-    /// The next record of the live (current) segment, once no backlog is
-    /// left, with its epoch; it stays until [`Outbox::sent`].
+    /// The next unwritten record of the live (current) segment, once no
+    /// backlog is left, with its epoch; it stays until acknowledged.
     pub fn next_live(&self) -> Option<(u64, &[u8])> {
         if self.has_backlog() {
             return None;
@@ -186,30 +268,150 @@ impl Outbox {
         self.segs
             .front()
             .filter(|s| s.epoch == self.epoch)
-            .and_then(|s| s.recs.front().map(|r| (s.epoch, r.1.as_slice())))
+            .and_then(|s| s.recs.get(s.sent).map(|r| (s.epoch, r.1.as_slice())))
     }
 
     /// The record [`Outbox::next_live`] returned was written.
     pub fn sent(&mut self) {
         if let Some(s) = self.segs.front_mut()
             && s.epoch == self.epoch
-            && let Some((_, r)) = s.recs.pop_front()
+            && s.sent < s.recs.len()
         {
-            self.bytes -= r.len();
+            s.sent += 1;
         }
     }
 
-    /// The live link died: what it had not written yet belongs to a stream
-    /// the next link cannot continue. Drops it (counted) and starts a new
-    /// epoch.
+    /// The parent acknowledged the first `count` records of the link that
+    /// streams `epoch` (cumulative): they leave the buffer. Stale or
+    /// impossible acks are refused (counted) and change nothing.
+    pub fn ack(&mut self, epoch: u64, count: u64) -> Result<usize, AckError> {
+        let r = if epoch != self.epoch || self.has_backlog() {
+            Err(AckError::Stale)
+        } else {
+            self.release(count)
+        };
+        if r.is_err() {
+            self.stats.bad_acks += 1;
+        }
+        r
+    }
+
+    /// Releases the live segment's records up to link count `count`,
+    /// feeding them to the mirror.
+    fn release(&mut self, count: u64) -> Result<usize, AckError> {
+        let Some(s) = self.segs.front_mut().filter(|s| s.epoch == self.epoch) else {
+            return Err(AckError::Stale);
+        };
+        let written = s.acked + s.sent as u64;
+        if count < s.acked {
+            return Err(AckError::Stale);
+        }
+        if count > written {
+            return Err(AckError::Beyond { count, written });
+        }
+        let k = usize::try_from(count - s.acked).map_err(|_| AckError::Stale)?;
+        if self.mirror.as_ref().is_none_or(|m| m.0 != s.epoch) {
+            // A mirror must start at the stream's first record.
+            self.mirror = if s.acked == 0 {
+                LinkDecoder::new(&self.codec).ok().map(|d| (s.epoch, d))
+            } else {
+                None
+            };
+        }
+        for _ in 0..k {
+            let Some((_, rec, tag)) = s.recs.pop_front() else {
+                break;
+            };
+            self.bytes -= rec.len();
+            self.acked_tag = self.acked_tag.max(tag);
+            // A record the mirror cannot read leaves it poisoned: the tail
+            // is then dropped, not rebuilt, if the link dies.
+            if let Some((_, m)) = &mut self.mirror
+                && !m.is_poisoned()
+            {
+                let _ = m.decode(&rec);
+            }
+        }
+        s.sent -= k;
+        s.acked = count;
+        self.stats.acked_records += k as u64;
+        Ok(k)
+    }
+
+    /// The live link died (or was closed to switch parents). Its
+    /// unacknowledged records, written or not, become a finished segment
+    /// that a fresh link replays: as they are when the parent acknowledged
+    /// nothing, else rebuilt from the mirror. A new epoch starts.
     pub fn link_lost(&mut self) {
         if let Some(s) = self.segs.back()
             && s.epoch == self.epoch
+            && let Some(mut s) = self.segs.pop_back()
+        {
+            if s.acked > 0 {
+                let mirror = self.mirror.take().filter(|m| m.0 == s.epoch);
+                let rebuilt = mirror.and_then(|(_, mut m)| {
+                    let tail = s.recs.iter().map(|r| r.1.as_slice());
+                    rebuild_tail(&mut m, tail, &self.codec).ok()
+                });
+                match rebuilt {
+                    Some(recs) => {
+                        let (at, tag) = s.recs.back().map_or((0, 0), |r| (r.0, r.2));
+                        self.stats.replayed_unacked += s.recs.len() as u64;
+                        self.bytes -= s.bytes();
+                        s.recs = recs.into_iter().map(|r| (at, r, tag)).collect();
+                        self.bytes += s.bytes();
+                    }
+                    None => {
+                        self.drop_segment(s);
+                        self.new_epoch();
+                        return;
+                    }
+                }
+            } else {
+                self.stats.replayed_unacked += s.sent as u64;
+            }
+            s.sent = 0;
+            s.acked = 0;
+            self.segs.push_back(s);
+        }
+        self.mirror = None;
+        self.new_epoch();
+    }
+
+    /// The live link was closed cleanly after every queued record was
+    /// written (a switch back to the primary while the backup lives): the
+    /// backup has the whole live segment, so it goes, and a new epoch starts.
+    pub fn handed_over(&mut self) {
+        if let Some(s) = self.segs.back()
+            && s.epoch == self.epoch
+            && s.sent == s.recs.len()
             && let Some(s) = self.segs.pop_back()
         {
-            self.drop_segment(s);
+            self.bytes -= s.bytes();
+            if let Some(t) = s.recs.iter().map(|r| r.2).max() {
+                self.acked_tag = self.acked_tag.max(t);
+            }
+        } else {
+            // Something was left unwritten: replay it like a lost link.
+            self.link_lost();
+            return;
         }
+        self.mirror = None;
         self.new_epoch();
+    }
+
+    /// Highest tag of the records the parent has taken for good
+    /// (acknowledged, or replayed whole after an outage).
+    pub fn acked_tag(&self) -> u64 {
+        self.acked_tag
+    }
+
+    /// Records written on the live link and not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.segs
+            .front()
+            .filter(|s| s.epoch == self.epoch)
+            .map_or(0, |s| s.sent)
     }
 
     /// Bytes held.
@@ -240,9 +442,15 @@ mod tests {
         }
     }
 
+    impl Outbox {
+        fn new_default_codec(l: BufferLimits) -> Self {
+            Self::new(l, CodecConfig::default())
+        }
+    }
+
     #[test]
     fn live_records_leave_in_order() {
-        let mut o = Outbox::new(lim(1 << 20));
+        let mut o = Outbox::new_default_codec(lim(1 << 20));
         let e = o.epoch();
         assert!(o.push(e, 0, vec![1]));
         assert!(o.push(e, 1000, vec![2]));
@@ -251,12 +459,13 @@ mod tests {
         assert_eq!(o.next_live(), Some((e, &[2u8][..])));
         o.sent();
         assert_eq!(o.next_live(), None);
+        assert_eq!(o.ack(e, 2), Ok(2));
         assert_eq!(o.bytes(), 0);
     }
 
     #[test]
     fn a_stale_epoch_is_refused() {
-        let mut o = Outbox::new(lim(1 << 20));
+        let mut o = Outbox::new_default_codec(lim(1 << 20));
         let e = o.epoch();
         o.link_lost();
         assert!(!o.push(e, 0, vec![1]));
@@ -266,7 +475,7 @@ mod tests {
 
     #[test]
     fn disconnected_segments_replay_oldest_first() {
-        let mut o = Outbox::new(lim(1 << 20));
+        let mut o = Outbox::new_default_codec(lim(1 << 20));
         for t in 0..25 {
             let now = t * 1000;
             o.tick_disconnected(now);
@@ -291,7 +500,7 @@ mod tests {
 
     #[test]
     fn over_the_byte_limit_the_oldest_segment_goes_whole() {
-        let mut o = Outbox::new(lim(25));
+        let mut o = Outbox::new_default_codec(lim(25));
         for t in 0..30 {
             let now = t * 1000;
             o.tick_disconnected(now);
@@ -306,7 +515,7 @@ mod tests {
 
     #[test]
     fn old_records_expire_by_age() {
-        let mut o = Outbox::new(BufferLimits {
+        let mut o = Outbox::new_default_codec(BufferLimits {
             max_bytes: 1 << 20,
             max_age_ms: 15_000,
             segment_ms: 10_000,
@@ -323,14 +532,15 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_link_drops_its_unsent_tail_and_starts_over() {
-        let mut o = Outbox::new(lim(1 << 20));
+    fn a_lost_link_keeps_its_unsent_tail_for_a_fresh_link() {
+        let mut o = Outbox::new_default_codec(lim(1 << 20));
         let e = o.epoch();
         o.push(e, 0, vec![1]);
         o.push(e, 1, vec![2]);
         o.link_lost();
-        assert_eq!(o.records(), 0);
-        assert_eq!(o.stats().dropped_records, 2);
+        assert_eq!(o.records(), 2);
+        assert!(o.has_backlog());
+        assert_eq!(o.stats().dropped_records, 0);
         assert_ne!(o.epoch(), e);
     }
 }
