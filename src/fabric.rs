@@ -103,6 +103,9 @@ impl Pace {
     }
 }
 
+/// log2 of the zstd window of a node's own uplinks.
+const NODE_WINDOW_LOG: u32 = 18;
+
 /// One node's uplink as the plan gives it.
 struct PlannedUplink {
     subtree: usize,
@@ -112,9 +115,10 @@ struct PlannedUplink {
 }
 
 /// Starts one node: its relay (listener + merger), its leaf agent and its
-/// uplinks. The home-subtree uplink carries the relay's merged frames (its
+/// uplinks. An interior uplink carries the relay's merged frames (its
 /// children plus its own leaf, fed in as an in-memory child); the others
-/// carry the leaf's own frames only. The node's own counters travel with
+/// carry the leaf's own frames only, encoded straight from its sampler. The
+/// node's own counters travel with
 /// its leaf's series and, given `metrics`, on `http://ADDR/metrics`.
 #[allow(clippy::too_many_arguments)]
 async fn spawn_node(
@@ -143,10 +147,7 @@ async fn spawn_node(
         NullSink,
     );
     let listener_stats = listener.stats_handle();
-    relay.spawn_listener(listener, shutdown.clone());
-    let (tx, rx) = mpsc::channel(64);
-    relay.spawn_local(rx);
-    let mut outputs = vec![Output::Local(tx)];
+    let mut outputs = Vec::new();
     let mut relay_uplinks = Vec::new();
     let mut counted = Vec::new();
     for u in uplinks {
@@ -170,12 +171,34 @@ async fn spawn_node(
         serve_metrics(addr, fabric.clone(), shutdown.clone()).await?;
     }
     collectors.push(Box::new(fabric));
-    relay.spawn_ticker_at(relay_uplinks, pace.map(|p| p.relay), shutdown.clone());
+    // Only a node with an interior link feeds its own frames to its relay,
+    // to be merged with its children's. Without one the relay would have
+    // nowhere to send, so it does not run at all (no encode, decode, merge
+    // round trip, no listener, no ticker): the leaf encodes once per uplink
+    // and sends straight up. A childless interior node still relays itself:
+    // sending straight up there makes tests/tree_failover see repeated
+    // values at the gateway (the merger's multi-path ordering), see issue 3.
+    if relay_uplinks.is_empty() {
+        drop(listener);
+        tracing::debug!(host, "no interior link: relay off, frames go straight up");
+    } else {
+        relay.spawn_listener(listener, shutdown.clone());
+        let (tx, rx) = mpsc::channel(64);
+        relay.spawn_local(rx);
+        outputs.push(Output::Local(tx));
+        relay.spawn_ticker_at(relay_uplinks, pace.map(|p| p.relay), shutdown.clone());
+    }
     let cfg = AgentConfig {
         node: host.to_string(),
         tick,
         bounds: BoundsPolicy::default(),
-        codec: CodecConfig::default(),
+        // A 256 KiB zstd window (not 1 MiB): zstd sees keyframes and
+        // definitions only, and one node's keyframe is a few KiB, so the
+        // previous one stays in reach; saves about 1 MiB per uplink.
+        codec: CodecConfig {
+            window_log: NODE_WINDOW_LOG,
+            ..CodecConfig::default()
+        },
     };
     tokio::spawn(async move {
         if let Some(p) = pace {

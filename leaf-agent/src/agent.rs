@@ -12,7 +12,7 @@ use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, Sender, record
 use canopy_proto::link::{Uplink, UplinkEncoder, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
-use crate::collect::{Collector, Observation};
+use crate::collect::{Collector, Observation, Sink};
 
 /// Where a leaf's frames go.
 #[derive(Debug)]
@@ -73,9 +73,12 @@ pub async fn run(
         }
         let ts = unix_now_ms();
         obs.clear();
+        sender.begin_tick(ts);
+        sender.tick_source(src, ts);
         for c in &mut collectors {
             c.set_tick_time(ts);
-            if let Err(e) = c.collect(&mut obs) {
+            let r = c.collect_into(&mut Sink::new(&mut sender, src, &mut obs));
+            if let Err(e) = r {
                 // One line per collector per minute, not a flood.
                 let name = c.name();
                 let last = warned.iter_mut().find(|w| w.0 == name);
@@ -89,8 +92,6 @@ pub async fn run(
                 }
             }
         }
-        sender.begin_tick(ts);
-        sender.tick_source(src, ts);
         for o in &obs {
             sender.observe(src, &o.labels, o.kind, o.value);
         }

@@ -66,6 +66,7 @@ mod v2_tests;
 use std::path::Path;
 use std::str::FromStr;
 
+use canopy_proto::codec::{Sender, SeriesKey};
 use canopy_proto::model::{Labels, MetricKind};
 
 use crate::error::LeafError;
@@ -120,6 +121,49 @@ impl Observation {
     }
 }
 
+/// Where one collector puts one tick's values: by stable series key (no
+/// label building or hashing once a series is known), or as plain
+/// [`Observation`]s into the tick's shared buffer.
+pub struct Sink<'a> {
+    sender: &'a mut Sender,
+    obs: &'a mut Vec<Observation>,
+    src: u32,
+}
+
+impl<'a> Sink<'a> {
+    /// A sink feeding source `src` of `sender` (whose tick has begun), with
+    /// `obs` as the buffer of plain observations.
+    pub fn new(sender: &'a mut Sender, src: u32, obs: &'a mut Vec<Observation>) -> Self {
+        Self { sender, obs, src }
+    }
+
+    /// The tick's buffer of plain observations (the sampler feeds them to
+    /// the sender after every collector ran, so later collectors can read
+    /// and edit what earlier ones put there).
+    pub fn observations(&mut self) -> &mut Vec<Observation> {
+        self.obs
+    }
+
+    /// Records `value` of the series `labels`: by the key kept in `slot`
+    /// when it is still valid, else by hashing `labels` once and keeping
+    /// the new key in `slot`. The caller keeps `labels` and `slot` across
+    /// ticks.
+    pub fn record(
+        &mut self,
+        slot: &mut Option<SeriesKey>,
+        labels: &Labels,
+        kind: MetricKind,
+        value: f64,
+    ) {
+        if let Some(k) = *slot
+            && self.sender.observe_key(k, value)
+        {
+            return;
+        }
+        *slot = Some(self.sender.observe(self.src, labels, kind, value));
+    }
+}
+
 /// A source of observations, called once per sampler tick.
 ///
 /// Implementations append to `out` and never clear it, so the sampler can run
@@ -132,6 +176,14 @@ pub trait Collector {
 
     /// Appends the current value of every series this collector sees to `out`.
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError>;
+
+    /// What the sampler calls each tick: collectors that keep their series
+    /// (labels and [`SeriesKey`]s) across ticks override it to record by
+    /// key through [`Sink::record`]; the default appends
+    /// [`Collector::collect`]'s observations to the tick's buffer.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        self.collect(sink.observations())
+    }
 
     /// Tells the collector the tick's time before `collect`. Real collectors
     /// read the host and ignore it; simulated ones advance virtual time.

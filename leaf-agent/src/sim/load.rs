@@ -8,11 +8,12 @@
 //! kernel and NVML change them. Every value is a hash of (job, series, step),
 //! so two runs see the same stream.
 
+use canopy_proto::codec::SeriesKey;
 use canopy_proto::model::{Labels, MetricKind};
 
 use super::rng::{hash, range, str_hash, unit};
 use super::{GIB, STEP_MS};
-use crate::collect::{Collector, Observation};
+use crate::collect::{Collector, Observation, Sink};
 use crate::error::LeafError;
 
 /// GPUs per simulated job.
@@ -179,6 +180,8 @@ struct LoadSeries {
     hi: f64,
     every: i64,
     value: f64,
+    /// The sender's key, once recorded.
+    slot: Option<SeriesKey>,
 }
 
 impl LoadSeries {
@@ -201,6 +204,7 @@ impl LoadSeries {
             hi,
             every,
             value,
+            slot: None,
         }
     }
 
@@ -333,6 +337,17 @@ impl Collector for SimJobs {
         }));
         Ok(())
     }
+
+    /// Records every job's series by key: labels are built once, in `new`.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        if self.step.is_none() {
+            self.advance_to(0);
+        }
+        for x in &mut self.series {
+            sink.record(&mut x.slot, &x.labels, x.kind, x.value);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +384,60 @@ mod tests {
         }
         let jobs: BTreeSet<&str> = obs.iter().filter_map(|o| o.labels.get("job_id")).collect();
         assert_eq!(jobs.len(), 50);
+    }
+
+    /// Runs `s` through `collect_into` for one tick at `ts`; returns the
+    /// table's (labels, value) and the plain observations left over.
+    fn sink_tick(
+        s: &mut SimJobs,
+        tx: &mut canopy_proto::codec::Sender,
+        ts: i64,
+    ) -> (Vec<(String, f64)>, usize) {
+        let src = tx.source("n1", 1000);
+        tx.begin_tick(ts);
+        tx.tick_source(src, ts);
+        s.set_tick_time(ts);
+        let mut obs = Vec::new();
+        s.collect_into(&mut Sink::new(tx, src, &mut obs))
+            .expect("sim collect never fails");
+        let (table, _) = tx.finish_tick();
+        let mut rows: Vec<(String, f64)> = table
+            .iter()
+            .map(|(_, e)| (e.labels.to_string(), e.value))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        tx.end_tick();
+        (rows, obs.len())
+    }
+
+    #[test]
+    fn recording_by_key_matches_the_observations() {
+        use canopy_proto::codec::{BoundsPolicy, Sender};
+        let t0 = 1_700_000_000_000;
+        let mut by_key = SimJobs::new("n1", 7, 3);
+        let mut plain = SimJobs::new("n1", 7, 3);
+        let mut tx = Sender::new(BoundsPolicy::default());
+        for i in 0..5 {
+            let ts = t0 + i * 1000;
+            let (rows, left) = sink_tick(&mut by_key, &mut tx, ts);
+            assert_eq!(left, 0, "everything recorded by key");
+            assert!(by_key.series.iter().all(|x| x.slot.is_some()));
+            let obs = snap(&mut plain, ts);
+            let mut want: Vec<(String, f64)> = obs
+                .iter()
+                .map(|o| (o.labels.to_string(), o.value))
+                .collect();
+            want.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(rows.len(), want.len());
+            for (r, w) in rows.iter().zip(&want) {
+                assert_eq!(r.0, w.0);
+                // The table holds quantised values: within the default bounds.
+                assert!(
+                    (r.1 - w.1).abs() <= 1e-3 * w.1.abs().max(1.0),
+                    "{r:?} vs {w:?}"
+                );
+            }
+        }
     }
 
     #[test]

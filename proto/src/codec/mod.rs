@@ -54,7 +54,7 @@ pub use decoder::{LinkDecoder, RxFrame, RxSection, RxSeries, RxSource};
 pub use encoder::LinkEncoder;
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};
 pub use record::{RecordSplitter, write_record};
-pub use sender::{BoundsPolicy, Sender};
+pub use sender::{BoundsPolicy, Sender, SeriesKey};
 pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesTable, SourceEntry};
 
 /// Tunables of the codec, shared by both ends of a link.

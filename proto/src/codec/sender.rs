@@ -4,8 +4,16 @@
 //! so every link a sender has carries the same quantised values. A series
 //! that a source stops reporting is retired (the receiver writes a staleness
 //! marker), as Prometheus does when a target stops exposing a series.
+//!
+//! Steady state without hashing: [`Sender::observe`] returns a
+//! [`SeriesKey`]; a caller that keeps it records later values with
+//! [`Sender::observe_key`] (an index and a generation check) instead of
+//! hashing the full label set every tick.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use rustc_hash::FxHasher;
 
 use crate::model::{Labels, MetricKind};
 
@@ -28,18 +36,35 @@ impl BoundsPolicy {
     }
 }
 
+/// A stable reference to one series of a [`Sender`]: its handle and the
+/// handle's generation, so a key outliving its series (retired, handle
+/// reused) is detected instead of updating another series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeriesKey {
+    handle: u32,
+    generation: u32,
+}
+
 /// Turns observations into changesets against a [`SeriesTable`].
 #[derive(Debug, Default)]
 pub struct Sender {
     policy: BoundsPolicy,
     table: SeriesTable,
-    index: HashMap<Labels, u32>,
+    /// Labels -> handle. Fx rather than SipHash: the keys come from this
+    /// node's own collectors, not from the network.
+    index: HashMap<Labels, u32, BuildHasherDefault<FxHasher>>,
     quant: Vec<Option<Quantiser>>,
+    /// Per handle: bumped each time the handle is given to a new series.
+    gens: Vec<u32>,
     seen: Vec<u64>,
     generation: u64,
     sources: HashMap<String, u32>,
     ticked: Vec<u32>,
     cs: Changeset,
+    /// Emptied sections of earlier ticks, reused by `tick_source`.
+    spare: Vec<ChangeSection>,
+    /// Scratch list of the handles `finish_tick` retires.
+    gone: Vec<u32>,
 }
 
 impl Sender {
@@ -70,10 +95,17 @@ impl Sender {
     /// Starts a tick at `ts_ms`. Any previous tick must have been finished.
     pub fn begin_tick(&mut self, ts_ms: i64) {
         self.generation += 1;
-        self.cs = Changeset {
-            new_sources: std::mem::take(&mut self.cs.new_sources),
-            ..Changeset::new(ts_ms)
-        };
+        // Reuse the previous tick's vectors (and each section's) instead of
+        // allocating them again every tick.
+        let cs = &mut self.cs;
+        cs.ts_ms = ts_ms;
+        cs.defs.clear();
+        cs.retired_sources.clear();
+        self.spare.extend(cs.sections.drain(..).map(|mut s| {
+            s.updates.clear();
+            s.retired.clear();
+            s
+        }));
         self.ticked.clear();
     }
 
@@ -84,17 +116,23 @@ impl Sender {
         }
         if !self.ticked.contains(&src) {
             self.ticked.push(src);
-            self.cs.sections.push(ChangeSection {
-                source: src,
-                ts_ms,
-                ..ChangeSection::default()
-            });
+            let mut sec = self.spare.pop().unwrap_or_default();
+            sec.source = src;
+            sec.ts_ms = ts_ms;
+            self.cs.sections.push(sec);
         }
     }
 
-    /// Records one true value of series `labels` from source `src`.
+    /// Records one true value of series `labels` from source `src`, and
+    /// returns the series' key for [`Sender::observe_key`].
     /// Call [`Sender::tick_source`] for `src` first.
-    pub fn observe(&mut self, src: u32, labels: &Labels, kind: MetricKind, value: f64) {
+    pub fn observe(
+        &mut self,
+        src: u32,
+        labels: &Labels,
+        kind: MetricKind,
+        value: f64,
+    ) -> SeriesKey {
         let h = match self.index.get(labels) {
             Some(&h) => h,
             None => {
@@ -109,13 +147,43 @@ impl Sender {
                 if self.quant.len() <= i {
                     self.quant.resize(i + 1, None);
                     self.seen.resize(i + 1, 0);
+                    self.gens.resize(i + 1, 0);
                 }
                 self.quant[i] = Some(q);
+                self.gens[i] = self.gens[i].wrapping_add(1);
                 self.index.insert(labels.clone(), h);
                 self.cs.defs.push(h);
                 h
             }
         };
+        self.update(h, src, value);
+        SeriesKey {
+            handle: h,
+            generation: self.gens[h as usize],
+        }
+    }
+
+    /// Records one true value of the series behind `key` (from
+    /// [`Sender::observe`]) without hashing its labels. False when the key
+    /// no longer names a live series (it was retired, e.g. after a tick
+    /// without it): then observe by labels again.
+    pub fn observe_key(&mut self, key: SeriesKey, value: f64) -> bool {
+        let i = key.handle as usize;
+        if self.gens.get(i) != Some(&key.generation)
+            || self.quant.get(i).is_none_or(Option::is_none)
+        {
+            return false;
+        }
+        let Some(src) = self.table.get(key.handle).map(|e| e.source) else {
+            return false;
+        };
+        self.update(key.handle, src, value);
+        true
+    }
+
+    /// Quantises `value` for live handle `h` of source `src` and records
+    /// the change, if any, in the tick's section of `src`.
+    fn update(&mut self, h: u32, src: u32, value: f64) {
         let i = h as usize;
         self.seen[i] = self.generation;
         let Some(q) = self.quant[i].as_mut() else {
@@ -141,15 +209,17 @@ impl Sender {
     /// link to encode; call [`Sender::end_tick`] after encoding.
     pub fn finish_tick(&mut self) -> (&SeriesTable, &Changeset) {
         let generation = self.generation;
-        let gone: Vec<u32> = self
-            .table
-            .iter()
-            .filter(|(h, s)| {
-                self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
-            })
-            .map(|(h, _)| h)
-            .collect();
-        for h in gone {
+        let mut gone = std::mem::take(&mut self.gone);
+        gone.clear();
+        gone.extend(
+            self.table
+                .iter()
+                .filter(|(h, s)| {
+                    self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
+                })
+                .map(|(h, _)| h),
+        );
+        for &h in &gone {
             if let Some(e) = self.table.remove(h) {
                 self.index.remove(&e.labels);
                 self.quant[h as usize] = None;
@@ -160,6 +230,7 @@ impl Sender {
                 }
             }
         }
+        self.gone = gone;
         (&self.table, &self.cs)
     }
 

@@ -758,3 +758,55 @@ fn a_keyframe_keeps_every_section_of_a_source_that_ticked_twice() {
         assert_eq!(f.sections[0].updates, vec![(h, t as f64)]);
     }
 }
+
+#[test]
+fn series_keys_update_by_handle_and_go_stale_when_the_series_is_retired() {
+    let mut tx = Sender::new(BoundsPolicy::default());
+    let src = tx.source("n1", 1000);
+    let tick = |tx: &mut Sender, t: i64| {
+        tx.begin_tick(t);
+        tx.tick_source(src, t);
+    };
+    tick(&mut tx, 0);
+    let a = tx.observe(src, &g("m", 0), MetricKind::Gauge, 1.0);
+    let b = tx.observe(src, &g("m", 1), MetricKind::Gauge, 2.0);
+    assert_ne!(a, b);
+    tx.finish_tick();
+    tx.end_tick();
+    // By key: the same series, its new value in the tick's changes.
+    tick(&mut tx, 1000);
+    assert!(tx.observe_key(a, 5.0));
+    assert!(tx.observe_key(b, 2.0));
+    let (table, cs) = tx.finish_tick();
+    assert_eq!(table.len(), 2, "nothing retired: both were observed");
+    assert_eq!(cs.sections[0].updates.len(), 1, "only the change of a");
+    let (h, v) = cs.sections[0].updates[0];
+    assert_eq!(table.get(h).map(|e| e.labels.clone()), Some(g("m", 0)));
+    assert_eq!(v, 5.0);
+    tx.end_tick();
+    // A tick without `b` retires it; its handle is reused by a new series,
+    // and the old key must not update that one.
+    tick(&mut tx, 2000);
+    assert!(tx.observe_key(a, 6.0));
+    tx.finish_tick();
+    tx.end_tick();
+    tick(&mut tx, 3000);
+    assert!(tx.observe_key(a, 7.0));
+    let c = tx.observe(src, &g("m", 2), MetricKind::Gauge, 9.0);
+    assert!(!tx.observe_key(b, 3.0), "b was retired");
+    let (table, cs) = tx.finish_tick();
+    assert_eq!(table.len(), 2);
+    assert!(
+        cs.sections[0].updates.iter().all(|&(_, v)| v != 3.0),
+        "{:?}",
+        cs.sections[0].updates
+    );
+    tx.end_tick();
+    // Observing by labels again gives a fresh, working key.
+    tick(&mut tx, 4000);
+    let b2 = tx.observe(src, &g("m", 1), MetricKind::Gauge, 4.0);
+    assert!(tx.observe_key(c, 9.0) && tx.observe_key(a, 7.0));
+    assert_ne!(b2, b);
+    let (table, _) = tx.finish_tick();
+    assert_eq!(table.len(), 3);
+}

@@ -32,10 +32,13 @@
 //!
 //! # Liveness
 //!
-//! Keep-alives every [`LinkTuning::keep_alive`] and an idle timeout of
-//! [`LinkTuning::idle_timeout`] (300 ms and 1.5 s by default) mean a parent
-//! that vanishes without a word is noticed within 2 s:
-//! [`OutboundLink::closed`] resolves and sends and receives fail.
+//! Keep-alives after [`LinkTuning::keep_alive`] of silence from the peer
+//! and an idle timeout of [`LinkTuning::idle_timeout`] (500 ms and 1.5 s by
+//! default) mean a parent that vanishes without a word is noticed within
+//! 2 s (the idle timer restarts at our first send after the peer's last
+//! packet, at most `keep_alive` later): [`OutboundLink::closed`] resolves
+//! and sends and receives fail. A link carrying a frame every 1 s tick
+//! hears its peer's acks every second, so it pings about once a second.
 //!
 //! # Closing
 //!
@@ -167,7 +170,7 @@ pub struct LinkTuning {
 impl Default for LinkTuning {
     fn default() -> Self {
         Self {
-            keep_alive: Duration::from_millis(300),
+            keep_alive: Duration::from_millis(500),
             idle_timeout: Duration::from_millis(1500),
             connect_timeout: Duration::from_secs(2),
             max_record: 16 * 1024 * 1024,
