@@ -475,7 +475,7 @@ fn one_run(
     let tck = procfs::clk_tck() as f64;
     let mut procs = Procs::default();
     let retention = (spec.steps as i64 * spec.interval_ms / 1000 + 3600).max(7200);
-    let servers = vec![
+    let servers = [
         start_canopy(&mut procs, canopy, dir, "canopy", None, retention)?,
         {
             let wd = dir.join("canopy-data");
