@@ -285,6 +285,38 @@ impl<'a> Evaluator<'a> {
         Ok(out)
     }
 
+    /// `start_timestamp(selector)` at `t`: the start time (in seconds, 0
+    /// where unknown) of the sample an instant selector picks.
+    pub(crate) fn start_timestamps(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<VectorSample>, PromqlError> {
+        let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
+        let lookback = self.opts.lookback_ms;
+        let all = self.fetch(vs, tt, lookback)?;
+        let mut out = Vec::new();
+        for s in all.iter() {
+            let sts = s.start_ms.as_deref();
+            let idx = s.samples.partition_point(|p| p.ts_ms <= tt);
+            let Some(i) = idx.checked_sub(1) else {
+                continue;
+            };
+            let p = s.samples[i];
+            if p.ts_ms <= tt - lookback || is_stale_nan(p.value) {
+                continue;
+            }
+            out.push(VectorSample {
+                labels: s.labels.clone(),
+                t,
+                v: sts.and_then(|x| x.get(i)).copied().unwrap_or(0) as f64 / 1e3,
+                drop_name: true,
+            });
+        }
+        self.hold(out.len())?;
+        Ok(out)
+    }
+
     /// A range selector at `t`: samples in `(t - range, t]`, staleness markers left out.
     pub(crate) fn matrix_select(
         &mut self,
@@ -302,38 +334,44 @@ impl<'a> Evaluator<'a> {
         let mut n = 0;
         for s in all.iter() {
             let a = s.samples.partition_point(|p| p.ts_ms <= lo);
-            let b = s.samples.partition_point(|p| p.ts_ms <= tt);
-            let live = |p: &&crate::store::Sample| !is_stale_nan(p.value);
-            let inner = s.samples[a..b.max(a)].iter().filter(live);
+            let b = s.samples.partition_point(|p| p.ts_ms <= tt).max(a);
+            let live = |p: &crate::store::Sample| !is_stale_nan(p.value);
+            let sts = s.start_ms.as_deref();
             let mut points: Vec<Point> = Vec::new();
-            if mode != Mode::Plain {
-                if mode == Mode::Anchored && !s.samples[a..b.max(a)].iter().any(|p| live(&p)) {
-                    continue;
-                }
-                // The last sample at or before the window start, within lookback.
-                if let Some(p) = a.checked_sub(1).and_then(|i| s.samples.get(i))
-                    && p.ts_ms > lo - lookback
-                    && live(&p)
-                {
-                    points.push(Point {
-                        t: p.ts_ms,
-                        v: p.value,
-                    });
-                }
-            }
-            points.extend(inner.map(|p| Point {
-                t: p.ts_ms,
-                v: p.value,
-            }));
-            if mode == Mode::Smoothed
-                && let Some(p) = s.samples.get(b)
-                && p.ts_ms <= tt + lookback
-                && live(&p)
-            {
+            let mut start_ms: Vec<i64> = Vec::new();
+            let mut take = |i: usize, points: &mut Vec<Point>| {
+                let p = s.samples[i];
                 points.push(Point {
                     t: p.ts_ms,
                     v: p.value,
                 });
+                if let Some(sts) = sts {
+                    start_ms.push(sts.get(i).copied().unwrap_or(0));
+                }
+            };
+            if mode != Mode::Plain {
+                if mode == Mode::Anchored && !s.samples[a..b].iter().any(live) {
+                    continue;
+                }
+                // The last sample at or before the window start, within lookback.
+                if let Some(i) = a.checked_sub(1)
+                    && s.samples[i].ts_ms > lo - lookback
+                    && live(&s.samples[i])
+                {
+                    take(i, &mut points);
+                }
+            }
+            for i in a..b {
+                if live(&s.samples[i]) {
+                    take(i, &mut points);
+                }
+            }
+            if mode == Mode::Smoothed
+                && let Some(p) = s.samples.get(b)
+                && p.ts_ms <= tt + lookback
+                && live(p)
+            {
+                take(b, &mut points);
             }
             if points.is_empty() {
                 continue;
@@ -343,6 +381,7 @@ impl<'a> Evaluator<'a> {
                 labels: s.labels.clone(),
                 points,
                 drop_name: false,
+                start_ms,
             });
         }
         self.hold(n)?;
@@ -400,6 +439,7 @@ impl<'a> Evaluator<'a> {
                         labels: s.labels.clone(),
                         points: Vec::new(),
                         drop_name: s.drop_name,
+                        start_ms: Vec::new(),
                     });
                     out.len() - 1
                 });
@@ -526,6 +566,7 @@ pub(crate) fn range(
                     labels: s.labels.clone(),
                     points: Vec::new(),
                     drop_name: false,
+                    start_ms: Vec::new(),
                 });
                 out.len() - 1
             });

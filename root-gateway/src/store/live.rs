@@ -478,6 +478,7 @@ impl Querier for LiveStore {
             out.push(Series {
                 labels: labels.clone(),
                 samples,
+                start_ms: None,
             });
             Ok(())
         };

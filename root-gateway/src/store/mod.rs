@@ -167,6 +167,9 @@ pub struct Series {
     pub labels: Labels,
     /// Samples within the requested window, oldest first.
     pub samples: Vec<Sample>,
+    /// Start time of each sample (ms, 0 where unknown), aligned with
+    /// `samples`; `None` when the series has no start times at all.
+    pub start_ms: Option<Vec<i64>>,
 }
 
 /// Read interface the PromQL engine and the HTTP API use.
