@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
 use super::chunk::Chunk;
+use super::intern::{Interner, SymLabels};
 use super::{Appender, Labels, Matcher, Querier, Sample, Series, StoreError};
 
 /// Typed settings of a [`LiveStore`].
@@ -83,7 +84,8 @@ impl Source {
 
 #[derive(Debug)]
 struct Entry {
-    labels: Labels,
+    /// Interned labels (see [`Interner`]).
+    labels: SymLabels,
     source: Option<usize>,
     chunks: Vec<Chunk>,
 }
@@ -103,7 +105,10 @@ pub struct LiveStore {
     cfg: LiveStoreConfig,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
-    by_labels: HashMap<Labels, usize>,
+    by_labels: HashMap<SymLabels, usize>,
+    strings: Interner,
+    /// Reused buffer for label lookups.
+    lookup: Vec<u32>,
     by_name: HashMap<String, HashSet<usize>>,
     sources: Vec<Source>,
     source_ids: HashMap<String, usize>,
@@ -215,10 +220,11 @@ impl LiveStore {
         for id in dead {
             if let Some(e) = self.entries[id].take() {
                 self.by_labels.remove(&e.labels);
-                if let Some(set) = self.by_name.get_mut(e.labels.name()) {
+                let name = self.strings.value(&e.labels, METRIC_NAME).unwrap_or("");
+                if let Some(set) = self.by_name.get_mut(name) {
                     set.remove(&id);
                     if set.is_empty() {
-                        self.by_name.remove(e.labels.name());
+                        self.by_name.remove(name);
                     }
                 }
                 self.free.push(id);
@@ -227,7 +233,8 @@ impl LiveStore {
     }
 
     fn entry_id(&mut self, labels: &Labels, create: bool) -> Result<Option<usize>, StoreError> {
-        if let Some(&id) = self.by_labels.get(labels) {
+        let known = self.strings.lookup(labels, &mut self.lookup);
+        if known && let Some(&id) = self.by_labels.get(&self.lookup[..]) {
             return Ok(Some(id));
         }
         if !create {
@@ -249,8 +256,9 @@ impl LiveStore {
                 labels: labels.to_string(),
             });
         }
+        let syms = self.strings.intern(labels);
         let e = Entry {
-            labels: labels.clone(),
+            labels: syms.clone(),
             source: None,
             chunks: Vec::new(),
         };
@@ -264,7 +272,7 @@ impl LiveStore {
                 self.entries.len() - 1
             }
         };
-        self.by_labels.insert(labels.clone(), id);
+        self.by_labels.insert(syms, id);
         self.by_name
             .entry(labels.name().to_string())
             .or_default()
@@ -295,7 +303,7 @@ impl LiveStore {
             if ts < last_ts || (ts == last_ts && !same) {
                 self.stats.out_of_order += 1;
                 return Err(StoreError::OutOfOrder {
-                    labels: e.labels.to_string(),
+                    labels: self.strings.labels(&e.labels).to_string(),
                     ts_ms: ts,
                     newest_ms: last_ts,
                 });
@@ -320,6 +328,29 @@ impl LiveStore {
             c.push(ts, v);
         }
         Ok(())
+    }
+
+    /// Appends explicit samples of one series (oldest first), resolving the
+    /// series once; each sample's result goes to `f` with its index.
+    pub fn append_samples(
+        &mut self,
+        labels: &Labels,
+        samples: &[Sample],
+        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+    ) {
+        let id = match self.entry_id(labels, true) {
+            Ok(Some(id)) => id,
+            Ok(None) => return,
+            Err(e) => {
+                for i in 0..samples.len() {
+                    f(i, Err(e.clone()));
+                }
+                return;
+            }
+        };
+        for (i, smp) in samples.iter().enumerate() {
+            f(i, self.push_point(id, None, smp.ts_ms, smp.value));
+        }
     }
 
     fn materialise(&self, e: &Entry, mint: i64, maxt: i64) -> Vec<Sample> {
@@ -493,8 +524,11 @@ impl Querier for LiveStore {
             None => Box::new(self.entries.iter().flatten()),
         };
         for e in candidates {
-            if Matcher::all_match(matchers, &e.labels) {
-                push(&e.labels, self.materialise(e, mint, maxt))?;
+            if self.strings.all_match(matchers, &e.labels) {
+                push(
+                    &self.strings.labels(&e.labels),
+                    self.materialise(e, mint, maxt),
+                )?;
             }
         }
         for src in &self.sources {

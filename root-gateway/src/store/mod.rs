@@ -8,6 +8,7 @@
 
 mod chunk;
 pub mod codec;
+mod intern;
 mod live;
 mod mem;
 mod op;

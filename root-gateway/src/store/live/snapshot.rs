@@ -16,7 +16,7 @@ use std::io::{self, Read, Write};
 use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source};
 use crate::store::chunk::Chunk;
 use crate::store::codec::{
-    CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint, read_frame, write_frame,
+    CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
 
 const MAGIC: &[u8] = b"canopy-snapshot-v1";
@@ -52,7 +52,10 @@ impl LiveStore {
         for e in &live {
             p.clear();
             p.push(0x03);
-            put_labels(&mut p, &e.labels);
+            put_uvarint(&mut p, (e.labels.len() / 2) as u64);
+            for id in e.labels.iter() {
+                put_str(&mut p, self.strings.get(*id));
+            }
             put_uvarint(&mut p, e.source.map_or(0, |s| s as u64 + 1));
             put_uvarint(&mut p, e.chunks.len() as u64);
             for c in &e.chunks {
@@ -136,7 +139,8 @@ impl LiveStore {
             for _ in 0..n {
                 chunks.push(Chunk::read_state(&mut c)?);
             }
-            if s.by_labels.insert(labels.clone(), id).is_some() {
+            let syms = s.strings.intern(&labels);
+            if s.by_labels.insert(syms.clone(), id).is_some() {
                 return Err(CodecError::Malformed("a series appears twice"));
             }
             by_name
@@ -144,7 +148,7 @@ impl LiveStore {
                 .or_default()
                 .insert(id);
             s.entries.push(Some(Entry {
-                labels,
+                labels: syms,
                 source,
                 chunks,
             }));
