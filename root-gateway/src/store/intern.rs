@@ -26,6 +26,11 @@ impl Interner {
         self.strings.len()
     }
 
+    /// The table of strings by id (shared, for a snapshot cut).
+    pub(crate) fn table(&self) -> Vec<Arc<str>> {
+        self.strings.clone()
+    }
+
     /// The string of `id` (empty for an unknown id).
     pub(crate) fn get(&self, id: u32) -> &str {
         self.strings.get(id as usize).map_or("", |s| s)

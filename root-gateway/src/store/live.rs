@@ -10,6 +10,7 @@
 //! caller passes in.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
@@ -67,7 +68,7 @@ struct Alive {
     closed: bool,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Source {
     name: String,
     tick_ms: i64,
@@ -87,7 +88,10 @@ struct Entry {
     /// Interned labels (see [`Interner`]).
     labels: SymLabels,
     source: Option<usize>,
-    chunks: Vec<Chunk>,
+    /// Shared so a snapshot cut can hold them while the store moves on:
+    /// sealed chunks are never written again, and the open one is copied
+    /// on its next write if a cut still holds it.
+    chunks: Vec<Arc<Chunk>>,
 }
 
 impl Entry {
@@ -321,11 +325,11 @@ impl LiveStore {
                 return Ok(());
             }
         }
-        if e.chunks.last().is_none_or(Chunk::is_full) {
-            e.chunks.push(Chunk::default());
+        if e.chunks.last().is_none_or(|c| c.is_full()) {
+            e.chunks.push(Arc::new(Chunk::default()));
         }
         if let Some(c) = e.chunks.last_mut() {
-            c.push(ts, v);
+            Arc::make_mut(c).push(ts, v);
         }
         Ok(())
     }
@@ -543,6 +547,7 @@ impl Querier for LiveStore {
 }
 
 mod snapshot;
+pub use snapshot::SnapshotCut;
 
 #[cfg(test)]
 mod tests;

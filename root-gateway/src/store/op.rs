@@ -118,6 +118,11 @@ impl Op {
     }
 }
 
+/// A checkpoint whose consistent cut of the store was taken under the
+/// locks; running it writes the snapshot and drops the log it covers with
+/// no lock held, so ingest goes on meanwhile.
+pub type PendingCheckpoint = Box<dyn FnOnce() -> Result<(), StoreError> + Send>;
+
 /// Where a [`SharedStore`](super::SharedStore) records its ops before
 /// applying them (the write-ahead log). Implementations do the I/O; the
 /// store only calls them, always with its journal lock held, so the order
@@ -128,6 +133,10 @@ pub trait Journal: Send {
     fn log(&mut self, ops: &[Op]) -> Result<(), StoreError>;
 
     /// Once per tick, with the store read-locked: sync to disk per the
-    /// configured policy and checkpoint (snapshot `store`, drop old log) when due.
-    fn tick(&mut self, store: &LiveStore) -> Result<(), StoreError>;
+    /// configured policy and, when a checkpoint is due, start the next log
+    /// segment and return the checkpoint of `store` to run off-lock.
+    fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError>;
+
+    /// A checkpoint returned by [`Journal::tick`] failed: try again soon.
+    fn checkpoint_failed(&mut self) {}
 }

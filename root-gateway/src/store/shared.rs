@@ -112,16 +112,29 @@ impl SharedStore {
     }
 
     /// The maintenance tick: applies (and logs) [`Op::Maintain`], then lets
-    /// the journal sync and checkpoint. Call once per tick; blocking I/O.
+    /// the journal sync and, when due, checkpoint: the cut is taken under
+    /// the locks, the snapshot is written after they are released, so
+    /// ingest is not paused while it streams. Call once per tick; blocking I/O.
     pub fn tick(&self, now_ms: i64) -> Result<(), StoreError> {
-        let mut j = self.journal();
-        let op = [Op::Maintain { now_ms }];
-        if let Some(j) = j.as_mut() {
-            j.log(&op)?;
-        }
-        self.write(|s| s.maintain(now_ms));
-        if let Some(j) = j.as_mut() {
-            self.read(|s| j.tick(s))?;
+        let pending = {
+            let mut j = self.journal();
+            let op = [Op::Maintain { now_ms }];
+            if let Some(j) = j.as_mut() {
+                j.log(&op)?;
+            }
+            self.write(|s| s.maintain(now_ms));
+            match j.as_mut() {
+                Some(j) => self.read(|s| j.tick(s))?,
+                None => None,
+            }
+        };
+        if let Some(checkpoint) = pending
+            && let Err(e) = checkpoint()
+        {
+            if let Some(mut j) = self.journal() {
+                j.checkpoint_failed();
+            }
+            return Err(e);
         }
         Ok(())
     }

@@ -302,3 +302,61 @@ fn series_batches_replay_after_reopen() {
     assert_eq!(rec.ops, 3);
     assert_eq!(points(&s, "batched"), before);
 }
+
+#[test]
+fn ingest_goes_on_while_a_checkpoint_streams_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = cfg(dir.path());
+    c.checkpoint_bytes = 1;
+    let (mut store, mut wal, _) = Wal::open(c.clone(), LiveStoreConfig::default()).expect("open");
+    let first = [batch("a", 1, 30)];
+    wal.log(&first).expect("log");
+    for op in &first {
+        op.apply(&mut store).expect("apply");
+    }
+    store.maintain(30_000);
+    // The cut is taken here (the caller holds the locks)...
+    let pending = wal
+        .tick(&store)
+        .expect("tick")
+        .expect("a checkpoint is due");
+    // ...then the locks are released: ingest continues, into the new
+    // segment, and into chunks the cut shares (copied on write).
+    let later = [batch("a", 31, 30), batch("b", 1, 5)];
+    wal.log(&later).expect("log during the checkpoint");
+    for op in &later {
+        op.apply(&mut store).expect("apply");
+    }
+    pending().expect("checkpoint written");
+    let want = {
+        let s = SharedStore::new(store);
+        points(&s, "batched")
+    };
+    assert_eq!(want.len(), 65);
+    drop(wal);
+    let snaps = list(dir.path(), "snapshot-").expect("list");
+    assert_eq!(snaps.len(), 1);
+    let (s, rec) = open(c);
+    assert_eq!(rec.snapshot, Some(snaps[0]));
+    // The snapshot holds the cut (30 samples of a); the segment after it
+    // the rest.
+    assert_eq!(rec.ops, 2);
+    assert_eq!(points(&s, "batched"), want);
+}
+
+#[test]
+fn snapshot_cut_is_not_changed_by_later_appends() {
+    let mut store = LiveStore::new(LiveStoreConfig::default());
+    batch("a", 1, 10).apply(&mut store).expect("apply");
+    let cut = store.snapshot_cut();
+    let mut before = Vec::new();
+    cut.write(&mut before).expect("write");
+    batch("a", 11, 10).apply(&mut store).expect("apply");
+    let mut after = Vec::new();
+    cut.write(&mut after).expect("write");
+    assert_eq!(before, after, "the open chunk was copied on write");
+    let back = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &before[..])
+        .expect("read the cut back");
+    assert_eq!(back.stats().change_points, 10);
+    assert_eq!(store.stats().change_points, 20);
+}
