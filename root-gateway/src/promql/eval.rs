@@ -22,6 +22,10 @@ pub(crate) struct Evaluator<'a> {
     pub(crate) qend: i64,
     windows: Windows,
     cache: HashMap<usize, Rc<Vec<Series>>>,
+    /// Per selector and series, where the last window started: a range
+    /// query's windows move forward, so the next one is found by stepping
+    /// on from there instead of a binary search over the whole series.
+    cursors: HashMap<usize, Vec<usize>>,
     calls: u32,
     /// Samples held during the current step, checked against the limit.
     cur_samples: usize,
@@ -52,6 +56,7 @@ impl<'a> Evaluator<'a> {
             qend: end,
             windows,
             cache: HashMap::new(),
+            cursors: HashMap::new(),
             calls: 0,
             cur_samples: 0,
             step_ms: 0,
@@ -332,9 +337,11 @@ impl<'a> Evaluator<'a> {
         let lookback = self.opts.lookback_ms;
         let mut out = Vec::new();
         let mut n = 0;
-        for s in all.iter() {
-            let a = s.samples.partition_point(|p| p.ts_ms <= lo);
-            let b = s.samples.partition_point(|p| p.ts_ms <= tt).max(a);
+        let cursors = self.cursors.entry(prepass::key(vs)).or_default();
+        cursors.resize(all.len(), 0);
+        for (s, cur) in all.iter().zip(cursors.iter_mut()) {
+            let a = window_start(&s.samples, lo, cur);
+            let b = a + s.samples[a..].partition_point(|p| p.ts_ms <= tt);
             let live = |p: &crate::store::Sample| !is_stale_nan(p.value);
             let sts = s.start_ms.as_deref();
             let mut points: Vec<Point> = Vec::new();
@@ -449,6 +456,28 @@ impl<'a> Evaluator<'a> {
         }
         Ok(out)
     }
+}
+
+/// Index of the first sample after `lo`. `cur` is where the previous
+/// window of this series started: when `lo` moved forward a little (the
+/// next step of a range query) step on from there, else binary search.
+fn window_start(samples: &[crate::store::Sample], lo: i64, cur: &mut usize) -> usize {
+    let mut a = (*cur).min(samples.len());
+    if a > 0 && samples[a - 1].ts_ms > lo {
+        a = samples.partition_point(|p| p.ts_ms <= lo);
+    } else {
+        let mut steps = 0;
+        while a < samples.len() && samples[a].ts_ms <= lo {
+            a += 1;
+            steps += 1;
+            if steps == 64 {
+                a += samples[a..].partition_point(|p| p.ts_ms <= lo);
+                break;
+            }
+        }
+    }
+    *cur = a;
+    a
 }
 
 /// The store's per-selection limit as the engine's typed error.
@@ -579,4 +608,31 @@ pub(crate) fn range(
     }
     out.sort_by(|a, b| a.labels.cmp(&b.labels));
     Ok((out, ev.warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_start;
+    use crate::store::Sample;
+
+    #[test]
+    fn window_start_steps_forward_and_falls_back_to_search() {
+        let s: Vec<Sample> = (0..500)
+            .map(|i| Sample {
+                ts_ms: i * 1000,
+                value: 0.0,
+            })
+            .collect();
+        let mut cur = 0;
+        for lo in [-5, 0, 999, 1000, 15_000, 15_500, 400_000, 499_000, 600_000] {
+            let want = s.partition_point(|p| p.ts_ms <= lo);
+            assert_eq!(window_start(&s, lo, &mut cur), want, "forward to {lo}");
+        }
+        // Backwards (an `@` or a subquery): searched again.
+        for lo in [250_000, 3_000, -1] {
+            let want = s.partition_point(|p| p.ts_ms <= lo);
+            assert_eq!(window_start(&s, lo, &mut cur), want, "back to {lo}");
+        }
+        assert_eq!(window_start(&[], 5, &mut cur), 0);
+    }
 }
