@@ -341,7 +341,8 @@ impl<'a> Evaluator<'a> {
         cursors.resize(all.len(), 0);
         for (s, cur) in all.iter().zip(cursors.iter_mut()) {
             let a = window_start(&s.samples, lo, cur);
-            let b = a + s.samples[a..].partition_point(|p| p.ts_ms <= tt);
+            // A linear scan: the window's points are copied below anyway.
+            let b = a + s.samples[a..].iter().take_while(|p| p.ts_ms <= tt).count();
             let live = |p: &crate::store::Sample| !is_stale_nan(p.value);
             let sts = s.start_ms.as_deref();
             let mut points: Vec<Point> = Vec::new();
