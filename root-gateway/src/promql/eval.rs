@@ -22,6 +22,10 @@ pub(crate) struct Evaluator<'a> {
     pub(crate) qend: i64,
     windows: Windows,
     cache: HashMap<usize, Rc<Vec<Series>>>,
+    /// Per selector and series, where the last window started: a range
+    /// query's windows move forward, so the next one is found by stepping
+    /// on from there instead of a binary search over the whole series.
+    cursors: HashMap<usize, Vec<usize>>,
     calls: u32,
     /// Samples held during the current step, checked against the limit.
     cur_samples: usize,
@@ -52,6 +56,7 @@ impl<'a> Evaluator<'a> {
             qend: end,
             windows,
             cache: HashMap::new(),
+            cursors: HashMap::new(),
             calls: 0,
             cur_samples: 0,
             step_ms: 0,
@@ -285,6 +290,38 @@ impl<'a> Evaluator<'a> {
         Ok(out)
     }
 
+    /// `start_timestamp(selector)` at `t`: the start time (in seconds, 0
+    /// where unknown) of the sample an instant selector picks.
+    pub(crate) fn start_timestamps(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<VectorSample>, PromqlError> {
+        let tt = adjust(&vs.at, &vs.offset, t, self.qstart, self.qend);
+        let lookback = self.opts.lookback_ms;
+        let all = self.fetch(vs, tt, lookback)?;
+        let mut out = Vec::new();
+        for s in all.iter() {
+            let sts = s.start_ms.as_deref();
+            let idx = s.samples.partition_point(|p| p.ts_ms <= tt);
+            let Some(i) = idx.checked_sub(1) else {
+                continue;
+            };
+            let p = s.samples[i];
+            if p.ts_ms <= tt - lookback || is_stale_nan(p.value) {
+                continue;
+            }
+            out.push(VectorSample {
+                labels: s.labels.clone(),
+                t,
+                v: sts.and_then(|x| x.get(i)).copied().unwrap_or(0) as f64 / 1e3,
+                drop_name: true,
+            });
+        }
+        self.hold(out.len())?;
+        Ok(out)
+    }
+
     /// A range selector at `t`: samples in `(t - range, t]`, staleness markers left out.
     pub(crate) fn matrix_select(
         &mut self,
@@ -300,40 +337,49 @@ impl<'a> Evaluator<'a> {
         let lookback = self.opts.lookback_ms;
         let mut out = Vec::new();
         let mut n = 0;
-        for s in all.iter() {
-            let a = s.samples.partition_point(|p| p.ts_ms <= lo);
-            let b = s.samples.partition_point(|p| p.ts_ms <= tt);
-            let live = |p: &&crate::store::Sample| !is_stale_nan(p.value);
-            let inner = s.samples[a..b.max(a)].iter().filter(live);
+        let cursors = self.cursors.entry(prepass::key(vs)).or_default();
+        cursors.resize(all.len(), 0);
+        for (s, cur) in all.iter().zip(cursors.iter_mut()) {
+            let a = window_start(&s.samples, lo, cur);
+            // A linear scan: the window's points are copied below anyway.
+            let b = a + s.samples[a..].iter().take_while(|p| p.ts_ms <= tt).count();
+            let live = |p: &crate::store::Sample| !is_stale_nan(p.value);
+            let sts = s.start_ms.as_deref();
             let mut points: Vec<Point> = Vec::new();
-            if mode != Mode::Plain {
-                if mode == Mode::Anchored && !s.samples[a..b.max(a)].iter().any(|p| live(&p)) {
-                    continue;
-                }
-                // The last sample at or before the window start, within lookback.
-                if let Some(p) = a.checked_sub(1).and_then(|i| s.samples.get(i))
-                    && p.ts_ms > lo - lookback
-                    && live(&p)
-                {
-                    points.push(Point {
-                        t: p.ts_ms,
-                        v: p.value,
-                    });
-                }
-            }
-            points.extend(inner.map(|p| Point {
-                t: p.ts_ms,
-                v: p.value,
-            }));
-            if mode == Mode::Smoothed
-                && let Some(p) = s.samples.get(b)
-                && p.ts_ms <= tt + lookback
-                && live(&p)
-            {
+            let mut start_ms: Vec<i64> = Vec::new();
+            let mut take = |i: usize, points: &mut Vec<Point>| {
+                let p = s.samples[i];
                 points.push(Point {
                     t: p.ts_ms,
                     v: p.value,
                 });
+                if let Some(sts) = sts {
+                    start_ms.push(sts.get(i).copied().unwrap_or(0));
+                }
+            };
+            if mode != Mode::Plain {
+                if mode == Mode::Anchored && !s.samples[a..b].iter().any(live) {
+                    continue;
+                }
+                // The last sample at or before the window start, within lookback.
+                if let Some(i) = a.checked_sub(1)
+                    && s.samples[i].ts_ms > lo - lookback
+                    && live(&s.samples[i])
+                {
+                    take(i, &mut points);
+                }
+            }
+            for i in a..b {
+                if live(&s.samples[i]) {
+                    take(i, &mut points);
+                }
+            }
+            if mode == Mode::Smoothed
+                && let Some(p) = s.samples.get(b)
+                && p.ts_ms <= tt + lookback
+                && live(p)
+            {
+                take(b, &mut points);
             }
             if points.is_empty() {
                 continue;
@@ -343,6 +389,7 @@ impl<'a> Evaluator<'a> {
                 labels: s.labels.clone(),
                 points,
                 drop_name: false,
+                start_ms,
             });
         }
         self.hold(n)?;
@@ -400,6 +447,7 @@ impl<'a> Evaluator<'a> {
                         labels: s.labels.clone(),
                         points: Vec::new(),
                         drop_name: s.drop_name,
+                        start_ms: Vec::new(),
                     });
                     out.len() - 1
                 });
@@ -409,6 +457,28 @@ impl<'a> Evaluator<'a> {
         }
         Ok(out)
     }
+}
+
+/// Index of the first sample after `lo`. `cur` is where the previous
+/// window of this series started: when `lo` moved forward a little (the
+/// next step of a range query) step on from there, else binary search.
+fn window_start(samples: &[crate::store::Sample], lo: i64, cur: &mut usize) -> usize {
+    let mut a = (*cur).min(samples.len());
+    if a > 0 && samples[a - 1].ts_ms > lo {
+        a = samples.partition_point(|p| p.ts_ms <= lo);
+    } else {
+        let mut steps = 0;
+        while a < samples.len() && samples[a].ts_ms <= lo {
+            a += 1;
+            steps += 1;
+            if steps == 64 {
+                a += samples[a..].partition_point(|p| p.ts_ms <= lo);
+                break;
+            }
+        }
+    }
+    *cur = a;
+    a
 }
 
 /// The store's per-selection limit as the engine's typed error.
@@ -526,6 +596,7 @@ pub(crate) fn range(
                     labels: s.labels.clone(),
                     points: Vec::new(),
                     drop_name: false,
+                    start_ms: Vec::new(),
                 });
                 out.len() - 1
             });
@@ -538,4 +609,31 @@ pub(crate) fn range(
     }
     out.sort_by(|a, b| a.labels.cmp(&b.labels));
     Ok((out, ev.warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_start;
+    use crate::store::Sample;
+
+    #[test]
+    fn window_start_steps_forward_and_falls_back_to_search() {
+        let s: Vec<Sample> = (0..500)
+            .map(|i| Sample {
+                ts_ms: i * 1000,
+                value: 0.0,
+            })
+            .collect();
+        let mut cur = 0;
+        for lo in [-5, 0, 999, 1000, 15_000, 15_500, 400_000, 499_000, 600_000] {
+            let want = s.partition_point(|p| p.ts_ms <= lo);
+            assert_eq!(window_start(&s, lo, &mut cur), want, "forward to {lo}");
+        }
+        // Backwards (an `@` or a subquery): searched again.
+        for lo in [250_000, 3_000, -1] {
+            let want = s.partition_point(|p| p.ts_ms <= lo);
+            assert_eq!(window_start(&s, lo, &mut cur), want, "back to {lo}");
+        }
+        assert_eq!(window_start(&[], 5, &mut cur), 0);
+    }
 }

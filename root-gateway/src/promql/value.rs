@@ -36,6 +36,10 @@ pub struct RangeSeries {
     pub points: Vec<Point>,
     /// See [`VectorSample::drop_name`].
     pub drop_name: bool,
+    /// Start time of each point (ms, 0 where unknown) when the points come
+    /// straight from a selector over series that carry start times; empty
+    /// otherwise (expressions and subqueries do not propagate them).
+    pub start_ms: Vec<i64>,
 }
 
 /// A range vector: series sorted by labels when returned from a query.

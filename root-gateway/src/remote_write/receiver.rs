@@ -17,7 +17,7 @@ use super::RemoteWriteError;
 use super::sender::Tap;
 use super::tracker::TapEvent;
 use super::wire::{self, WireLimits};
-use crate::store::{Op, SharedStore};
+use crate::store::{Op, Sample, SharedStore};
 
 /// What the receiver needs.
 #[derive(Clone, Debug)]
@@ -96,15 +96,19 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
     }
 }
 
-/// Samples applied to the store per lock (bounds the ops held at once).
-const OPS_PER_APPLY: usize = 8192;
+/// Samples applied to the store per lock and journal record (bounds how
+/// long one request holds the write lock).
+const SAMPLES_PER_APPLY: usize = 64 * 1024;
 
-/// Decodes and stores one body; `Err` is the answer's status and reason.
-fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
+/// Decodes and stores one remote_write body (blocking: it may write the
+/// journal); `Err` is the HTTP status and reason to answer. Public for the
+/// ingest benchmark (`examples/ingest_bench.rs`).
+pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
     let bad_data = |e: RemoteWriteError| (StatusCode::BAD_REQUEST, e.to_string());
     let req = wire::decode(body, &st.limits).map_err(bad_data)?;
-    // Validate every series before storing any, so a bad request stores nothing.
-    let mut series = Vec::with_capacity(req.timeseries.len());
+    // Validate every series before storing any, so a bad request stores
+    // nothing. One op per series: its labels are resolved once, not per sample.
+    let mut ops: Vec<Op> = Vec::with_capacity(req.timeseries.len());
     for ts in &req.timeseries {
         let labels = wire::labels_of(ts).map_err(bad_data)?;
         if labels.name().is_empty() {
@@ -112,33 +116,37 @@ fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
                 "series {labels} has no metric name (__name__)"
             ))));
         }
-        series.push(labels);
+        if ts.samples.is_empty() {
+            continue;
+        }
+        let samples = ts
+            .samples
+            .iter()
+            .map(|s| Sample {
+                ts_ms: s.timestamp,
+                value: s.value,
+            })
+            .collect();
+        ops.push(Op::Samples { labels, samples });
     }
+    drop(req);
     let (mut refused, mut total, mut first) = (0usize, 0usize, None::<String>);
-    let mut ops: Vec<Op> = Vec::with_capacity(OPS_PER_APPLY);
-    let mut apply = |ops: &mut Vec<Op>| -> Result<(), (StatusCode, String)> {
-        total += ops.len();
+    let mut apply = |batch: &[Op]| -> Result<(), (StatusCode, String)> {
         st.store
-            .apply_each(ops, |i, r| match r {
+            .apply_each(batch, |i, k, r| match r {
                 Err(e) => {
                     refused += 1;
                     first.get_or_insert_with(|| e.to_string());
                 }
                 Ok(()) => {
-                    if let (
-                        Some(tap),
-                        Some(Op::Append {
-                            labels,
-                            ts_ms,
-                            value,
-                            ..
-                        }),
-                    ) = (&st.tap, ops.get(i))
+                    if let (Some(tap), Some(Op::Samples { labels, samples })) =
+                        (&st.tap, batch.get(i))
+                        && let Some(smp) = samples.get(k)
                     {
                         tap.send(TapEvent::Explicit {
                             labels: labels.clone(),
-                            ts_ms: *ts_ms,
-                            value: *value,
+                            ts_ms: smp.ts_ms,
+                            value: smp.value,
                         });
                     }
                 }
@@ -149,23 +157,20 @@ fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
                     format!("storing samples: {e}"),
                 )
             })?;
-        ops.clear();
+        total += batch.iter().map(Op::samples).sum::<usize>();
         Ok(())
     };
-    for (labels, ts) in series.iter().zip(&req.timeseries) {
-        for smp in &ts.samples {
-            ops.push(Op::Append {
-                source: None,
-                labels: labels.clone(),
-                ts_ms: smp.timestamp,
-                value: smp.value,
-            });
-            if ops.len() >= OPS_PER_APPLY {
-                apply(&mut ops)?;
-            }
+    let (mut from, mut held) = (0, 0);
+    for (i, op) in ops.iter().enumerate() {
+        held += op.samples();
+        if held >= SAMPLES_PER_APPLY {
+            apply(&ops[from..=i])?;
+            (from, held) = (i + 1, 0);
         }
     }
-    apply(&mut ops)?;
+    if from < ops.len() {
+        apply(&ops[from..])?;
+    }
     match first {
         None => Ok(()),
         Some(e) => Err((

@@ -6,10 +6,14 @@
 //! first sample:  ts (zigzag varint, absolute) | value (8 bytes LE)
 //! next samples:  dod (zigzag varint: delta-of-delta of ts) | xor-value
 //! xor-value:     0x00                          value equal to previous
-//!                hdr | n bytes                 hdr = trailing_zero_bytes << 4 | n
+//!                hdr | n bytes                 hdr = trailing_zero_bytes << 4 | n (1..=8)
+//!                0x0f | zigzag varint          integral value: the integer delta to the
+//!                                              previous (integral) value
 //! ```
 //!
-//! Timestamps of a regular tick cost one byte, an unchanged value one byte.
+//! Timestamps of a regular tick cost one byte, an unchanged value one byte;
+//! integral counters (bytes, packets, jiffies) cost the varint of their
+//! increase, whichever of the two value forms is shorter.
 //! Chunks are sealed after [`CHUNK_SAMPLES`] samples so retention can drop
 //! whole chunks.
 
@@ -17,6 +21,27 @@ use canopy_proto::model::Sample;
 
 /// Samples per chunk before a new one is started.
 pub const CHUNK_SAMPLES: usize = 240;
+/// Header byte of an integer-delta value.
+const INT_DELTA: u8 = 0x0f;
+/// Largest magnitude at which every integer is an exact f64.
+const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+
+/// Bytes of the zigzag varint of `v`.
+fn varint_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    (64 - (z | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The integer delta from `prev` to `v` when both are exact integers and
+/// the delta restores `v` bit for bit (so not for -0.0).
+fn int_delta(prev: f64, v: f64) -> Option<i64> {
+    let exact = |x: f64| x.fract() == 0.0 && x.abs() < EXACT_INT;
+    if !(exact(prev) && exact(v)) {
+        return None;
+    }
+    let d = (v as i64).wrapping_sub(prev as i64);
+    (((prev as i64).wrapping_add(d) as f64).to_bits() == v.to_bits()).then_some(d)
+}
 
 /// A sealed or open chunk of change points.
 #[derive(Clone, Debug, Default)]
@@ -110,14 +135,26 @@ impl Chunk {
                 let lead = x.leading_zeros() / 8;
                 let trail = x.trailing_zeros() / 8;
                 let n = 8 - lead - trail;
-                self.bytes.push(((trail as u8) << 4) | n as u8);
-                let shifted = (x >> (trail * 8)).to_le_bytes();
-                self.bytes.extend_from_slice(&shifted[..n as usize]);
+                match int_delta(f64::from_bits(self.last_bits), v) {
+                    Some(d) if varint_len(d) < n as usize => {
+                        self.bytes.push(INT_DELTA);
+                        put_varint(&mut self.bytes, d);
+                    }
+                    _ => {
+                        self.bytes.push(((trail as u8) << 4) | n as u8);
+                        let shifted = (x >> (trail * 8)).to_le_bytes();
+                        self.bytes.extend_from_slice(&shifted[..n as usize]);
+                    }
+                }
             }
         }
         self.last_ts = ts;
         self.last_bits = bits;
         self.count += 1;
+        if self.is_full() {
+            // Sealed: give back the growth slack.
+            self.bytes.shrink_to_fit();
+        }
     }
 
     /// Appends the chunk's full state (for snapshots).
@@ -139,8 +176,8 @@ impl Chunk {
         let last_ts = c.varint()?;
         let last_delta = c.varint()?;
         let last_bits = c.u64_le()?;
-        // At most a 10-byte varint and 9 value bytes per sample.
-        let n = c.len(CHUNK_SAMPLES * 19 + 16)?;
+        // At most a 10-byte varint and 11 value bytes per sample.
+        let n = c.len(CHUNK_SAMPLES * 21 + 16)?;
         let bytes = c.bytes(n)?.to_vec();
         Ok(Chunk {
             bytes,
@@ -180,7 +217,13 @@ impl Chunk {
                 ts = ts.wrapping_add(delta);
                 let Some(&hdr) = buf.get(pos) else { return };
                 pos += 1;
-                if hdr != 0 {
+                if hdr == INT_DELTA {
+                    let Some(d) = get_varint(buf, &mut pos) else {
+                        return;
+                    };
+                    let prev = f64::from_bits(bits) as i64;
+                    bits = (prev.wrapping_add(d) as f64).to_bits();
+                } else if hdr != 0 {
                     let n = usize::from(hdr & 0x0f);
                     let trail = u32::from(hdr >> 4);
                     let Some(raw) = buf.get(pos..pos + n) else {
@@ -218,6 +261,34 @@ mod tests {
             assert_eq!(s.value.to_bits(), vals[i].to_bits());
             assert_eq!(s.ts_ms, 1_000 + i as i64 * 1_000 + (i as i64 % 3));
         }
+        // Integral counters use the integer delta when it is shorter.
+        let mut ints = Chunk::default();
+        let ivals = [
+            0.0,
+            4096.0,
+            1e12,
+            1e12 + 3.0,
+            -0.0,
+            5.0,
+            2.5,
+            3.0,
+            9e15,
+            -9e15,
+        ];
+        for (i, v) in ivals.iter().enumerate() {
+            ints.push(i as i64 * 1000, *v);
+        }
+        let mut back = Vec::new();
+        ints.decode(&mut back);
+        let bits: Vec<u64> = back.iter().map(|s| s.value.to_bits()).collect();
+        let want: Vec<u64> = ivals.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, want);
+        let mut counter = Chunk::default();
+        for i in 0..100i64 {
+            counter.push(i * 1000, (i * 40_960 + i % 7) as f64);
+        }
+        // 1 timestamp byte + 1 header + 3 varint bytes per sample.
+        assert!(counter.byte_len() <= 100 * 5 + 9, "{}", counter.byte_len());
         let mut steady = Chunk::default();
         for i in 0..100 {
             steady.push(i * 1000, 5.0);

@@ -10,10 +10,12 @@
 //! caller passes in.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
 use super::chunk::Chunk;
+use super::intern::{Interner, SymLabels};
 use super::{Appender, Labels, Matcher, Querier, Sample, Series, StoreError};
 
 /// Typed settings of a [`LiveStore`].
@@ -66,7 +68,7 @@ struct Alive {
     closed: bool,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Source {
     name: String,
     tick_ms: i64,
@@ -83,9 +85,13 @@ impl Source {
 
 #[derive(Debug)]
 struct Entry {
-    labels: Labels,
+    /// Interned labels (see [`Interner`]).
+    labels: SymLabels,
     source: Option<usize>,
-    chunks: Vec<Chunk>,
+    /// Shared so a snapshot cut can hold them while the store moves on:
+    /// sealed chunks are never written again, and the open one is copied
+    /// on its next write if a cut still holds it.
+    chunks: Vec<Arc<Chunk>>,
 }
 
 impl Entry {
@@ -103,7 +109,10 @@ pub struct LiveStore {
     cfg: LiveStoreConfig,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
-    by_labels: HashMap<Labels, usize>,
+    by_labels: HashMap<SymLabels, usize>,
+    strings: Interner,
+    /// Reused buffer for label lookups.
+    lookup: Vec<u32>,
     by_name: HashMap<String, HashSet<usize>>,
     sources: Vec<Source>,
     source_ids: HashMap<String, usize>,
@@ -215,10 +224,11 @@ impl LiveStore {
         for id in dead {
             if let Some(e) = self.entries[id].take() {
                 self.by_labels.remove(&e.labels);
-                if let Some(set) = self.by_name.get_mut(e.labels.name()) {
+                let name = self.strings.value(&e.labels, METRIC_NAME).unwrap_or("");
+                if let Some(set) = self.by_name.get_mut(name) {
                     set.remove(&id);
                     if set.is_empty() {
-                        self.by_name.remove(e.labels.name());
+                        self.by_name.remove(name);
                     }
                 }
                 self.free.push(id);
@@ -227,7 +237,8 @@ impl LiveStore {
     }
 
     fn entry_id(&mut self, labels: &Labels, create: bool) -> Result<Option<usize>, StoreError> {
-        if let Some(&id) = self.by_labels.get(labels) {
+        let known = self.strings.lookup(labels, &mut self.lookup);
+        if known && let Some(&id) = self.by_labels.get(&self.lookup[..]) {
             return Ok(Some(id));
         }
         if !create {
@@ -249,8 +260,9 @@ impl LiveStore {
                 labels: labels.to_string(),
             });
         }
+        let syms = self.strings.intern(labels);
         let e = Entry {
-            labels: labels.clone(),
+            labels: syms.clone(),
             source: None,
             chunks: Vec::new(),
         };
@@ -264,7 +276,7 @@ impl LiveStore {
                 self.entries.len() - 1
             }
         };
-        self.by_labels.insert(labels.clone(), id);
+        self.by_labels.insert(syms, id);
         self.by_name
             .entry(labels.name().to_string())
             .or_default()
@@ -295,7 +307,7 @@ impl LiveStore {
             if ts < last_ts || (ts == last_ts && !same) {
                 self.stats.out_of_order += 1;
                 return Err(StoreError::OutOfOrder {
-                    labels: e.labels.to_string(),
+                    labels: self.strings.labels(&e.labels).to_string(),
                     ts_ms: ts,
                     newest_ms: last_ts,
                 });
@@ -313,13 +325,36 @@ impl LiveStore {
                 return Ok(());
             }
         }
-        if e.chunks.last().is_none_or(Chunk::is_full) {
-            e.chunks.push(Chunk::default());
+        if e.chunks.last().is_none_or(|c| c.is_full()) {
+            e.chunks.push(Arc::new(Chunk::default()));
         }
         if let Some(c) = e.chunks.last_mut() {
-            c.push(ts, v);
+            Arc::make_mut(c).push(ts, v);
         }
         Ok(())
+    }
+
+    /// Appends explicit samples of one series (oldest first), resolving the
+    /// series once; each sample's result goes to `f` with its index.
+    pub fn append_samples(
+        &mut self,
+        labels: &Labels,
+        samples: &[Sample],
+        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+    ) {
+        let id = match self.entry_id(labels, true) {
+            Ok(Some(id)) => id,
+            Ok(None) => return,
+            Err(e) => {
+                for i in 0..samples.len() {
+                    f(i, Err(e.clone()));
+                }
+                return;
+            }
+        };
+        for (i, smp) in samples.iter().enumerate() {
+            f(i, self.push_point(id, None, smp.ts_ms, smp.value));
+        }
     }
 
     fn materialise(&self, e: &Entry, mint: i64, maxt: i64) -> Vec<Sample> {
@@ -478,6 +513,7 @@ impl Querier for LiveStore {
             out.push(Series {
                 labels: labels.clone(),
                 samples,
+                start_ms: None,
             });
             Ok(())
         };
@@ -492,8 +528,11 @@ impl Querier for LiveStore {
             None => Box::new(self.entries.iter().flatten()),
         };
         for e in candidates {
-            if Matcher::all_match(matchers, &e.labels) {
-                push(&e.labels, self.materialise(e, mint, maxt))?;
+            if self.strings.all_match(matchers, &e.labels) {
+                push(
+                    &self.strings.labels(&e.labels),
+                    self.materialise(e, mint, maxt),
+                )?;
             }
         }
         for src in &self.sources {
@@ -508,6 +547,7 @@ impl Querier for LiveStore {
 }
 
 mod snapshot;
+pub use snapshot::SnapshotCut;
 
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@
 
 mod chunk;
 pub mod codec;
+mod intern;
 mod live;
 mod mem;
 mod op;
@@ -17,9 +18,9 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use canopy_proto::model::{Labels, Sample};
-pub use live::{LiveStore, LiveStoreConfig, StoreStats};
+pub use live::{LiveStore, LiveStoreConfig, SnapshotCut, StoreStats};
 pub use mem::MemStore;
-pub use op::{Journal, Op};
+pub use op::{Journal, Op, PendingCheckpoint};
 pub use shared::{ApplyOutcome, SharedStore};
 
 /// Errors from the store.
@@ -167,6 +168,9 @@ pub struct Series {
     pub labels: Labels,
     /// Samples within the requested window, oldest first.
     pub samples: Vec<Sample>,
+    /// Start time of each sample (ms, 0 where unknown), aligned with
+    /// `samples`; `None` when the series has no start times at all.
+    pub start_ms: Option<Vec<i64>>,
 }
 
 /// Read interface the PromQL engine and the HTTP API use.

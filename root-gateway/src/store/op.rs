@@ -5,7 +5,7 @@
 //! snapshot plus the ops logged after it rebuild exactly what the store held,
 //! retention and source deadlines included ([`Op::Maintain`] is logged too).
 
-use super::{Appender, Labels, LiveStore, StoreError};
+use super::{Appender, Labels, LiveStore, Sample, StoreError};
 
 /// One mutation of the store.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +21,15 @@ pub enum Op {
         ts_ms: i64,
         /// Value.
         value: f64,
+    },
+    /// Explicit samples (remote_write) of one series, oldest first: the
+    /// labels are resolved once for the whole batch, and the log writes
+    /// them once per segment, then the samples by reference.
+    Samples {
+        /// The series.
+        labels: Labels,
+        /// The samples.
+        samples: Vec<Sample>,
     },
     /// [`Appender::heartbeat`].
     Heartbeat {
@@ -46,9 +55,43 @@ pub enum Op {
 }
 
 impl Op {
-    /// Applies the op to `store`.
-    pub fn apply(&self, store: &mut LiveStore) -> Result<(), StoreError> {
+    /// Samples this op appends (0 for ops that append none).
+    pub fn samples(&self) -> usize {
         match self {
+            Op::Append { .. } => 1,
+            Op::Samples { samples, .. } => samples.len(),
+            _ => 0,
+        }
+    }
+
+    /// Applies the op to `store`; the first refused sample is the error.
+    pub fn apply(&self, store: &mut LiveStore) -> Result<(), StoreError> {
+        let mut first = None;
+        self.apply_each(store, &mut |_, r| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        });
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Applies the op to `store`, reporting each appended sample's result
+    /// (by its index in the op) to `f`; other ops report once, as index 0.
+    pub fn apply_each(
+        &self,
+        store: &mut LiveStore,
+        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+    ) {
+        if let Op::Samples { labels, samples } = self {
+            store.append_samples(labels, samples, f);
+            return;
+        }
+        f(0, self.apply_one(store));
+    }
+
+    fn apply_one(&self, store: &mut LiveStore) -> Result<(), StoreError> {
+        match self {
+            Op::Samples { .. } => Ok(()),
             Op::Append {
                 source,
                 labels,
@@ -75,6 +118,11 @@ impl Op {
     }
 }
 
+/// A checkpoint whose consistent cut of the store was taken under the
+/// locks; running it writes the snapshot and drops the log it covers with
+/// no lock held, so ingest goes on meanwhile.
+pub type PendingCheckpoint = Box<dyn FnOnce() -> Result<(), StoreError> + Send>;
+
 /// Where a [`SharedStore`](super::SharedStore) records its ops before
 /// applying them (the write-ahead log). Implementations do the I/O; the
 /// store only calls them, always with its journal lock held, so the order
@@ -85,6 +133,10 @@ pub trait Journal: Send {
     fn log(&mut self, ops: &[Op]) -> Result<(), StoreError>;
 
     /// Once per tick, with the store read-locked: sync to disk per the
-    /// configured policy and checkpoint (snapshot `store`, drop old log) when due.
-    fn tick(&mut self, store: &LiveStore) -> Result<(), StoreError>;
+    /// configured policy and, when a checkpoint is due, start the next log
+    /// segment and return the checkpoint of `store` to run off-lock.
+    fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError>;
+
+    /// A checkpoint returned by [`Journal::tick`] failed: try again soon.
+    fn checkpoint_failed(&mut self) {}
 }

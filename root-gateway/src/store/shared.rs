@@ -13,7 +13,7 @@ use super::{LiveStore, Matcher, Querier, Series, StoreError};
 pub struct ApplyOutcome {
     /// Ops applied.
     pub applied: usize,
-    /// Appends the store refused (series limit, out of order, no name).
+    /// Samples the store refused (series limit, out of order, no name).
     pub rejected: usize,
 }
 
@@ -80,15 +80,16 @@ impl SharedStore {
     /// this returns, the ops are visible to queries and survive a process
     /// crash. A journal failure applies nothing and is returned.
     pub fn apply(&self, ops: &[Op]) -> Result<ApplyOutcome, StoreError> {
-        self.apply_each(ops, |_, _| {})
+        self.apply_each(ops, |_, _, _| {})
     }
 
-    /// [`SharedStore::apply`], reporting each op's result (by index) to `f`
-    /// while the write lock is held.
+    /// [`SharedStore::apply`], reporting each result to `f` while the write
+    /// lock is held: `(op index, sample index in the op, result)`, once per
+    /// sample of an [`Op::Samples`] and once (sample index 0) per other op.
     pub fn apply_each(
         &self,
         ops: &[Op],
-        mut f: impl FnMut(usize, Result<(), StoreError>),
+        mut f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
         let mut j = self.journal();
         if let Some(j) = j.as_mut() {
@@ -98,11 +99,12 @@ impl SharedStore {
         self.write(|s| {
             for (i, op) in ops.iter().enumerate() {
                 out.applied += 1;
-                let r = op.apply(s);
-                if r.is_err() {
-                    out.rejected += 1;
-                }
-                f(i, r);
+                op.apply_each(s, &mut |k, r| {
+                    if r.is_err() {
+                        out.rejected += 1;
+                    }
+                    f(i, k, r);
+                });
             }
         });
         drop(j);
@@ -110,16 +112,29 @@ impl SharedStore {
     }
 
     /// The maintenance tick: applies (and logs) [`Op::Maintain`], then lets
-    /// the journal sync and checkpoint. Call once per tick; blocking I/O.
+    /// the journal sync and, when due, checkpoint: the cut is taken under
+    /// the locks, the snapshot is written after they are released, so
+    /// ingest is not paused while it streams. Call once per tick; blocking I/O.
     pub fn tick(&self, now_ms: i64) -> Result<(), StoreError> {
-        let mut j = self.journal();
-        let op = [Op::Maintain { now_ms }];
-        if let Some(j) = j.as_mut() {
-            j.log(&op)?;
-        }
-        self.write(|s| s.maintain(now_ms));
-        if let Some(j) = j.as_mut() {
-            self.read(|s| j.tick(s))?;
+        let pending = {
+            let mut j = self.journal();
+            let op = [Op::Maintain { now_ms }];
+            if let Some(j) = j.as_mut() {
+                j.log(&op)?;
+            }
+            self.write(|s| s.maintain(now_ms));
+            match j.as_mut() {
+                Some(j) => self.read(|s| j.tick(s))?,
+                None => None,
+            }
+        };
+        if let Some(checkpoint) = pending
+            && let Err(e) = checkpoint()
+        {
+            if let Some(mut j) = self.journal() {
+                j.checkpoint_failed();
+            }
+            return Err(e);
         }
         Ok(())
     }

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::store::codec::{CodecError, push_frame, read_frame};
-use crate::store::{Journal, LiveStore, LiveStoreConfig, Op, StoreError};
+use crate::store::{
+    Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SnapshotCut, StoreError,
+};
 
 use record::{Decoder, Encoder};
 
@@ -385,55 +387,77 @@ impl Wal {
         Ok(())
     }
 
-    /// Snapshot of `store`, then deletes what it covers.
-    fn checkpoint(&mut self, store: &LiveStore) -> Result<(), StoreError> {
+    /// Starts a checkpoint: a new segment and a cut of `store`, under the
+    /// caller's locks; the returned job writes the snapshot and deletes
+    /// what it covers without them.
+    fn checkpoint(&mut self, store: &LiveStore) -> Result<PendingCheckpoint, StoreError> {
         self.rotate()?;
         let n = self.seg;
         let dir = self.cfg.dir.clone();
-        let tmp = dir.join(format!("snapshot-{n:010}.tmp"));
-        let res = (|| -> std::io::Result<u64> {
-            let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            let size = store.write_snapshot(&mut w)?;
-            let f = w.into_inner().map_err(|e| e.into_error())?;
-            f.sync_all()?;
-            fs::rename(&tmp, snap_path(&dir, n))?;
-            File::open(&dir)?.sync_all()?;
-            Ok(size)
-        })();
-        let size = match res {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, "checkpoint failed; the log keeps growing until one succeeds");
-                return Err(StoreError::Journal {
-                    reason: format!("checkpoint: {e}"),
-                });
-            }
-        };
-        self.stats.fsyncs.fetch_add(2, Ordering::Relaxed);
-        for old in list(&dir, "wal-").unwrap_or_default() {
-            if old < n {
-                let _ = fs::remove_file(seg_path(&dir, old));
-            }
-        }
-        for old in list(&dir, "snapshot-").unwrap_or_default() {
-            if old < n {
-                let _ = fs::remove_file(snap_path(&dir, old));
-            }
-        }
-        self.stats.bytes_on_disk.store(0, Ordering::Relaxed);
-        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        let cut = store.snapshot_cut();
+        let stats = Arc::clone(&self.stats);
         self.since_checkpoint = 0;
         self.last_checkpoint_ms = Some(store.now_ms());
-        tracing::info!(
-            snapshot = n,
-            bytes = size,
-            series = store.stats().series,
-            "checkpoint written"
-        );
-        Ok(())
+        Ok(Box::new(move || write_checkpoint(&dir, n, &cut, &stats)))
     }
+}
+
+/// Writes snapshot `n` from `cut`, then deletes the segments and snapshots
+/// it covers. Runs with no lock held.
+fn write_checkpoint(
+    dir: &Path,
+    n: u64,
+    cut: &SnapshotCut,
+    stats: &WalStats,
+) -> Result<(), StoreError> {
+    let tmp = dir.join(format!("snapshot-{n:010}.tmp"));
+    let res = (|| -> std::io::Result<u64> {
+        let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        let size = cut.write(&mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        fs::rename(&tmp, snap_path(dir, n))?;
+        File::open(dir)?.sync_all()?;
+        Ok(size)
+    })();
+    let size = match res {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "checkpoint failed; the log keeps growing until one succeeds");
+            return Err(StoreError::Journal {
+                reason: format!("checkpoint: {e}"),
+            });
+        }
+    };
+    stats.fsyncs.fetch_add(2, Ordering::Relaxed);
+    let mut freed = 0u64;
+    for old in list(dir, "wal-").unwrap_or_default() {
+        if old < n {
+            let p = seg_path(dir, old);
+            freed += fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            let _ = fs::remove_file(p);
+        }
+    }
+    for old in list(dir, "snapshot-").unwrap_or_default() {
+        if old < n {
+            let _ = fs::remove_file(snap_path(dir, old));
+        }
+    }
+    let _ = stats
+        .bytes_on_disk
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some(b.saturating_sub(freed))
+        });
+    stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(
+        snapshot = n,
+        bytes = size,
+        series = cut.series(),
+        "checkpoint written"
+    );
+    Ok(())
 }
 
 impl Journal for Wal {
@@ -467,7 +491,7 @@ impl Journal for Wal {
         Ok(())
     }
 
-    fn tick(&mut self, store: &LiveStore) -> Result<(), StoreError> {
+    fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError> {
         if self.cfg.fsync == FsyncPolicy::Tick {
             self.sync()?;
         }
@@ -476,9 +500,13 @@ impl Journal for Wal {
         let due = self.since_checkpoint >= self.cfg.checkpoint_bytes
             || (now - last >= self.cfg.checkpoint_interval_ms && self.since_checkpoint > 0);
         if due {
-            self.checkpoint(store)?;
+            return self.checkpoint(store).map(Some);
         }
-        Ok(())
+        Ok(None)
+    }
+
+    fn checkpoint_failed(&mut self) {
+        self.since_checkpoint = self.since_checkpoint.max(self.cfg.checkpoint_bytes);
     }
 }
 

@@ -13,13 +13,15 @@
 //! 0x04 heartbeat   source | dts | tick_ms
 //! 0x05 retire      series | dts
 //! 0x06 maintain    dts
+//! 0x07 samples     series | n | (dts | value (u64 LE bits))*   (explicit samples of one series;
+//!                  after the first sample dts is a delta of deltas: 1 byte on a steady tick)
 //! dts: zigzag varint, ms since the previous op's time in this record (0 first)
 //! ```
 
 use std::collections::HashMap;
 
 use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
-use crate::store::{Labels, Op};
+use crate::store::{Labels, Op, Sample};
 
 const DEF_SERIES: u8 = 0x01;
 const DEF_SOURCE: u8 = 0x02;
@@ -27,6 +29,9 @@ const APPEND: u8 = 0x03;
 const HEARTBEAT: u8 = 0x04;
 const RETIRE: u8 = 0x05;
 const MAINTAIN: u8 = 0x06;
+const SAMPLES: u8 = 0x07;
+/// Most samples one `samples` op may declare (bounds replay allocation).
+const MAX_BATCH: usize = 1 << 20;
 
 /// Encodes op batches for one segment (keeps the segment's dictionaries).
 #[derive(Debug, Default)]
@@ -93,6 +98,20 @@ impl Encoder {
                     put_varint(out, dts(*ts_ms));
                     out.extend_from_slice(&value.to_bits().to_le_bytes());
                 }
+                Op::Samples { labels, samples } => {
+                    let s = self.series_id(labels, out);
+                    out.push(SAMPLES);
+                    put_uvarint(out, s);
+                    put_uvarint(out, samples.len() as u64);
+                    out.reserve(samples.len() * 10);
+                    let mut last_delta = 0i64;
+                    for smp in samples {
+                        let d = dts(smp.ts_ms);
+                        put_varint(out, d.wrapping_sub(last_delta));
+                        last_delta = d;
+                        out.extend_from_slice(&smp.value.to_bits().to_le_bytes());
+                    }
+                }
                 Op::Heartbeat {
                     source,
                     ts_ms,
@@ -131,7 +150,7 @@ impl Decoder {
     pub fn decode(&mut self, payload: &[u8], mut f: impl FnMut(Op)) -> Result<usize, CodecError> {
         let mut c = Cursor::new(payload);
         let mut prev = 0i64;
-        let mut n = 0;
+        let mut n_ops = 0;
         while !c.is_empty() {
             let kind = c.u8()?;
             match kind {
@@ -151,7 +170,7 @@ impl Decoder {
                         ts_ms: prev,
                         value,
                     });
-                    n += 1;
+                    n_ops += 1;
                 }
                 HEARTBEAT => {
                     let source = self.source_ref(c.uvarint()?)?;
@@ -163,7 +182,7 @@ impl Decoder {
                         ts_ms: prev,
                         tick_ms,
                     });
-                    n += 1;
+                    n_ops += 1;
                 }
                 RETIRE => {
                     let labels = self.series_ref(c.uvarint()?)?;
@@ -172,17 +191,32 @@ impl Decoder {
                         labels,
                         ts_ms: prev,
                     });
-                    n += 1;
+                    n_ops += 1;
+                }
+                SAMPLES => {
+                    let labels = self.series_ref(c.uvarint()?)?;
+                    let n = c.len(MAX_BATCH)?;
+                    // Each sample takes at least 9 bytes: no allocation beyond the payload.
+                    let mut samples = Vec::with_capacity(n.min(payload.len() / 9));
+                    let mut delta = 0i64;
+                    for _ in 0..n {
+                        delta = delta.wrapping_add(c.varint()?);
+                        prev = prev.wrapping_add(delta);
+                        let value = f64::from_bits(c.u64_le()?);
+                        samples.push(Sample { ts_ms: prev, value });
+                    }
+                    f(Op::Samples { labels, samples });
+                    n_ops += 1;
                 }
                 MAINTAIN => {
                     prev = prev.wrapping_add(c.varint()?);
                     f(Op::Maintain { now_ms: prev });
-                    n += 1;
+                    n_ops += 1;
                 }
                 _ => return Err(CodecError::Malformed("unknown op kind")),
             }
         }
-        Ok(n)
+        Ok(n_ops)
     }
 
     fn series_ref(&self, i: u64) -> Result<Labels, CodecError> {

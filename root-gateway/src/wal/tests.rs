@@ -245,3 +245,118 @@ proptest::proptest! {
         let _ = read_frame(&mut &bytes[..], &mut buf, 1 << 16);
     }
 }
+
+fn batch(series: &str, from: i64, n: i64) -> Op {
+    Op::Samples {
+        labels: Labels::metric("batched", [("series", series)]),
+        samples: (from..from + n)
+            .map(|k| crate::store::Sample {
+                ts_ms: k * 1000,
+                value: (k * 7) as f64 + 0.25,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn series_batches_encode_labels_once_then_samples_by_reference() {
+    let mut enc = Encoder::default();
+    let mut dec = Decoder::default();
+    let ops = vec![batch("a", 1, 100), batch("b", 1, 3)];
+    let mut first = Vec::new();
+    enc.encode(&ops, &mut first);
+    let mut second = Vec::new();
+    let next = vec![batch("a", 101, 100)];
+    enc.encode(&next, &mut second);
+    // Steady 1 s ticks: 1 delta-of-delta byte + 8 value bytes per sample,
+    // plus a few bytes of header; no label bytes once the series is defined.
+    assert!(second.len() <= 100 * 9 + 8, "{} bytes", second.len());
+    let mut got = Vec::new();
+    dec.decode(&first, |o| got.push(o)).expect("first record");
+    dec.decode(&second, |o| got.push(o)).expect("second record");
+    let mut want = ops;
+    want.extend(next);
+    assert_eq!(got, want);
+    // A count beyond what the payload can hold is refused, not allocated.
+    let mut bogus = second.clone();
+    bogus[2] = 0xff;
+    assert!(Decoder::default().decode(&bogus, |_| {}).is_err());
+}
+
+#[test]
+fn series_batches_replay_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, _) = open(cfg(dir.path()));
+    let out = s
+        .apply(&[batch("a", 1, 50), batch("b", 1, 50)])
+        .expect("apply");
+    assert_eq!(out.rejected, 0);
+    // Out-of-order samples inside a batch are refused one by one (40..49);
+    // the repeat of the newest sample (50) is accepted as a no-op.
+    let out = s.apply(&[batch("a", 40, 20)]).expect("apply");
+    assert_eq!(out.rejected, 10);
+    let before = points(&s, "batched");
+    assert_eq!(before.len(), 50 + 50 + 9);
+    drop(s);
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.ops, 3);
+    assert_eq!(points(&s, "batched"), before);
+}
+
+#[test]
+fn ingest_goes_on_while_a_checkpoint_streams_and_nothing_is_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = cfg(dir.path());
+    c.checkpoint_bytes = 1;
+    let (mut store, mut wal, _) = Wal::open(c.clone(), LiveStoreConfig::default()).expect("open");
+    let first = [batch("a", 1, 30)];
+    wal.log(&first).expect("log");
+    for op in &first {
+        op.apply(&mut store).expect("apply");
+    }
+    store.maintain(30_000);
+    // The cut is taken here (the caller holds the locks)...
+    let pending = wal
+        .tick(&store)
+        .expect("tick")
+        .expect("a checkpoint is due");
+    // ...then the locks are released: ingest continues, into the new
+    // segment, and into chunks the cut shares (copied on write).
+    let later = [batch("a", 31, 30), batch("b", 1, 5)];
+    wal.log(&later).expect("log during the checkpoint");
+    for op in &later {
+        op.apply(&mut store).expect("apply");
+    }
+    pending().expect("checkpoint written");
+    let want = {
+        let s = SharedStore::new(store);
+        points(&s, "batched")
+    };
+    assert_eq!(want.len(), 65);
+    drop(wal);
+    let snaps = list(dir.path(), "snapshot-").expect("list");
+    assert_eq!(snaps.len(), 1);
+    let (s, rec) = open(c);
+    assert_eq!(rec.snapshot, Some(snaps[0]));
+    // The snapshot holds the cut (30 samples of a); the segment after it
+    // the rest.
+    assert_eq!(rec.ops, 2);
+    assert_eq!(points(&s, "batched"), want);
+}
+
+#[test]
+fn snapshot_cut_is_not_changed_by_later_appends() {
+    let mut store = LiveStore::new(LiveStoreConfig::default());
+    batch("a", 1, 10).apply(&mut store).expect("apply");
+    let cut = store.snapshot_cut();
+    let mut before = Vec::new();
+    cut.write(&mut before).expect("write");
+    batch("a", 11, 10).apply(&mut store).expect("apply");
+    let mut after = Vec::new();
+    cut.write(&mut after).expect("write");
+    assert_eq!(before, after, "the open chunk was copied on write");
+    let back = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &before[..])
+        .expect("read the cut back");
+    assert_eq!(back.stats().change_points, 10);
+    assert_eq!(store.stats().change_points, 20);
+}

@@ -176,6 +176,19 @@ pub(crate) fn call(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value, Pr
                 drop_name: false,
             }]));
         }
+        "start_timestamp" => {
+            let a = arg(c, 0)?;
+            let mut inner = a;
+            while let Expr::Paren(p) = inner {
+                inner = &p.expr;
+            }
+            // Start times reach the function only straight from a selector.
+            if let Expr::VectorSelector(vs) = inner {
+                return Ok(Value::Vector(ev.start_timestamps(vs, t)?));
+            }
+            ev.eval_vector(a, t)?;
+            return Ok(Value::Vector(Vec::new()));
+        }
         "timestamp" => {
             let a = arg(c, 0)?;
             let mut inner = a;

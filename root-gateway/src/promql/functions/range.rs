@@ -31,57 +31,108 @@ fn linear_regression(points: &[Point], intercept_t: i64) -> (f64, f64) {
     (slope, sy / n - slope * sx / n)
 }
 
-/// Prometheus' `extrapolatedRate` for rate, increase and delta.
-fn extrapolated_rate(p: &[Point], t: i64, range: i64, counter: bool, is_rate: bool) -> Option<f64> {
-    if p.len() < 2 {
-        return None;
+/// True when a start time says the counter restarted between the previous
+/// sample and this one (OTel semantics: a start time equal to the previous
+/// sample's time is a reset only for delta series, whose previous start
+/// time is known).
+fn start_reset(prev_st: i64, prev_t: i64, cur_st: i64, cur_t: i64) -> bool {
+    if cur_st == 0 || cur_st >= cur_t || cur_st < prev_t {
+        return false;
     }
-    let (first, last) = (p[0], p[p.len() - 1]);
+    if cur_st > prev_t {
+        return true;
+    }
+    prev_st <= prev_t && prev_st != 0 && prev_st != prev_t
+}
+
+/// A start time before the previous sample's time that is not the previous
+/// start time: the two samples' intervals overlap.
+fn start_overlap(prev_st: i64, prev_t: i64, cur_st: i64) -> bool {
+    cur_st != 0 && cur_st < prev_t && cur_st != prev_st
+}
+
+/// True when sample `i` (> 0) starts a new count: its value dropped or its
+/// start time says so. `st` is empty or aligned with `p`.
+fn is_reset(p: &[Point], st: &[i64], i: usize) -> bool {
+    p[i].v < p[i - 1].v || (i < st.len() && start_reset(st[i - 1], p[i - 1].t, st[i], p[i].t))
+}
+
+/// Prometheus' `extrapolatedRate` for rate, increase and delta. `st` (empty
+/// or aligned with `p`) holds start times: they mark resets, and a first
+/// start time inside the window replaces extrapolation to the left by a
+/// zero sample at that time. Sets `overlap` when start times overlap.
+fn extrapolated_rate(
+    p: &[Point],
+    st: &[i64],
+    (t, range): (i64, i64),
+    counter: bool,
+    is_rate: bool,
+    overlap: &mut bool,
+) -> Option<f64> {
+    let (first, last) = (*p.first()?, *p.last()?);
     let mut result = last.v - first.v;
     if counter {
-        let mut prev = first.v;
-        for c in &p[1..] {
-            if c.v < prev {
-                result += prev;
+        for i in 1..p.len() {
+            if !*overlap && i < st.len() && start_overlap(st[i - 1], p[i - 1].t, st[i]) {
+                *overlap = true;
             }
-            prev = c.v;
+            if is_reset(p, st, i) {
+                result += p[i - 1].v;
+            }
         }
     }
     let range_start = t - range;
     let mut to_start = (first.t - range_start) as f64 / 1e3;
     let mut to_end = (t - last.t) as f64 / 1e3;
-    let sampled = (last.t - first.t) as f64 / 1e3;
-    let avg = sampled / (p.len() - 1) as f64;
+    let mut sampled = (last.t - first.t) as f64 / 1e3;
+    let avg = if p.len() > 1 {
+        sampled / (p.len() - 1) as f64
+    } else {
+        0.0
+    };
     let threshold = avg * 1.1;
-    let mut interval = sampled;
-    if to_start >= threshold {
-        to_start = avg / 2.0;
-    }
-    // Counters cannot go below zero: stop extrapolating at the zero point.
-    if counter && result > 0.0 && first.v >= 0.0 {
-        let to_zero = sampled * (first.v / result);
-        if to_zero < to_start {
-            to_start = to_zero;
+    let st0 = st.first().copied().unwrap_or(0);
+    if counter && st0 != 0 && st0 > range_start && st0 < first.t {
+        // The counter started inside the window: count from zero at its
+        // start time instead of extrapolating to the left.
+        to_start = 0.0;
+        sampled = (last.t - st0) as f64 / 1e3;
+        result += first.v;
+    } else if p.len() < 2 {
+        return None;
+    } else {
+        if to_start >= threshold {
+            to_start = avg / 2.0;
+        }
+        // Counters cannot go below zero: stop extrapolating at the zero point.
+        if counter && result > 0.0 && first.v >= 0.0 {
+            let to_zero = sampled * (first.v / result);
+            if to_zero < to_start {
+                to_start = to_zero;
+            }
         }
     }
-    interval += to_start;
     if to_end >= threshold {
         to_end = avg / 2.0;
     }
-    interval += to_end;
-    let mut factor = interval / sampled;
+    let mut factor = if sampled != 0.0 {
+        (sampled + to_start + to_end) / sampled
+    } else {
+        1.0
+    };
     if is_rate {
         factor /= range as f64 / 1e3;
     }
     Some(result * factor)
 }
 
-fn instant_rate(p: &[Point], is_rate: bool) -> Option<f64> {
+fn instant_rate(p: &[Point], st: &[i64], is_rate: bool) -> Option<f64> {
     if p.len() < 2 {
         return None;
     }
-    let (prev, last) = (p[p.len() - 2], p[p.len() - 1]);
-    let mut r = if is_rate && last.v < prev.v {
+    let n = p.len() - 1;
+    let (prev, last) = (p[n - 1], p[n]);
+    let mut r = if is_rate && is_reset(p, st, n) {
         last.v
     } else {
         last.v - prev.v
@@ -144,12 +195,15 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
         )));
     }
     let mut out = Vec::with_capacity(m.len());
+    let mut overlaps: Vec<String> = Vec::new();
     for RangeSeries {
         labels,
         points: p,
         drop_name,
+        start_ms: st,
     } in m
     {
+        let mut overlap = false;
         let vals = || p.iter().map(|x| x.v);
         let r = match name {
             "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
@@ -160,11 +214,11 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
                 name != "delta",
                 name == "rate",
             ),
-            "rate" => extrapolated_rate(&p, end, range, true, true),
-            "increase" => extrapolated_rate(&p, end, range, true, false),
-            "delta" => extrapolated_rate(&p, end, range, false, false),
-            "irate" => instant_rate(&p, true),
-            "idelta" => instant_rate(&p, false),
+            "rate" => extrapolated_rate(&p, &st, (end, range), true, true, &mut overlap),
+            "increase" => extrapolated_rate(&p, &st, (end, range), true, false, &mut overlap),
+            "delta" => extrapolated_rate(&p, &st, (end, range), false, false, &mut overlap),
+            "irate" => instant_rate(&p, &st, true),
+            "idelta" => instant_rate(&p, &st, false),
             "avg_over_time" => Some(avg(vals())),
             "sum_over_time" => {
                 let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
@@ -193,7 +247,7 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
             "ts_of_first_over_time" => p.first().map(|x| x.t as f64 / 1e3),
             "ts_of_max_over_time" => ts_of(&p, |a, b| b >= a),
             "ts_of_min_over_time" => ts_of(&p, |a, b| b <= a),
-            "resets" => Some(p.windows(2).filter(|w| w[1].v < w[0].v).count() as f64),
+            "resets" => Some((1..p.len()).filter(|&i| is_reset(&p, &st, i)).count() as f64),
             "changes" => Some(
                 p.windows(2)
                     .filter(|w| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan()))
@@ -214,6 +268,9 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
                 )));
             }
         };
+        if overlap {
+            overlaps.push(labels.name().to_string());
+        }
         if let Some(v) = r {
             let keep = matches!(name, "last_over_time" | "first_over_time");
             out.push(VectorSample {
@@ -223,6 +280,12 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
                 drop_name: if keep { drop_name } else { true },
             });
         }
+    }
+    for metric in overlaps {
+        let msg = format!(
+            "sample has start time that overlaps with previous sample timestamp for metric {metric:?}"
+        );
+        ev.warn(&msg, name, marg);
     }
     ev.hold(out.len())?;
     Ok(Value::Vector(out))
@@ -333,4 +396,54 @@ fn extended_rate(
         result /= (end - start) as f64 / 1e3;
     }
     Some(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_resets_follow_otel_semantics() {
+        // Unknown, invalid (after the sample) or OTel's "unknown start" (== T).
+        assert!(!start_reset(0, 1000, 0, 2000));
+        assert!(!start_reset(0, 1000, 2500, 2000));
+        assert!(!start_reset(0, 1000, 2000, 2000));
+        // A cumulative series keeps its start time: no reset.
+        assert!(!start_reset(500, 1000, 500, 2000));
+        // Started after the previous sample: reset.
+        assert!(start_reset(500, 1000, 1500, 2000));
+        // Start == previous time: a delta point only if the previous start is known.
+        assert!(start_reset(500, 1000, 1000, 2000));
+        assert!(!start_reset(0, 1000, 1000, 2000));
+        assert!(!start_reset(1000, 1000, 1000, 2000));
+        assert!(!start_reset(1500, 1000, 1000, 2000));
+        assert!(start_overlap(500, 1000, 400));
+        assert!(!start_overlap(500, 1000, 500));
+        assert!(!start_overlap(500, 1000, 1000));
+    }
+
+    #[test]
+    fn a_single_sample_with_a_start_time_has_an_increase() {
+        let p = [Point { t: 60_000, v: 6.0 }];
+        let mut overlap = false;
+        // No start time: nothing.
+        assert_eq!(
+            extrapolated_rate(&p, &[], (120_000, 120_000), true, false, &mut overlap),
+            None
+        );
+        // Started at 30 s, inside (0, 120 s]: 6 counted from zero at 30 s.
+        let r = extrapolated_rate(&p, &[30_000], (120_000, 120_000), true, false, &mut overlap);
+        assert_eq!(r, Some(6.0));
+        assert!(!overlap);
+        let two = [Point { t: 60_000, v: 6.0 }, Point { t: 90_000, v: 9.0 }];
+        let _ = extrapolated_rate(
+            &two,
+            &[30_000, 20_000],
+            (120_000, 120_000),
+            true,
+            false,
+            &mut overlap,
+        );
+        assert!(overlap, "start 20 s overlaps the previous sample at 60 s");
+    }
 }

@@ -15,7 +15,7 @@ use notation::{Item, duration_ms, go_number, metric, values, word};
 
 use super::aggregate::almost_equal;
 use super::{Engine, EngineOpts, PromqlError, RangeSeries, Value};
-use crate::store::{Appender, Labels, MemStore};
+use crate::store::{Labels, MemStore};
 
 /// One failed eval.
 #[derive(Clone, Debug)]
@@ -151,29 +151,39 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
                 unsupported_segment = Some("native histograms");
             }
             let interval = duration_ms(rest).unwrap_or(0);
-            let mut batch: Vec<(Labels, Vec<Item>)> = Vec::new();
+            type Offsets = Vec<Option<i64>>;
+            let mut batch: Vec<(Labels, Vec<Item>, Offsets)> = Vec::new();
+            // A `…@st` line gives the start times of the next line's samples.
+            let mut pending_st: Option<(Labels, Offsets)> = None;
             for (_, l) in &body {
                 if l.contains("{{") {
                     unsupported_segment = Some("native histograms");
-                    continue;
-                }
-                if word(l).0.ends_with("@st") {
-                    unsupported_segment = Some("start timestamps");
+                    pending_st = None;
                     continue;
                 }
                 let Some((labels, rest)) = metric(l) else {
                     continue;
                 };
+                if let Some(items) = rest.trim_start().strip_prefix("@st") {
+                    pending_st = notation::st_offsets(items).map(|o| (labels, o));
+                    continue;
+                }
                 let Some(vals) = values(rest) else { continue };
-                match batch.iter_mut().find(|(b, _)| *b == labels) {
-                    Some(slot) => slot.1 = vals,
-                    None => batch.push((labels, vals)),
+                let st = match pending_st.take() {
+                    Some((l, o)) if l == labels && o.len() == vals.len() => o,
+                    _ => Vec::new(),
+                };
+                match batch.iter_mut().find(|(b, _, _)| *b == labels) {
+                    Some(slot) => (slot.1, slot.2) = (vals, st),
+                    None => batch.push((labels, vals, st)),
                 }
             }
-            for (labels, vals) in batch {
+            for (labels, vals, st) in batch {
                 for (k, v) in vals.iter().enumerate() {
                     if let Item::Float(f) = v {
-                        let _ = store.append(None, &labels, k as i64 * interval, *f);
+                        let ts = k as i64 * interval;
+                        let start = st.get(k).copied().flatten().map(|o| ts + o);
+                        let _ = store.append_with_start(&labels, ts, *f, start);
                     }
                 }
             }

@@ -242,6 +242,69 @@ pub(crate) fn values(s: &str) -> Option<Vec<Item>> {
     Some(out)
 }
 
+/// A signed duration (`-30s`, `+1m`, `0`, `-0ms`) in ms.
+fn signed_duration_ms(s: &str) -> Option<i64> {
+    match s.strip_prefix('+') {
+        Some(r) => duration_ms(r),
+        None => duration_ms(s),
+    }
+}
+
+/// Expands the items of a start-timestamp line (`…@st`, §3.5 of FORMAT.md):
+/// per position, the offset in ms from the sample's time to its start time,
+/// `None` where no start time is given.
+pub(crate) fn st_offsets(s: &str) -> Option<Vec<Option<i64>>> {
+    let mut out = Vec::new();
+    for it in s.split_whitespace() {
+        if it == "_" {
+            out.push(None);
+            continue;
+        }
+        if let Some(n) = it.strip_prefix("_x") {
+            let n: usize = n.parse().ok().filter(|&n| n <= 1_000_000)?;
+            out.extend(std::iter::repeat_n(None, n));
+            continue;
+        }
+        let (base, n) = match it.rfind('x') {
+            Some(xi) => (
+                &it[..xi],
+                Some(
+                    it[xi + 1..]
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&n| n <= 1_000_000)?,
+                ),
+            ),
+            None => (it, None),
+        };
+        // `<dur>±<dur>`: the second sign after the first character.
+        let split = base
+            .char_indices()
+            .skip(1)
+            .find(|&(_, c)| c == '+' || c == '-')
+            .map(|(i, _)| i);
+        let (start, step) = match split {
+            Some(i) => (
+                signed_duration_ms(&base[..i])?,
+                signed_duration_ms(&base[i..])?,
+            ),
+            None => (signed_duration_ms(base)?, 0),
+        };
+        match n {
+            None if split.is_some() => return None,
+            None => out.push(Some(start)),
+            Some(n) => {
+                let mut v = start;
+                for _ in 0..=n {
+                    out.push(Some(v));
+                    v = v.checked_add(step)?;
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +323,30 @@ mod tests {
         assert_eq!(go_number("0x10"), Some(16.0));
         assert_eq!(go_number("-Inf"), Some(f64::NEG_INFINITY));
         assert_eq!(go_number("foo"), None);
+    }
+
+    #[test]
+    fn expands_start_timestamp_items() {
+        let v = st_offsets("_ _x2 -30s-1mx2 +1m 0-1mx1 -0msx1 1ms").expect("parses");
+        assert_eq!(
+            v,
+            vec![
+                None,
+                None,
+                None,
+                Some(-30_000),
+                Some(-90_000),
+                Some(-150_000),
+                Some(60_000),
+                Some(0),
+                Some(-60_000),
+                Some(0),
+                Some(0),
+                Some(1),
+            ]
+        );
+        assert_eq!(st_offsets("-59999msx1"), Some(vec![Some(-59_999); 2]));
+        assert_eq!(st_offsets("1s-1s"), None);
+        assert_eq!(st_offsets("bogus"), None);
     }
 }

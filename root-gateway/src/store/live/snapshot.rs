@@ -13,28 +13,48 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 
-use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source};
+use std::sync::Arc;
+
+use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source, StoreStats};
 use crate::store::chunk::Chunk;
 use crate::store::codec::{
-    CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint, read_frame, write_frame,
+    CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
+use crate::store::intern::SymLabels;
 
 const MAGIC: &[u8] = b"canopy-snapshot-v1";
 /// Largest record accepted when reading (one series' chunks).
 const MAX_RECORD: usize = 64 << 20;
 
-impl LiveStore {
-    /// Streams the store's state to `w`; returns the bytes written.
-    pub fn write_snapshot(&self, w: &mut impl Write) -> io::Result<u64> {
+/// A consistent cut of a store's state for a snapshot. Taking it copies
+/// only per-series bookkeeping (chunks are shared, not copied), so the
+/// store's lock is held briefly; writing it needs no lock at all.
+#[derive(Debug)]
+pub struct SnapshotCut {
+    now_ms: i64,
+    stats: StoreStats,
+    sources: Vec<Source>,
+    strings: Vec<Arc<str>>,
+    series: Vec<(SymLabels, Option<usize>, Vec<Arc<Chunk>>)>,
+}
+
+impl SnapshotCut {
+    /// Series in the cut.
+    pub fn series(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Streams the cut to `w` as a snapshot; returns the bytes written.
+    pub fn write(&self, w: &mut impl Write) -> io::Result<u64> {
+        let str_of = |id: u32| self.strings.get(id as usize).map_or("", |s| s);
         let mut n = write_frame(w, MAGIC)? as u64;
-        let live: Vec<&Entry> = self.entries.iter().flatten().collect();
         let mut p = vec![0x01];
         put_varint(&mut p, self.now_ms);
         put_uvarint(&mut p, self.stats.rejected_series);
         put_uvarint(&mut p, self.stats.out_of_order);
         put_uvarint(&mut p, self.stats.sources_died);
         put_uvarint(&mut p, self.sources.len() as u64);
-        put_uvarint(&mut p, live.len() as u64);
+        put_uvarint(&mut p, self.series.len() as u64);
         n += write_frame(w, &p)? as u64;
         for s in &self.sources {
             p.clear();
@@ -49,13 +69,16 @@ impl LiveStore {
             }
             n += write_frame(w, &p)? as u64;
         }
-        for e in &live {
+        for (labels, source, chunks) in &self.series {
             p.clear();
             p.push(0x03);
-            put_labels(&mut p, &e.labels);
-            put_uvarint(&mut p, e.source.map_or(0, |s| s as u64 + 1));
-            put_uvarint(&mut p, e.chunks.len() as u64);
-            for c in &e.chunks {
+            put_uvarint(&mut p, (labels.len() / 2) as u64);
+            for id in labels.iter() {
+                put_str(&mut p, str_of(*id));
+            }
+            put_uvarint(&mut p, source.map_or(0, |s| s as u64 + 1));
+            put_uvarint(&mut p, chunks.len() as u64);
+            for c in chunks {
                 c.write_state(&mut p);
             }
             n += write_frame(w, &p)? as u64;
@@ -63,9 +86,33 @@ impl LiveStore {
         p.clear();
         p.push(0x04);
         put_uvarint(&mut p, self.sources.len() as u64);
-        put_uvarint(&mut p, live.len() as u64);
+        put_uvarint(&mut p, self.series.len() as u64);
         n += write_frame(w, &p)? as u64;
         Ok(n)
+    }
+}
+
+impl LiveStore {
+    /// Takes a [`SnapshotCut`] of the current state (call with the store
+    /// locked; write the cut after releasing the lock).
+    pub fn snapshot_cut(&self) -> SnapshotCut {
+        SnapshotCut {
+            now_ms: self.now_ms,
+            stats: self.stats,
+            sources: self.sources.clone(),
+            strings: self.strings.table(),
+            series: self
+                .entries
+                .iter()
+                .flatten()
+                .map(|e| (e.labels.clone(), e.source, e.chunks.clone()))
+                .collect(),
+        }
+    }
+
+    /// Streams the store's state to `w`; returns the bytes written.
+    pub fn write_snapshot(&self, w: &mut impl Write) -> io::Result<u64> {
+        self.snapshot_cut().write(w)
     }
 
     /// Rebuilds a store from a snapshot stream, with settings `cfg` (the
@@ -134,9 +181,10 @@ impl LiveStore {
             let n = c.len(buf.len())?;
             let mut chunks = Vec::with_capacity(n);
             for _ in 0..n {
-                chunks.push(Chunk::read_state(&mut c)?);
+                chunks.push(Arc::new(Chunk::read_state(&mut c)?));
             }
-            if s.by_labels.insert(labels.clone(), id).is_some() {
+            let syms = s.strings.intern(&labels);
+            if s.by_labels.insert(syms.clone(), id).is_some() {
                 return Err(CodecError::Malformed("a series appears twice"));
             }
             by_name
@@ -144,7 +192,7 @@ impl LiveStore {
                 .or_default()
                 .insert(id);
             s.entries.push(Some(Entry {
-                labels,
+                labels: syms,
                 source,
                 chunks,
             }));

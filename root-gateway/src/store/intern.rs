@@ -1,0 +1,130 @@
+//! Interned label strings: every series of a [`LiveStore`](super::LiveStore)
+//! holds its labels as a compact list of string ids into one shared table,
+//! so a label value common to many series (a job, a node, a metric name)
+//! is stored once, and a series' label set costs 8 bytes per label.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Labels, Matcher};
+
+/// A series' labels as interned ids: name, value, name, value, ... in the
+/// order of [`Labels`] (sorted by name).
+pub(crate) type SymLabels = Box<[u32]>;
+
+/// The table of interned strings.
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
+    strings: Vec<Arc<str>>,
+    ids: HashMap<Arc<str>, u32>,
+}
+
+impl Interner {
+    /// Number of distinct strings held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// The table of strings by id (shared, for a snapshot cut).
+    pub(crate) fn table(&self) -> Vec<Arc<str>> {
+        self.strings.clone()
+    }
+
+    /// The string of `id` (empty for an unknown id).
+    pub(crate) fn get(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s)
+    }
+
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        let i = u32::try_from(self.strings.len()).unwrap_or(u32::MAX);
+        let a: Arc<str> = Arc::from(s);
+        self.strings.push(Arc::clone(&a));
+        self.ids.insert(a, i);
+        i
+    }
+
+    /// The ids of `labels` into `out` if every string is already known
+    /// (otherwise no series with these labels exists); `out` is reused.
+    pub(crate) fn lookup(&self, labels: &Labels, out: &mut Vec<u32>) -> bool {
+        out.clear();
+        for (n, v) in labels.iter() {
+            match (self.ids.get(n), self.ids.get(v)) {
+                (Some(&a), Some(&b)) => out.extend([a, b]),
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Interns `labels`.
+    pub(crate) fn intern(&mut self, labels: &Labels) -> SymLabels {
+        let mut out = Vec::with_capacity(labels.len() * 2);
+        for (n, v) in labels.iter() {
+            let a = self.id(n);
+            let b = self.id(v);
+            out.extend([a, b]);
+        }
+        out.into_boxed_slice()
+    }
+
+    /// The label set of `syms`.
+    pub(crate) fn labels(&self, syms: &[u32]) -> Labels {
+        Labels::from_pairs(
+            syms.chunks_exact(2)
+                .map(|p| (self.get(p[0]), self.get(p[1]))),
+        )
+    }
+
+    /// The value of label `name` in `syms`, if present.
+    pub(crate) fn value<'a>(&'a self, syms: &[u32], name: &str) -> Option<&'a str> {
+        syms.chunks_exact(2)
+            .find(|p| self.get(p[0]) == name)
+            .map(|p| self.get(p[1]))
+    }
+
+    /// True when every matcher accepts the series `syms`.
+    pub(crate) fn all_match(&self, matchers: &[Matcher], syms: &[u32]) -> bool {
+        matchers
+            .iter()
+            .all(|m| m.matches(self.value(syms, &m.name).unwrap_or("")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MatchOp;
+
+    #[test]
+    fn shared_strings_are_stored_once_and_round_trip() {
+        let mut i = Interner::default();
+        let a = Labels::metric("cpu_seconds_total", [("job", "node"), ("mode", "idle")]);
+        let b = Labels::metric("cpu_seconds_total", [("job", "node"), ("mode", "user")]);
+        let sa = i.intern(&a);
+        let sb = i.intern(&b);
+        // __name__, cpu_seconds_total, job, node, mode, idle, user.
+        assert_eq!(i.len(), 7);
+        assert_eq!(sa.len(), 6);
+        assert_eq!(i.labels(&sa), a);
+        assert_eq!(i.labels(&sb), b);
+        let mut buf = Vec::new();
+        assert!(i.lookup(&b, &mut buf));
+        assert_eq!(&buf[..], &sb[..]);
+        assert!(!i.lookup(&Labels::metric("other", [("job", "node")]), &mut buf));
+        assert_eq!(i.value(&sa, "mode"), Some("idle"));
+        assert_eq!(i.value(&sa, "absent"), None);
+        let m = [
+            Matcher::equal("job", "node"),
+            Matcher {
+                name: "mode".into(),
+                op: MatchOp::NotEqual("idle".into()),
+            },
+        ];
+        assert!(!i.all_match(&m, &sa));
+        assert!(i.all_match(&m, &sb));
+    }
+}
