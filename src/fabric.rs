@@ -175,9 +175,8 @@ async fn spawn_node(
     // to be merged with its children's. Without one the relay would have
     // nowhere to send, so it does not run at all (no encode, decode, merge
     // round trip, no listener, no ticker): the leaf encodes once per uplink
-    // and sends straight up. A childless interior node still relays itself:
-    // sending straight up there makes tests/tree_failover see repeated
-    // values at the gateway (the merger's multi-path ordering), see issue 3.
+    // and sends straight up. A childless interior node counts as having no
+    // interior link (see where the uplinks are planned).
     if relay_uplinks.is_empty() {
         drop(listener);
         tracing::debug!(host, "no interior link: relay off, frames go straight up");
@@ -352,7 +351,9 @@ pub async fn up(args: UpArgs) -> Result<()> {
             };
             ups.push(PlannedUplink {
                 subtree: l.subtree,
-                interior: l.role == Role::Interior,
+                // A childless interior node relays nothing: its frames go
+                // straight up (backups are ancestors, never childless).
+                interior: l.role == Role::Interior && !l.children.is_empty(),
                 primary,
                 backup: target(&l.backup),
             });
@@ -432,7 +433,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
     )?;
     let mut ups = Vec::new();
     for u in &f.uplinks {
-        let interior = u.role == "interior";
+        let interior = u.role == "interior" && !f.children.is_empty();
         if u.parent == GATEWAY_NAME && !f.gateways.is_empty() {
             // Several gateways: a subtree top sends to every one of them,
             // so each answers for the whole cluster; each link stands

@@ -352,7 +352,7 @@ fn main() -> Result<()> {
             no_collect,
             metrics,
             sim_jobs,
-        } => runtime()?.block_on(fabric::node(
+        } => node_runtime()?.block_on(fabric::node(
             &config,
             fabric::NodeArgs {
                 synthetic,
@@ -429,6 +429,15 @@ fn main() -> Result<()> {
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+/// `canopy node` runs on one thread: a node's work per tick is small and
+/// a second worker only costs wake-ups on every compute node (issue 3).
+fn node_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
