@@ -78,7 +78,11 @@ fn main() {
     let mut ms = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        std::hint::black_box(engine.range(&shared, q1, start, end, 15_000).expect("query"));
+        std::hint::black_box(
+            engine
+                .range(&shared, q1, start, end, 15_000)
+                .expect("query"),
+        );
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     println!(
