@@ -11,62 +11,14 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{Procs, canopy, free_port, get, port_base, results, urlencode, value_of, wait_for};
+use support::ticks::{now_ms, relays, tick_faults, tick_samples};
+use support::{Procs, canopy, free_port, get, port_base, results, value_of, wait_for};
 
 const PLAN: [&str; 6] = ["--hosts", "h[01-08]", "--subtrees", "2", "--replicas", "1"];
 
-/// Raw samples `(ts_ms, value)` of one node's tick counter over the run.
-fn tick_samples(http: u16, node: &str) -> Vec<(i64, f64)> {
-    let q = format!("canopy_synthetic_ticks_total{{node=\"{node}\"}}[10m]");
-    let Some((200, body)) = get(http, &format!("/api/v1/query?query={}", urlencode(&q))) else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    let Some(series) = v["data"]["result"].as_array().and_then(|r| r.first()) else {
-        return Vec::new();
-    };
-    series["values"]
-        .as_array()
-        .expect("a range vector has values")
-        .iter()
-        .map(|p| {
-            let ts = (p[0].as_f64().expect("timestamp") * 1000.0).round() as i64;
-            let v: f64 = p[1].as_str().expect("value").parse().expect("number");
-            (ts, v)
-        })
-        .collect()
-}
-
-/// Relaying hosts of the plan with their children.
-fn relays() -> BTreeMap<String, Vec<String>> {
-    let mut args = vec!["plan"];
-    args.extend(PLAN);
-    args.extend(["--format", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&canopy(&args)).expect("plan JSON");
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (host, h) in v["hosts"].as_object().expect("hosts") {
-        for l in h["links"].as_array().expect("links") {
-            let parent = l["parent"].as_str().expect("parent");
-            if parent != "gateway" {
-                out.entry(parent.to_string())
-                    .or_default()
-                    .push(host.clone());
-            }
-        }
-    }
-    out
-}
-
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(d.as_millis()).expect("fits")
-}
-
 #[test]
 fn kill_9_of_a_relay_with_one_replica_loses_and_doubles_no_tick() {
-    let (victim, children) = relays()
+    let (victim, children) = relays(&PLAN)
         .into_iter()
         .max_by_key(|(_, c)| c.len())
         .expect("the plan has relaying hosts");
@@ -130,25 +82,7 @@ fn kill_9_of_a_relay_with_one_replica_loses_and_doubles_no_tick() {
     );
     let mut faults = Vec::new();
     for h in hosts.keys().filter(|h| **h != victim) {
-        let s = tick_samples(http, h);
-        if s.len() < 6 {
-            faults.push(format!("{h}: only {} samples", s.len()));
-            continue;
-        }
-        if s[0].1 != 1.0 {
-            faults.push(format!("{h}: first tick at the gateway is {}", s[0].1));
-        }
-        for w in s.windows(2) {
-            if w[1].1 != w[0].1 + 1.0 {
-                faults.push(format!(
-                    "{h}: tick {} at {:+} ms from the kill, then {} at {:+} ms",
-                    w[0].1,
-                    w[0].0 - killed_at,
-                    w[1].1,
-                    w[1].0 - killed_at
-                ));
-            }
-        }
+        faults.extend(tick_faults(h, &tick_samples(http, h, "10m"), killed_at));
     }
     if !faults.is_empty() {
         // What the children say about their uplinks, to tell why.

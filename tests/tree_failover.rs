@@ -11,51 +11,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::{Procs, canopy, free_port, get, port_base, results, urlencode, value_of, wait_for};
+use support::ticks::{now_ms, relays, tick_faults, tick_samples};
+use support::{Procs, canopy, free_port, get, port_base, results, value_of, wait_for};
 
 const PLAN: [&str; 6] = ["--hosts", "h[01-16]", "--subtrees", "4", "--replicas", "2"];
-
-/// Raw samples `(ts_ms, value)` of one node's tick counter over `range`.
-fn tick_samples(http: u16, node: &str, range: &str) -> Vec<(i64, f64)> {
-    let q = format!("canopy_synthetic_ticks_total{{node=\"{node}\"}}[{range}]");
-    let Some((200, body)) = get(http, &format!("/api/v1/query?query={}", urlencode(&q))) else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    let Some(series) = v["data"]["result"].as_array().and_then(|r| r.first()) else {
-        return Vec::new();
-    };
-    series["values"]
-        .as_array()
-        .expect("a range vector has values")
-        .iter()
-        .map(|p| {
-            let ts = (p[0].as_f64().expect("timestamp") * 1000.0).round() as i64;
-            let v: f64 = p[1].as_str().expect("value").parse().expect("number");
-            (ts, v)
-        })
-        .collect()
-}
-
-/// Hosts that relay for at least one child in the plan, with their children.
-fn relays() -> BTreeMap<String, Vec<String>> {
-    let mut args = vec!["plan"];
-    args.extend(PLAN);
-    args.extend(["--format", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&canopy(&args)).expect("plan JSON");
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (host, h) in v["hosts"].as_object().expect("hosts") {
-        for l in h["links"].as_array().expect("links") {
-            let parent = l["parent"].as_str().expect("parent");
-            if parent != "gateway" {
-                out.entry(parent.to_string())
-                    .or_default()
-                    .push(host.clone());
-            }
-        }
-    }
-    out
-}
 
 /// A running loopback fabric.
 struct Fabric {
@@ -141,33 +100,9 @@ fn faults(http: u16, except: Option<&str>, killed_at: i64) -> Vec<String> {
             continue;
         }
         let s = tick_samples(http, &h, "10m");
+        out.extend(tick_faults(&h, &s, killed_at));
         if s.len() < 6 {
-            out.push(format!("{h}: only {} samples", s.len()));
             continue;
-        }
-        if s[0].1 != 1.0 {
-            out.push(format!(
-                "{h}: the first tick at the gateway is {}, not 1",
-                s[0].1
-            ));
-        }
-        // A repeated value is not a tick delivered twice (the store keeps one
-        // point per timestamp and refuses older ones): it is the unchanged
-        // counter implied at a grid slot where a starved leaf took its next
-        // tick late, as a scrape at that instant would read it. A gap or a
-        // step back is a fault.
-        let mut steps = s.clone();
-        steps.dedup_by(|b, a| b.1 == a.1);
-        for w in steps.windows(2) {
-            if w[1].1 != w[0].1 + 1.0 {
-                out.push(format!(
-                    "{h}: tick {} at {:+} ms from the kill, then {} at {:+} ms",
-                    w[0].1,
-                    w[0].0 - killed_at,
-                    w[1].1,
-                    w[1].0 - killed_at
-                ));
-            }
         }
         let last = s.last().map_or(0, |p| p.0);
         if last < killed_at + 4_000 {
@@ -206,7 +141,7 @@ fn arrived_past(http: u16, except: Option<&str>, ts: i64) {
 #[test]
 fn kill_9_of_a_relaying_node_loses_no_tick_of_any_survivor() {
     // The relay with the most children makes the hardest case.
-    let (victim, children) = relays()
+    let (victim, children) = relays(&PLAN)
         .into_iter()
         .max_by_key(|(_, c)| c.len())
         .expect("the plan has relaying hosts");
@@ -297,11 +232,4 @@ fn ticks_made_before_any_parent_answers_are_buffered_and_sent() {
         "ticks lost before the gateway came up:\n{}",
         faults.join("\n")
     );
-}
-
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(d.as_millis()).expect("fits")
 }

@@ -5,6 +5,8 @@
 //! Each test file includes this with `mod support;` and uses what it needs.
 #![allow(dead_code)]
 
+pub mod ticks;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
