@@ -7,6 +7,7 @@
 #![allow(clippy::print_stdout)]
 
 pub mod fabric;
+pub mod host;
 pub mod overhead;
 pub mod sidebyside;
 pub mod simtrace;

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use canopy_benches::host::{self, find_exe};
 use canopy_benches::overhead::{self, Row, Window, procfs, scrape};
 use clap::Parser;
 
@@ -98,19 +99,11 @@ impl Drop for Procs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let canopy = match &cli.canopy {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("this program's directory")?
-            .join("canopy"),
-    };
-    if !canopy.is_file() {
+    let Some(canopy) = host::canopy_binary(cli.canopy.as_deref()) else {
         bail!(
-            "no canopy binary at {}: build it with `cargo build --release -p canopy --bin canopy` or pass --canopy",
-            canopy.display()
+            "no canopy binary: build it with `cargo build --release -p canopy --bin canopy` or pass --canopy"
         );
-    }
+    };
     let exporter = find_exe(&cli.node_exporter).with_context(|| {
         format!(
             "{} not found: install it with `apt-get install -y prometheus-node-exporter` or pass --node-exporter",
@@ -135,27 +128,11 @@ fn main() -> Result<()> {
             cli.secs,
             cli.warmup,
             std::thread::available_parallelism().map_or(0, |n| n.get()),
-            std::fs::read_to_string("/proc/loadavg")
-                .unwrap_or_default()
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
+            host::load_avg()
         );
         print!("{}", overhead::table(&rows, &v, &header));
     }
     Ok(())
-}
-
-fn find_exe(name: &str) -> Option<PathBuf> {
-    let p = Path::new(name);
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// Three consecutive free UDP ports on loopback (gateway and two nodes).

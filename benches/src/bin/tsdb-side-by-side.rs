@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
+use canopy_benches::host::{self, find_exe};
 use canopy_benches::overhead::procfs;
 use canopy_benches::sidebyside::answer::{self, Answer};
 use canopy_benches::sidebyside::data::{self, Cut, DataSpec, IO_READ};
@@ -144,17 +145,6 @@ struct Server {
 
 fn free_tcp() -> Result<SocketAddr> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn find_exe(name: &str) -> Option<PathBuf> {
-    let p = Path::new(name);
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 fn start_canopy(
@@ -316,30 +306,13 @@ fn go_heap(c: &mut Conn) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let canopy = match &cli.canopy {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("this program's directory")?
-            .join("canopy"),
-    };
-    if !canopy.is_file() {
+    let Some(canopy) = host::canopy_binary(cli.canopy.as_deref()) else {
         bail!(
-            "no canopy binary at {}: build it with `cargo build --release --bin canopy` or pass --canopy",
-            canopy.display()
+            "no canopy binary: build it with `cargo build --release -p canopy --bin canopy` or pass --canopy"
         );
-    }
+    };
     let prom = find_exe(&cli.prometheus).with_context(|| {
         format!(
             "{} not found: install Prometheus 2.42 with `.ci/install-tsdbs.sh` (Debian package prometheus) or pass --prometheus",
@@ -375,7 +348,7 @@ fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
     let slice_secs = interval * cli.steps_per_request.max(1) as i64;
     let max_lag = (600 / slice_secs).max(1) as usize;
     let qs = queries();
-    let load_start = load();
+    let load_start = host::load_avg();
     let mut per: [Vec<Measured>; 3] = Default::default();
     let mut checks = Vec::new();
     let mut spec_used = None;
@@ -405,7 +378,7 @@ fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
             bodies.iter().map(Vec::len).sum::<usize>(),
             bytes as f64 / 1_048_576.0,
             t0.elapsed().as_secs_f64(),
-            load()
+            host::load_avg()
         );
         let run_dir = dir.join(format!("run-{run}"));
         std::fs::create_dir_all(&run_dir)?;
@@ -447,7 +420,7 @@ fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
     println!(
         "machine: {} CPUs, load {load_start} at start, {} at end; {pv}; canopy {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load(),
+        host::load_avg(),
         canopy.display()
     );
     println!();
