@@ -240,9 +240,11 @@ async fn a_user_token_reads_only_its_own_jobs_on_every_path() {
     let d = data(
         port,
         &format!(
-            "/api/v1/query_range?query={}&start={}&end={now}&step=5",
+            "/api/v1/query_range?query={}&start={}&end={}&step=5",
             urlencode("count by (user) ({__name__=~\"canopy_job_.+\"})"),
-            now - 120
+            now - 120,
+            // Past now: the first samples may be younger than a second.
+            now + 5
         ),
         &tok,
     );

@@ -356,4 +356,9 @@ fn dashboard_with_a_user_token_shows_only_that_users_jobs() {
         !dom.contains(tok.as_str()),
         "the token left the address bar and the page"
     );
+    // Shares are of the user's own jobs, and the page says so.
+    assert!(
+        dom.contains(&format!("Share of {me}'s job I/O")) && !dom.contains("Share of cluster I/O"),
+        "the I/O share column names whose I/O it divides"
+    );
 }

@@ -17,7 +17,7 @@ use super::params::{Params, parse_duration, parse_time};
 use super::selfmetrics::{self, ApiMetrics, Exporter};
 use super::{ApiError, HttpStatus};
 use crate::auth::Auth;
-use crate::auth::http::{Scoped, guard};
+use crate::auth::http::{Scoped, access, guard};
 use crate::promql::{Engine, Matrix, PromqlError, Value, format_value, parse_selector};
 use crate::store::{Labels, MatchOp, Matcher, Querier};
 use canopy_proto::model::METRIC_NAME;
@@ -79,6 +79,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/metadata", get(metadata).post(metadata))
         .route("/api/v1/status/buildinfo", get(buildinfo).post(buildinfo))
+        .route("/api/v1/status/access", get(access).post(access))
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))
         .route("/federate", get(federate).post(federate))
         .route("/metrics", get(self_metrics))

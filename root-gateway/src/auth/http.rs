@@ -112,3 +112,13 @@ impl FromRequestParts<ApiState> for Scoped {
         Ok(Scoped(st))
     }
 }
+
+/// `/api/v1/status/access`: the caller's role and, for a user token, the
+/// user, so the dashboard can say whose jobs its shares are of.
+pub async fn access(axum::Extension(a): axum::Extension<Access>) -> Response {
+    axum::Json(json!({
+        "status": "success",
+        "data": { "role": a.role().as_str(), "user": a.user() },
+    }))
+    .into_response()
+}

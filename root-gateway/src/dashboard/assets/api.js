@@ -40,6 +40,25 @@ async function call(path, params) {
   }
 }
 
+/** Who the gateway says is asking; an open gateway answers admin. */
+export const who = { role: 'admin', user: null };
+
+/** Asks the gateway who this tab is; true when that changed. */
+export async function refreshAccess() {
+  const d = await call('api/v1/status/access', {});
+  const user = d.user ?? null;
+  const changed = d.role !== who.role || user !== who.user;
+  who.role = d.role;
+  who.user = user;
+  return changed;
+}
+
+/** The title of a job's I/O share: a user token sees only its own jobs, so
+ *  shares are of those jobs' I/O, not of the cluster's. */
+export function ioShareLabel() {
+  return who.role === 'user' ? `Share of ${who.user}'s job I/O` : 'Share of cluster I/O';
+}
+
 /** Instant query at the gateway's now: [{metric, value: [t, "v"]}]. */
 export async function instant(expr) {
   const d = await call('api/v1/query', { query: expr });

@@ -2,7 +2,7 @@
 // of instant queries shared by every view, and range queries per view.
 
 import { INSTANT, RANGE, bind } from './queries.js';
-import { instant, range, AuthError, setToken } from './api.js';
+import { instant, range, AuthError, setToken, refreshAccess } from './api.js';
 import { h, clock } from './ui.js';
 import { judge } from './verdict.js';
 import { align } from './chart.js';
@@ -188,6 +188,8 @@ async function tick() {
   busy = true;
   const t0 = performance.now();
   try {
+    // A new token may mean a new scope: rebuild the view with its labels.
+    if (await refreshAccess()) route();
     snap = await snapshot();
     refreshes += 1;
     await current.update(snap);

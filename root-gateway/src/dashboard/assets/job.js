@@ -4,6 +4,7 @@
 import { h, nodeLink, pct, bytes, rate, usedOf, replaceKeepFocus } from './ui.js';
 import { light } from './verdict.js';
 import { Chart } from './chart.js';
+import { ioShareLabel } from './api.js';
 
 /** Mounts the page of job `id` into ctx.root. */
 export function mount(ctx, id) {
@@ -14,7 +15,7 @@ export function mount(ctx, id) {
   const mem = new Chart(charts, 'Memory', 'bytes');
   let gpu = null;
   const io = new Chart(charts, 'I/O', 'rate');
-  const share = new Chart(charts, 'Share of cluster I/O', 'ratio');
+  const share = new Chart(charts, ioShareLabel(), 'ratio');
   const byNode = new Chart(charts, 'CPU cores by node', 'cores');
   ctx.root.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Overview'), ' › job'),
@@ -39,7 +40,7 @@ export function mount(ctx, id) {
         ...fact('Memory used / allocated', usedOf(j.mem, j.memAlloc, bytes)),
         ...fact('GPUs busy / allocated', j.gpus > 0 ? usedOf(j.gpusBusy, j.gpus) : 'none allocated'),
         ...fact('I/O', `${rate(j.ioRead)} read, ${rate(j.ioWrite)} written`),
-        ...fact('Share of cluster I/O', pct(j.share)));
+        ...fact(ioShareLabel(), pct(j.share)));
     }
     const r = await ctx.ranges(['job_cpu_used', 'job_cpus_allocated', 'job_memory', 'job_memory_allocated',
       'job_gpus_busy', 'job_gpus_allocated', 'job_io_read', 'job_io_write', 'job_io_share',

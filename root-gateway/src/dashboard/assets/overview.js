@@ -4,6 +4,7 @@
 import { h, jobLink, nodeLink, num, pct, bytes, rate, usedOf, tile, replaceKeepFocus } from './ui.js';
 import { light, FILTERS } from './verdict.js';
 import { Chart } from './chart.js';
+import { ioShareLabel } from './api.js';
 
 const MAX_ROWS = 500;
 
@@ -50,7 +51,7 @@ export function jobTable(jobs, sort, onSort, caption) {
     h('thead', {}, h('tr', {},
       th('Status'), th('Job', 'job'), th('User'), th('Account'), th('Partition'), th('Nodes'),
       th('Cores used / allocated', 'cpu'), th('Memory used / allocated', 'mem'),
-      th('GPUs busy / allocated', 'gpu'), th('I/O read / write'), th('Share of cluster I/O', 'io'))),
+      th('GPUs busy / allocated', 'gpu'), th('I/O read / write'), th(ioShareLabel(), 'io'))),
     h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 11 }, 'No jobs match.')))));
 }
 
@@ -138,7 +139,7 @@ export function mount(ctx) {
     replaceKeepFocus(tops, 
       topList('By CPU (cores used)', jobs, (j) => j.cpuUsed, (j) => `${num(j.cpuUsed)} cores`),
       topList('By GPU (GPUs busy)', jobs, (j) => j.gpusBusy, (j) => `${num(j.gpusBusy)} of ${num(j.gpus)} GPUs`),
-      topList('By I/O (share of cluster I/O)', jobs, (j) => j.share, (j) => `${pct(j.share)} · ${rate(j.ioRead + j.ioWrite)}`));
+      topList(`By I/O (${ioShareLabel().replace(/^S/, 's')})`, jobs, (j) => j.share, (j) => `${pct(j.share)} · ${rate(j.ioRead + j.ioWrite)}`));
     paint();
     replaceKeepFocus(nodesBox, h('div', { class: 'scroll' }, h('table', {},
       h('caption', {}, `${nodes.length} nodes`),
