@@ -70,6 +70,11 @@ pub struct NodeFile {
     /// Frames older than this are dropped from the replay buffer, seconds.
     #[serde(default = "default_buffer_age")]
     pub buffer_age_secs: u64,
+    /// Most series one child link may define on this node's relay; a child
+    /// that defines more has its link closed (counted as `too_many_series`).
+    /// Absent: the relay's default (2^20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_series_per_child: Option<usize>,
     /// Every gateway's QUIC address. An uplink whose parent is "gateway"
     /// sends to each of them (empty: only its `parent_addr`).
     #[serde(default)]
@@ -423,6 +428,7 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
         metrics: None,
         buffer_bytes: default_buffer_bytes(),
         buffer_age_secs: default_buffer_age(),
+        max_series_per_child: None,
         gateways: if gateways.len() > 1 {
             gateways
         } else {

@@ -129,6 +129,7 @@ async fn spawn_node(
     mut collectors: Vec<Box<dyn Collector + Send>>,
     tick: Duration,
     buffer: BufferLimits,
+    merge: MergeConfig,
     metrics: Option<SocketAddr>,
     pace: Option<Pace>,
     shutdown: watch::Receiver<bool>,
@@ -141,7 +142,7 @@ async fn spawn_node(
     let relay = Relay::new(
         RelayConfig {
             tick,
-            merge: MergeConfig::default(),
+            merge,
             codec: CodecConfig::default(),
         },
         NullSink,
@@ -378,6 +379,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             collectors,
             tick,
             BufferLimits::default(),
+            MergeConfig::default(),
             None,
             config::stagger(&p, &hp.name).map(|s| Pace::new(tick, s)),
             sd_rx.clone(),
@@ -488,8 +490,12 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
     let pace = f
         .relay_offset_ms
         .map(|r| Pace::new(tick, (f.sample_offset_ms.unwrap_or(0), r)));
+    let mut merge = MergeConfig::default();
+    if let Some(cap) = f.max_series_per_child {
+        merge.max_series_per_child = cap;
+    }
     spawn_node(
-        &f.host, &id, listener, ups, collectors, tick, buffer, metrics, pace, sd_rx,
+        &f.host, &id, listener, ups, collectors, tick, buffer, merge, metrics, pace, sd_rx,
     )
     .await?;
     tracing::info!(host = %f.host, listen = %f.listen, "node running");

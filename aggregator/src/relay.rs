@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use canopy_proto::codec::CodecConfig;
-use canopy_proto::link::{Control, InboundLink, Listener, Uplink, UplinkEncoder, unix_now_ms};
+use canopy_proto::link::{
+    Control, InboundLink, LinkError, Listener, Uplink, UplinkEncoder, WarnLimiter, unix_now_ms,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::merge::{MergeConfig, Merger, Sink};
@@ -72,6 +74,9 @@ struct Inner<S> {
     mode: AckMode,
     /// Ticks emitted (the tag of their uplink frames).
     tick_no: u64,
+    /// Rejected children are logged at warn once a minute (a flooding
+    /// child reconnects and is refused again and again).
+    rejected_warn: WarnLimiter,
 }
 
 /// A running relay: a merger, its sink, and the tasks around them.
@@ -101,6 +106,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 acks: HashMap::new(),
                 mode: AckMode::Upstream,
                 tick_no: 0,
+                rejected_warn: WarnLimiter::default(),
             })),
             next_child: Arc::new(AtomicU64::new(1)),
             cfg,
@@ -154,6 +160,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
             sink,
             acks,
             mode,
+            rejected_warn,
             ..
         } = &mut *g;
         match merger.on_record(child, payload, sink) {
@@ -167,10 +174,33 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 true
             }
             Err(e) => {
-                tracing::warn!(child, error = %e, "rejected a child's frame; closing its link");
+                if let Some(suppressed) = rejected_warn.allow() {
+                    tracing::warn!(child, error = %e, suppressed, "rejected a child's frame; closing its link");
+                } else {
+                    tracing::debug!(child, error = %e, "rejected a child's frame; closing its link");
+                }
                 merger.child_gone(child);
                 false
             }
+        }
+    }
+
+    /// A child's link ended in error: a record the link layer refused
+    /// (oversized, malformed prefix) is counted and logged like a rejected
+    /// frame; anything else (the child went away) is routine.
+    fn link_error(&self, peer: &str, e: &LinkError) {
+        let reason = match e {
+            LinkError::RecordTooLarge { .. } => "record_too_large",
+            LinkError::Protocol { .. } => "protocol",
+            _ => {
+                tracing::info!(peer, error = %e, "child link ended");
+                return;
+            }
+        };
+        let mut g = self.lock();
+        g.merger.count_rejected(reason);
+        if let Some(suppressed) = g.rejected_warn.allow() {
+            tracing::warn!(peer, error = %e, suppressed, "refused a child's record; closed its link");
         }
     }
 
@@ -224,7 +254,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                         }
                         Ok(None) => break,
                         Err(e) => {
-                            tracing::info!(peer = link.peer(), error = %e, "child link ended");
+                            me.link_error(link.peer(), &e);
                             break;
                         }
                     },
@@ -313,6 +343,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                     acks,
                     mode,
                     tick_no,
+                    ..
                 } = &mut *g;
                 merger.expire(now, sink);
                 let (table, cs) = merger.take_changeset(now);

@@ -33,6 +33,20 @@ impl Procs {
         self.0.len() - 1
     }
 
+    /// Starts `canopy ARGS` with its stderr (its log) written to `log`.
+    pub fn spawn_logged(&mut self, args: &[&str], log: &std::path::Path) -> usize {
+        let file = std::fs::File::create(log).expect("log file");
+        let child = Command::new(BIN)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("canopy starts");
+        self.0.push(child);
+        self.0.len() - 1
+    }
+
     /// `kill -9` of the process at `i` (and reaps it).
     pub fn kill9(&mut self, i: usize) {
         let c = &mut self.0[i];

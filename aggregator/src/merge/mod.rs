@@ -52,7 +52,7 @@ use canopy_proto::codec::{
     ChangeSection, Changeset, CodecConfig, LinkDecoder, RxFrame, RxSeries, RxSource, SeriesEntry,
     SeriesTable,
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use config::{FrameSummary, MergeConfig};
 pub use error::AggregatorError;
@@ -191,6 +191,12 @@ impl Merger {
         Ok(())
     }
 
+    /// Counts a record refused before it reached the decoder (the link layer
+    /// refused an oversized or malformed record), under `reason`.
+    pub fn count_rejected(&mut self, reason: &'static str) {
+        *self.stats.rejected_frames.entry(reason).or_default() += 1;
+    }
+
     /// A child link closed: its decoder goes. Its series stay in the global
     /// table (another path may carry them) until refreshed or expired.
     pub fn child_gone(&mut self, child: ChildId) {
@@ -227,7 +233,9 @@ impl Merger {
             Err(source) => {
                 let why = error::reason(&source);
                 *self.stats.rejected_frames.entry(why).or_default() += 1;
-                warn!(child, reason = why, error = %source, "rejected child frame; link must be reset");
+                // The caller logs it at warn, rate-limited (a flooding child
+                // reconnects and is refused over and over).
+                debug!(child, reason = why, error = %source, "rejected child frame; link must be reset");
                 Err(AggregatorError::Codec { child, source })
             }
         };

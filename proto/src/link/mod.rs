@@ -86,16 +86,17 @@ pub type Result<T, E = LinkError> = std::result::Result<T, E>;
 /// How often each kind of refusal may be logged at warn.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// One warn line per minute per cause, with a count of what was held back.
+/// One warn line per minute per cause, with a count of what was held back
+/// (shared with the relays, which log refused children through it).
 #[derive(Debug, Default)]
-pub(crate) struct WarnLimiter {
+pub struct WarnLimiter {
     last: std::sync::Mutex<Option<std::time::Instant>>,
     suppressed: std::sync::atomic::AtomicU64,
 }
 
 impl WarnLimiter {
     /// `Some(n)` if this event may be logged (`n` events were suppressed since the last one).
-    pub(crate) fn allow(&self) -> Option<u64> {
+    pub fn allow(&self) -> Option<u64> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let now = std::time::Instant::now();
         match *last {
