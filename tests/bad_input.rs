@@ -14,7 +14,8 @@ use std::time::Duration;
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, RecordSplitter, Sender};
 use canopy_proto::link::{Dialer, Identity, LinkTuning, Listener, OutboundLink};
 use canopy_proto::{Labels, MetricKind};
-use support::{Procs, canopy, free_port, get, port_base, results, urlencode, wait_for};
+use support::ticks::{now_ms, tick_faults, tick_samples};
+use support::{Procs, canopy, free_port, get, port_base, results, wait_for};
 
 const HOSTS: usize = 6;
 const PLAN: [&str; 6] = ["--hosts", "h[01-06]", "--subtrees", "2", "--replicas", "2"];
@@ -22,55 +23,16 @@ const PLAN: [&str; 6] = ["--hosts", "h[01-06]", "--subtrees", "2", "--replicas",
 const CAP: usize = 500;
 const GUARD: Duration = Duration::from_secs(60);
 
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(d.as_millis()).expect("fits")
-}
-
-/// Raw samples `(ts_ms, value)` of one node's tick counter over 10 minutes.
-fn tick_samples(http: u16, node: &str) -> Vec<(i64, f64)> {
-    let q = format!("canopy_synthetic_ticks_total{{node=\"{node}\"}}[10m]");
-    let Some((200, body)) = get(http, &format!("/api/v1/query?query={}", urlencode(&q))) else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    let Some(series) = v["data"]["result"].as_array().and_then(|r| r.first()) else {
-        return Vec::new();
-    };
-    series["values"]
-        .as_array()
-        .expect("a range vector has values")
-        .iter()
-        .map(|p| {
-            let ts = (p[0].as_f64().expect("timestamp") * 1000.0).round() as i64;
-            let v: f64 = p[1].as_str().expect("value").parse().expect("number");
-            (ts, v)
-        })
-        .collect()
-}
-
 /// Every tick of every host in `hosts` at the gateway, once, from the first
 /// (value 1) through `until`: no gap, no step back (as in tree_failover.rs:
 /// a repeated value is the unchanged counter at a late grid slot).
 fn faults(http: u16, hosts: &[String], until: i64) -> Vec<String> {
     let mut out = Vec::new();
     for h in hosts {
-        let s = tick_samples(http, h);
+        let s = tick_samples(http, h, "10m");
+        out.extend(tick_faults(h, &s, until));
         if s.len() < 6 {
-            out.push(format!("{h}: only {} samples", s.len()));
             continue;
-        }
-        if s[0].1 != 1.0 {
-            out.push(format!("{h}: the first tick at the gateway is {}", s[0].1));
-        }
-        let mut steps = s.clone();
-        steps.dedup_by(|b, a| b.1 == a.1);
-        for w in steps.windows(2) {
-            if w[1].1 != w[0].1 + 1.0 {
-                out.push(format!("{h}: tick {} then {}", w[0].1, w[1].1));
-            }
         }
         if s.last().map_or(0, |p| p.0) < until {
             out.push(format!("{h}: no tick after {until}: it stopped arriving"));
