@@ -21,6 +21,7 @@ pub(crate) use label::valid_label_name;
 use label::{label_join, label_replace, natural_cmp};
 use math::math_fn;
 pub(crate) use math::{avg, go_max, go_min, kahan_inc, quantile, variance};
+pub(crate) use range::apply as range_apply;
 use range::range_fn;
 use time::date_part;
 

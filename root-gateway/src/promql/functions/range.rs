@@ -204,70 +204,7 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     } in m
     {
         let mut overlap = false;
-        let vals = || p.iter().map(|x| x.v);
-        let r = match name {
-            "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
-                &p,
-                end - range,
-                end,
-                mode == Mode::Smoothed,
-                name != "delta",
-                name == "rate",
-            ),
-            "rate" => extrapolated_rate(&p, &st, (end, range), true, true, &mut overlap),
-            "increase" => extrapolated_rate(&p, &st, (end, range), true, false, &mut overlap),
-            "delta" => extrapolated_rate(&p, &st, (end, range), false, false, &mut overlap),
-            "irate" => instant_rate(&p, &st, true),
-            "idelta" => instant_rate(&p, &st, false),
-            "avg_over_time" => Some(avg(vals())),
-            "sum_over_time" => {
-                let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
-                Some(if s.is_infinite() { s } else { s + c })
-            }
-            "count_over_time" => Some(p.len() as f64),
-            "min_over_time" => vals().reduce(|a, v| if v < a || a.is_nan() { v } else { a }),
-            "max_over_time" => vals().reduce(|a, v| if v > a || a.is_nan() { v } else { a }),
-            "last_over_time" => p.last().map(|x| x.v),
-            "first_over_time" => p.first().map(|x| x.v),
-            "present_over_time" => Some(1.0),
-            "stddev_over_time" => Some(variance(vals()).sqrt()),
-            "stdvar_over_time" => Some(variance(vals())),
-            "mad_over_time" if vals().any(f64::is_nan) => Some(f64::NAN),
-            "mad_over_time" => {
-                let mut v: Vec<f64> = vals().collect();
-                let med = quantile(0.5, &mut v);
-                let mut dev: Vec<f64> = v.iter().map(|x| (x - med).abs()).collect();
-                Some(quantile(0.5, &mut dev))
-            }
-            "quantile_over_time" => {
-                let mut v: Vec<f64> = vals().collect();
-                Some(quantile(params[0], &mut v))
-            }
-            "ts_of_last_over_time" => p.last().map(|x| x.t as f64 / 1e3),
-            "ts_of_first_over_time" => p.first().map(|x| x.t as f64 / 1e3),
-            "ts_of_max_over_time" => ts_of(&p, |a, b| b >= a),
-            "ts_of_min_over_time" => ts_of(&p, |a, b| b <= a),
-            "resets" => Some((1..p.len()).filter(|&i| is_reset(&p, &st, i)).count() as f64),
-            "changes" => Some(
-                p.windows(2)
-                    .filter(|w| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan()))
-                    .count() as f64,
-            ),
-            "deriv" => (p.len() >= 2).then(|| linear_regression(&p, p[0].t).0),
-            "predict_linear" => (p.len() >= 2).then(|| {
-                // The intercept is at the evaluation time, even under `@`.
-                let (slope, icpt) = linear_regression(&p, t);
-                icpt + slope * params[0]
-            }),
-            "holt_winters" | "double_exponential_smoothing" => {
-                holt_winters(&p, params[0], params[1])
-            }
-            other => {
-                return Err(PromqlError::Execution(format!(
-                    "function {other}() is not supported"
-                )));
-            }
-        };
+        let r = apply(name, &p, &st, (end, range, t), &params, mode, &mut overlap)?;
         if overlap {
             overlaps.push(labels.name().to_string());
         }
@@ -289,6 +226,82 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     }
     ev.hold(out.len())?;
     Ok(Value::Vector(out))
+}
+
+/// The value of range function `name` over one series' window `p` (start
+/// times `st`, empty or aligned) ending at `end` with length `range`,
+/// evaluated at `t`; `None` where the function yields no sample.
+pub(crate) fn apply(
+    name: &str,
+    p: &[Point],
+    st: &[i64],
+    (end, range, t): (i64, i64, i64),
+    params: &[f64],
+    mode: Mode,
+    overlap: &mut bool,
+) -> Result<Option<f64>, PromqlError> {
+    let vals = || p.iter().map(|x| x.v);
+    Ok(match name {
+        "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
+            p,
+            end - range,
+            end,
+            mode == Mode::Smoothed,
+            name != "delta",
+            name == "rate",
+        ),
+        "rate" => extrapolated_rate(p, st, (end, range), true, true, overlap),
+        "increase" => extrapolated_rate(p, st, (end, range), true, false, overlap),
+        "delta" => extrapolated_rate(p, st, (end, range), false, false, overlap),
+        "irate" => instant_rate(p, st, true),
+        "idelta" => instant_rate(p, st, false),
+        "avg_over_time" => Some(avg(vals())),
+        "sum_over_time" => {
+            let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
+            Some(if s.is_infinite() { s } else { s + c })
+        }
+        "count_over_time" => Some(p.len() as f64),
+        "min_over_time" => vals().reduce(|a, v| if v < a || a.is_nan() { v } else { a }),
+        "max_over_time" => vals().reduce(|a, v| if v > a || a.is_nan() { v } else { a }),
+        "last_over_time" => p.last().map(|x| x.v),
+        "first_over_time" => p.first().map(|x| x.v),
+        "present_over_time" => Some(1.0),
+        "stddev_over_time" => Some(variance(vals()).sqrt()),
+        "stdvar_over_time" => Some(variance(vals())),
+        "mad_over_time" if vals().any(f64::is_nan) => Some(f64::NAN),
+        "mad_over_time" => {
+            let mut v: Vec<f64> = vals().collect();
+            let med = quantile(0.5, &mut v);
+            let mut dev: Vec<f64> = v.iter().map(|x| (x - med).abs()).collect();
+            Some(quantile(0.5, &mut dev))
+        }
+        "quantile_over_time" => {
+            let mut v: Vec<f64> = vals().collect();
+            Some(quantile(params[0], &mut v))
+        }
+        "ts_of_last_over_time" => p.last().map(|x| x.t as f64 / 1e3),
+        "ts_of_first_over_time" => p.first().map(|x| x.t as f64 / 1e3),
+        "ts_of_max_over_time" => ts_of(p, |a, b| b >= a),
+        "ts_of_min_over_time" => ts_of(p, |a, b| b <= a),
+        "resets" => Some((1..p.len()).filter(|&i| is_reset(p, st, i)).count() as f64),
+        "changes" => Some(
+            p.windows(2)
+                .filter(|w| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan()))
+                .count() as f64,
+        ),
+        "deriv" => (p.len() >= 2).then(|| linear_regression(p, p[0].t).0),
+        "predict_linear" => (p.len() >= 2).then(|| {
+            // The intercept is at the evaluation time, even under `@`.
+            let (slope, icpt) = linear_regression(p, t);
+            icpt + slope * params[0]
+        }),
+        "holt_winters" | "double_exponential_smoothing" => holt_winters(p, params[0], params[1]),
+        other => {
+            return Err(PromqlError::Execution(format!(
+                "function {other}() is not supported"
+            )));
+        }
+    })
 }
 
 fn ts_of(p: &[Point], better: impl Fn(f64, f64) -> bool) -> Option<f64> {
