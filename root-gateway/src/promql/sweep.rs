@@ -60,9 +60,16 @@ fn unparen(e: &Expr) -> &Expr {
     }
 }
 
+/// An optional aggregation over a range function of a matrix selector.
+type Shape<'e> = (
+    Option<(&'e AggregateExpr, Agg)>,
+    &'e Call,
+    &'e MatrixSelector,
+);
+
 /// The supported shape of `e`: an optional aggregation over a range
 /// function of a plain matrix selector without `@`.
-fn shape(e: &Expr) -> Option<(Option<(&AggregateExpr, Agg)>, &Call, &MatrixSelector)> {
+fn shape(e: &Expr) -> Option<Shape<'_>> {
     let (agg, inner) = match unparen(e) {
         Expr::Aggregate(a) if a.param.is_none() => {
             let op = match a.op.to_string().as_str() {
