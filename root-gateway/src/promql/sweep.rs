@@ -196,6 +196,10 @@ pub(crate) fn range(
     let mut overlap_names: Vec<&str> = Vec::new();
     let mut pts: Vec<Point> = Vec::new();
     let mut sts: Vec<i64> = Vec::new();
+    // For rate and increase: breaks (resets, overlaps) before each point,
+    // so windows without any skip the reset scan.
+    let counter = matches!(name, "rate" | "increase");
+    let mut brk: Vec<u32> = Vec::new();
     for (s, &o) in all.iter().zip(&target) {
         ev.check_cancel()?;
         pts.clear();
@@ -210,6 +214,18 @@ pub(crate) fn range(
             });
             if let Some(st) = s.start_ms.as_deref() {
                 sts.push(st.get(i).copied().unwrap_or(0));
+            }
+        }
+        brk.clear();
+        if counter {
+            // brk[k]: breaks at indices 1..k (k excluded).
+            brk.push(0);
+            let mut n = 0u32;
+            for g in 0..pts.len() {
+                if g > 0 && functions::is_break(&pts, &sts, g) {
+                    n += 1;
+                }
+                brk.push(n);
             }
         }
         let (mut a, mut b) = (0usize, 0usize);
@@ -236,7 +252,7 @@ pub(crate) fn range(
                 st,
                 (tt, range, t),
                 &[],
-                Mode::Plain,
+                (Mode::Plain, !counter || brk[b] - brk[a + 1] > 0),
                 &mut overlap,
             )?;
             let Some(v) = r else { continue };

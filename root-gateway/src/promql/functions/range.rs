@@ -57,10 +57,17 @@ fn is_reset(p: &[Point], st: &[i64], i: usize) -> bool {
     p[i].v < p[i - 1].v || (i < st.len() && start_reset(st[i - 1], p[i - 1].t, st[i], p[i].t))
 }
 
+/// True when point `i` (> 0) of `p` is a counter reset or its start time
+/// overlaps the previous point's: what rate's reset scan looks for.
+pub(crate) fn is_break(p: &[Point], st: &[i64], i: usize) -> bool {
+    is_reset(p, st, i) || (i < st.len() && start_overlap(st[i - 1], p[i - 1].t, st[i]))
+}
+
 /// Prometheus' `extrapolatedRate` for rate, increase and delta. `st` (empty
 /// or aligned with `p`) holds start times: they mark resets, and a first
 /// start time inside the window replaces extrapolation to the left by a
 /// zero sample at that time. Sets `overlap` when start times overlap.
+/// `breaks` false: the caller knows no point of `p` is a reset or overlap.
 fn extrapolated_rate(
     p: &[Point],
     st: &[i64],
@@ -68,10 +75,11 @@ fn extrapolated_rate(
     counter: bool,
     is_rate: bool,
     overlap: &mut bool,
+    breaks: bool,
 ) -> Option<f64> {
     let (first, last) = (*p.first()?, *p.last()?);
     let mut result = last.v - first.v;
-    if counter {
+    if counter && breaks {
         for i in 1..p.len() {
             if !*overlap && i < st.len() && start_overlap(st[i - 1], p[i - 1].t, st[i]) {
                 *overlap = true;
@@ -204,7 +212,15 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     } in m
     {
         let mut overlap = false;
-        let r = apply(name, &p, &st, (end, range, t), &params, mode, &mut overlap)?;
+        let r = apply(
+            name,
+            &p,
+            &st,
+            (end, range, t),
+            &params,
+            (mode, true),
+            &mut overlap,
+        )?;
         if overlap {
             overlaps.push(labels.name().to_string());
         }
@@ -237,7 +253,7 @@ pub(crate) fn apply(
     st: &[i64],
     (end, range, t): (i64, i64, i64),
     params: &[f64],
-    mode: Mode,
+    (mode, breaks): (Mode, bool),
     overlap: &mut bool,
 ) -> Result<Option<f64>, PromqlError> {
     let vals = || p.iter().map(|x| x.v);
@@ -250,9 +266,9 @@ pub(crate) fn apply(
             name != "delta",
             name == "rate",
         ),
-        "rate" => extrapolated_rate(p, st, (end, range), true, true, overlap),
-        "increase" => extrapolated_rate(p, st, (end, range), true, false, overlap),
-        "delta" => extrapolated_rate(p, st, (end, range), false, false, overlap),
+        "rate" => extrapolated_rate(p, st, (end, range), true, true, overlap, breaks),
+        "increase" => extrapolated_rate(p, st, (end, range), true, false, overlap, breaks),
+        "delta" => extrapolated_rate(p, st, (end, range), false, false, overlap, breaks),
         "irate" => instant_rate(p, st, true),
         "idelta" => instant_rate(p, st, false),
         "avg_over_time" => Some(avg(vals())),
@@ -441,11 +457,19 @@ mod tests {
         let mut overlap = false;
         // No start time: nothing.
         assert_eq!(
-            extrapolated_rate(&p, &[], (120_000, 120_000), true, false, &mut overlap),
+            extrapolated_rate(&p, &[], (120_000, 120_000), true, false, &mut overlap, true),
             None
         );
         // Started at 30 s, inside (0, 120 s]: 6 counted from zero at 30 s.
-        let r = extrapolated_rate(&p, &[30_000], (120_000, 120_000), true, false, &mut overlap);
+        let r = extrapolated_rate(
+            &p,
+            &[30_000],
+            (120_000, 120_000),
+            true,
+            false,
+            &mut overlap,
+            true,
+        );
         assert_eq!(r, Some(6.0));
         assert!(!overlap);
         let two = [Point { t: 60_000, v: 6.0 }, Point { t: 90_000, v: 9.0 }];
@@ -456,6 +480,7 @@ mod tests {
             true,
             false,
             &mut overlap,
+            true,
         );
         assert!(overlap, "start 20 s overlaps the previous sample at 60 s");
     }
