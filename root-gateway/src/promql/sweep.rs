@@ -177,7 +177,9 @@ pub(crate) fn range(
         }
     }
 
-    if agg.is_some() && outs.len().saturating_mul(nsteps) > ev.opts.max_samples {
+    // One fold state per group and step (16 bytes): beyond 4 Mi of them
+    // (many groups) the step-by-step evaluator needs less memory.
+    if agg.is_some() && outs.len().saturating_mul(nsteps) > ev.opts.max_samples.min(1 << 22) {
         return Ok(None);
     }
     let mut acc: Vec<Acc> = match agg {
