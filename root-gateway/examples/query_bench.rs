@@ -75,19 +75,30 @@ fn main() {
         println!("instant {q}: median {:.1} ms", median(&mut ms));
     }
     let start = end - 3_600_000.min(minutes as i64 * 60_000 - 60_000);
-    let mut ms = Vec::new();
-    for _ in 0..runs {
-        let t = Instant::now();
-        std::hint::black_box(
-            engine
-                .range(&shared, q1, start, end, 15_000)
-                .expect("query"),
+    // The one-pass evaluator and, as the peer in the same run, the
+    // step-by-step one (results compared too).
+    let step_engine = Engine::new(EngineOpts {
+        one_pass_ranges: false,
+        ..engine.opts().clone()
+    });
+    let fast = engine
+        .range(&shared, q1, start, end, 15_000)
+        .expect("query");
+    let slow = step_engine
+        .range(&shared, q1, start, end, 15_000)
+        .expect("query");
+    assert_eq!(fast, slow, "one-pass and step-by-step results differ");
+    for (label, e) in [("one-pass", &engine), ("step-by-step", &step_engine)] {
+        let mut ms = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            std::hint::black_box(e.range(&shared, q1, start, end, 15_000).expect("query"));
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        println!(
+            "range ({label}) {q1} over {} min at 15 s: median {:.1} ms",
+            (end - start) / 60_000,
+            median(&mut ms)
         );
-        ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    println!(
-        "range {q1} over {} min at 15 s: median {:.1} ms",
-        (end - start) / 60_000,
-        median(&mut ms)
-    );
 }

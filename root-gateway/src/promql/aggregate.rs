@@ -12,7 +12,7 @@ use crate::store::Labels;
 use canopy_proto::model::METRIC_NAME;
 
 /// The grouping labels of `l` under `modifier`.
-fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels {
+pub(crate) fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels {
     match modifier {
         None => Labels::default(),
         Some(LabelModifier::Include(by)) => {

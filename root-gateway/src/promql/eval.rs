@@ -105,7 +105,7 @@ impl<'a> Evaluator<'a> {
         Ok(())
     }
 
-    fn check_cancel(&mut self) -> Result<(), PromqlError> {
+    pub(crate) fn check_cancel(&mut self) -> Result<(), PromqlError> {
         self.calls = self.calls.wrapping_add(1);
         if self.calls.is_multiple_of(32) && (self.cancel)() {
             return Err(PromqlError::Timeout);
@@ -197,7 +197,7 @@ impl<'a> Evaluator<'a> {
         }
     }
 
-    fn fetch(
+    pub(crate) fn fetch(
         &mut self,
         vs: &VectorSelector,
         t: i64,
@@ -563,6 +563,11 @@ pub(crate) fn range(
     let mut ev = Evaluator::new(opts, q, cancel, expr, start, end);
     ev.step_ms = step;
     ev.text = text;
+    if opts.one_pass_ranges
+        && let Some(m) = super::sweep::range(&mut ev, expr, (start, end, step))?
+    {
+        return Ok((m, ev.warnings));
+    }
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut out: Matrix = Vec::new();
     let mut total = 0usize;

@@ -17,6 +17,7 @@ mod durexpr;
 mod eval;
 mod functions;
 mod prepass;
+mod sweep;
 pub mod testscript;
 mod value;
 
@@ -77,6 +78,9 @@ pub struct EngineOpts {
     pub max_query_len: usize,
     /// Maximum expression nesting depth (default 128).
     pub max_depth: usize,
+    /// Evaluate range queries of the form `[agg] f(selector[r])` in one pass
+    /// per series instead of step by step (default true; same results).
+    pub one_pass_ranges: bool,
 }
 
 impl Default for EngineOpts {
@@ -89,6 +93,7 @@ impl Default for EngineOpts {
             max_points_per_series: 11_000,
             max_query_len: 64 * 1024,
             max_depth: 128,
+            one_pass_ranges: true,
         }
     }
 }

@@ -57,10 +57,17 @@ fn is_reset(p: &[Point], st: &[i64], i: usize) -> bool {
     p[i].v < p[i - 1].v || (i < st.len() && start_reset(st[i - 1], p[i - 1].t, st[i], p[i].t))
 }
 
+/// True when point `i` (> 0) of `p` is a counter reset or its start time
+/// overlaps the previous point's: what rate's reset scan looks for.
+pub(crate) fn is_break(p: &[Point], st: &[i64], i: usize) -> bool {
+    is_reset(p, st, i) || (i < st.len() && start_overlap(st[i - 1], p[i - 1].t, st[i]))
+}
+
 /// Prometheus' `extrapolatedRate` for rate, increase and delta. `st` (empty
 /// or aligned with `p`) holds start times: they mark resets, and a first
 /// start time inside the window replaces extrapolation to the left by a
 /// zero sample at that time. Sets `overlap` when start times overlap.
+/// `breaks` false: the caller knows no point of `p` is a reset or overlap.
 fn extrapolated_rate(
     p: &[Point],
     st: &[i64],
@@ -68,10 +75,11 @@ fn extrapolated_rate(
     counter: bool,
     is_rate: bool,
     overlap: &mut bool,
+    breaks: bool,
 ) -> Option<f64> {
     let (first, last) = (*p.first()?, *p.last()?);
     let mut result = last.v - first.v;
-    if counter {
+    if counter && breaks {
         for i in 1..p.len() {
             if !*overlap && i < st.len() && start_overlap(st[i - 1], p[i - 1].t, st[i]) {
                 *overlap = true;
@@ -204,70 +212,15 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     } in m
     {
         let mut overlap = false;
-        let vals = || p.iter().map(|x| x.v);
-        let r = match name {
-            "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
-                &p,
-                end - range,
-                end,
-                mode == Mode::Smoothed,
-                name != "delta",
-                name == "rate",
-            ),
-            "rate" => extrapolated_rate(&p, &st, (end, range), true, true, &mut overlap),
-            "increase" => extrapolated_rate(&p, &st, (end, range), true, false, &mut overlap),
-            "delta" => extrapolated_rate(&p, &st, (end, range), false, false, &mut overlap),
-            "irate" => instant_rate(&p, &st, true),
-            "idelta" => instant_rate(&p, &st, false),
-            "avg_over_time" => Some(avg(vals())),
-            "sum_over_time" => {
-                let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
-                Some(if s.is_infinite() { s } else { s + c })
-            }
-            "count_over_time" => Some(p.len() as f64),
-            "min_over_time" => vals().reduce(|a, v| if v < a || a.is_nan() { v } else { a }),
-            "max_over_time" => vals().reduce(|a, v| if v > a || a.is_nan() { v } else { a }),
-            "last_over_time" => p.last().map(|x| x.v),
-            "first_over_time" => p.first().map(|x| x.v),
-            "present_over_time" => Some(1.0),
-            "stddev_over_time" => Some(variance(vals()).sqrt()),
-            "stdvar_over_time" => Some(variance(vals())),
-            "mad_over_time" if vals().any(f64::is_nan) => Some(f64::NAN),
-            "mad_over_time" => {
-                let mut v: Vec<f64> = vals().collect();
-                let med = quantile(0.5, &mut v);
-                let mut dev: Vec<f64> = v.iter().map(|x| (x - med).abs()).collect();
-                Some(quantile(0.5, &mut dev))
-            }
-            "quantile_over_time" => {
-                let mut v: Vec<f64> = vals().collect();
-                Some(quantile(params[0], &mut v))
-            }
-            "ts_of_last_over_time" => p.last().map(|x| x.t as f64 / 1e3),
-            "ts_of_first_over_time" => p.first().map(|x| x.t as f64 / 1e3),
-            "ts_of_max_over_time" => ts_of(&p, |a, b| b >= a),
-            "ts_of_min_over_time" => ts_of(&p, |a, b| b <= a),
-            "resets" => Some((1..p.len()).filter(|&i| is_reset(&p, &st, i)).count() as f64),
-            "changes" => Some(
-                p.windows(2)
-                    .filter(|w| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan()))
-                    .count() as f64,
-            ),
-            "deriv" => (p.len() >= 2).then(|| linear_regression(&p, p[0].t).0),
-            "predict_linear" => (p.len() >= 2).then(|| {
-                // The intercept is at the evaluation time, even under `@`.
-                let (slope, icpt) = linear_regression(&p, t);
-                icpt + slope * params[0]
-            }),
-            "holt_winters" | "double_exponential_smoothing" => {
-                holt_winters(&p, params[0], params[1])
-            }
-            other => {
-                return Err(PromqlError::Execution(format!(
-                    "function {other}() is not supported"
-                )));
-            }
-        };
+        let r = apply(
+            name,
+            &p,
+            &st,
+            (end, range, t),
+            &params,
+            (mode, true),
+            &mut overlap,
+        )?;
         if overlap {
             overlaps.push(labels.name().to_string());
         }
@@ -289,6 +242,82 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     }
     ev.hold(out.len())?;
     Ok(Value::Vector(out))
+}
+
+/// The value of range function `name` over one series' window `p` (start
+/// times `st`, empty or aligned) ending at `end` with length `range`,
+/// evaluated at `t`; `None` where the function yields no sample.
+pub(crate) fn apply(
+    name: &str,
+    p: &[Point],
+    st: &[i64],
+    (end, range, t): (i64, i64, i64),
+    params: &[f64],
+    (mode, breaks): (Mode, bool),
+    overlap: &mut bool,
+) -> Result<Option<f64>, PromqlError> {
+    let vals = || p.iter().map(|x| x.v);
+    Ok(match name {
+        "rate" | "increase" | "delta" if mode != Mode::Plain => extended_rate(
+            p,
+            end - range,
+            end,
+            mode == Mode::Smoothed,
+            name != "delta",
+            name == "rate",
+        ),
+        "rate" => extrapolated_rate(p, st, (end, range), true, true, overlap, breaks),
+        "increase" => extrapolated_rate(p, st, (end, range), true, false, overlap, breaks),
+        "delta" => extrapolated_rate(p, st, (end, range), false, false, overlap, breaks),
+        "irate" => instant_rate(p, st, true),
+        "idelta" => instant_rate(p, st, false),
+        "avg_over_time" => Some(avg(vals())),
+        "sum_over_time" => {
+            let (s, c) = vals().fold((0.0, 0.0), |(s, c), v| kahan_inc(v, s, c));
+            Some(if s.is_infinite() { s } else { s + c })
+        }
+        "count_over_time" => Some(p.len() as f64),
+        "min_over_time" => vals().reduce(|a, v| if v < a || a.is_nan() { v } else { a }),
+        "max_over_time" => vals().reduce(|a, v| if v > a || a.is_nan() { v } else { a }),
+        "last_over_time" => p.last().map(|x| x.v),
+        "first_over_time" => p.first().map(|x| x.v),
+        "present_over_time" => Some(1.0),
+        "stddev_over_time" => Some(variance(vals()).sqrt()),
+        "stdvar_over_time" => Some(variance(vals())),
+        "mad_over_time" if vals().any(f64::is_nan) => Some(f64::NAN),
+        "mad_over_time" => {
+            let mut v: Vec<f64> = vals().collect();
+            let med = quantile(0.5, &mut v);
+            let mut dev: Vec<f64> = v.iter().map(|x| (x - med).abs()).collect();
+            Some(quantile(0.5, &mut dev))
+        }
+        "quantile_over_time" => {
+            let mut v: Vec<f64> = vals().collect();
+            Some(quantile(params[0], &mut v))
+        }
+        "ts_of_last_over_time" => p.last().map(|x| x.t as f64 / 1e3),
+        "ts_of_first_over_time" => p.first().map(|x| x.t as f64 / 1e3),
+        "ts_of_max_over_time" => ts_of(p, |a, b| b >= a),
+        "ts_of_min_over_time" => ts_of(p, |a, b| b <= a),
+        "resets" => Some((1..p.len()).filter(|&i| is_reset(p, st, i)).count() as f64),
+        "changes" => Some(
+            p.windows(2)
+                .filter(|w| w[1].v != w[0].v && !(w[1].v.is_nan() && w[0].v.is_nan()))
+                .count() as f64,
+        ),
+        "deriv" => (p.len() >= 2).then(|| linear_regression(p, p[0].t).0),
+        "predict_linear" => (p.len() >= 2).then(|| {
+            // The intercept is at the evaluation time, even under `@`.
+            let (slope, icpt) = linear_regression(p, t);
+            icpt + slope * params[0]
+        }),
+        "holt_winters" | "double_exponential_smoothing" => holt_winters(p, params[0], params[1]),
+        other => {
+            return Err(PromqlError::Execution(format!(
+                "function {other}() is not supported"
+            )));
+        }
+    })
 }
 
 fn ts_of(p: &[Point], better: impl Fn(f64, f64) -> bool) -> Option<f64> {
@@ -428,11 +457,19 @@ mod tests {
         let mut overlap = false;
         // No start time: nothing.
         assert_eq!(
-            extrapolated_rate(&p, &[], (120_000, 120_000), true, false, &mut overlap),
+            extrapolated_rate(&p, &[], (120_000, 120_000), true, false, &mut overlap, true),
             None
         );
         // Started at 30 s, inside (0, 120 s]: 6 counted from zero at 30 s.
-        let r = extrapolated_rate(&p, &[30_000], (120_000, 120_000), true, false, &mut overlap);
+        let r = extrapolated_rate(
+            &p,
+            &[30_000],
+            (120_000, 120_000),
+            true,
+            false,
+            &mut overlap,
+            true,
+        );
         assert_eq!(r, Some(6.0));
         assert!(!overlap);
         let two = [Point { t: 60_000, v: 6.0 }, Point { t: 90_000, v: 9.0 }];
@@ -443,6 +480,7 @@ mod tests {
             true,
             false,
             &mut overlap,
+            true,
         );
         assert!(overlap, "start 20 s overlaps the previous sample at 60 s");
     }

@@ -356,9 +356,13 @@ fn run_eval(
             let t = exp.range_vector.map_or(t, |(_, t2, _)| t2);
             engine.instant_annotated(store, &expr, t, &|| false)
         }
-        Kind::Range(s, e, step) => engine
-            .range_annotated(store, &expr, (s, e, step), &|| false)
-            .map(|(m, w)| (Value::Matrix(m), w)),
+        Kind::Range(s, e, step) => {
+            let r = engine.range_annotated(store, &expr, (s, e, step), &|| false);
+            if let Err(why) = step_by_step_agrees(engine, store, &expr, (s, e, step), &r) {
+                return report.fail(line, &expr, why);
+            }
+            r.map(|(m, w)| (Value::Matrix(m), w))
+        }
     };
     if exp.fail {
         match result {
@@ -453,6 +457,45 @@ fn at_variants(
     Ok(())
 }
 
+/// The same range query with one-pass evaluation turned off must give the
+/// same series, points (bit for bit), warnings or error as `got`.
+fn step_by_step_agrees(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    window: (i64, i64, i64),
+    got: &Result<(Vec<RangeSeries>, Vec<String>), PromqlError>,
+) -> Result<(), String> {
+    let slow = Engine::new(EngineOpts {
+        one_pass_ranges: false,
+        ..engine.opts().clone()
+    });
+    let want = slow.range_annotated(store, expr, window, &|| false);
+    let same = match (got, &want) {
+        (Ok((a, wa)), Ok((b, wb))) => {
+            wa == wb
+                && a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| {
+                    x.labels == y.labels
+                        && x.points.len() == y.points.len()
+                        && x.points.iter().zip(&y.points).all(|(p, q)| {
+                            p.t == q.t
+                                && (p.v.to_bits() == q.v.to_bits() || p.v.is_nan() && q.v.is_nan())
+                        })
+                })
+        }
+        (Err(a), Err(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(format!(
+            "one-pass range result {got:?} differs from step-by-step {want:?}"
+        ))
+    }
+}
+
 /// Prometheus' range-mode check: the instant eval as a range query around
 /// `t`, its points at `t` compared with the same expectations.
 fn range_mode(
@@ -462,9 +505,9 @@ fn range_mode(
     t: i64,
     exp: &Expect,
 ) -> Result<(), String> {
-    let m = engine
-        .range(store, expr, t - 60_000, t + 60_000, 60_000)
-        .map_err(|e| format!("range mode: unexpected error: {e}"))?;
+    let r = engine.range_annotated(store, expr, (t - 60_000, t + 60_000, 60_000), &|| false);
+    step_by_step_agrees(engine, store, expr, (t - 60_000, t + 60_000, 60_000), &r)?;
+    let (m, _) = r.map_err(|e| format!("range mode: unexpected error: {e}"))?;
     let at_t = m.iter().filter_map(|s| {
         s.points
             .iter()

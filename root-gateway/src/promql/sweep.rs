@@ -1,0 +1,327 @@
+//! One-pass range queries: `f(selector[r])`, optionally under `sum`, `count`,
+//! `min`, `max` or `group` (`by`/`without`), evaluated over all steps by
+//! sliding each series' window once instead of re-evaluating step by step.
+//! Gives the same results as the step-by-step evaluator (it calls the same
+//! per-window functions, in the same series order); anything else is left
+//! to that evaluator.
+
+use std::collections::HashMap;
+
+use canopy_proto::model::{METRIC_NAME, is_stale_nan};
+use promql_parser::parser::{AggregateExpr, Call, Expr, MatrixSelector};
+
+use super::eval::Evaluator;
+use super::prepass::{self, Mode, adjust, dur_ms};
+use super::value::{Matrix, Point, RangeSeries, finish_labels};
+use super::{PromqlError, aggregate, functions};
+use crate::store::Labels;
+
+/// Range functions without scalar parameters that need only their window.
+const FUNCS: &[&str] = &[
+    "rate",
+    "increase",
+    "delta",
+    "irate",
+    "idelta",
+    "avg_over_time",
+    "sum_over_time",
+    "count_over_time",
+    "min_over_time",
+    "max_over_time",
+    "last_over_time",
+    "first_over_time",
+    "present_over_time",
+    "stddev_over_time",
+    "stdvar_over_time",
+    "mad_over_time",
+    "ts_of_last_over_time",
+    "ts_of_first_over_time",
+    "ts_of_max_over_time",
+    "ts_of_min_over_time",
+    "resets",
+    "changes",
+    "deriv",
+];
+
+/// Aggregations folded across series one value at a time.
+#[derive(Clone, Copy, PartialEq)]
+enum Agg {
+    Sum,
+    Count,
+    Min,
+    Max,
+    Group,
+}
+
+fn unparen(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => unparen(&p.expr),
+        other => other,
+    }
+}
+
+/// An optional aggregation over a range function of a matrix selector.
+type Shape<'e> = (
+    Option<(&'e AggregateExpr, Agg)>,
+    &'e Call,
+    &'e MatrixSelector,
+);
+
+/// The supported shape of `e`: an optional aggregation over a range
+/// function of a plain matrix selector without `@`.
+fn shape(e: &Expr) -> Option<Shape<'_>> {
+    let (agg, inner) = match unparen(e) {
+        Expr::Aggregate(a) if a.param.is_none() => {
+            let op = match a.op.to_string().as_str() {
+                "sum" => Agg::Sum,
+                "count" => Agg::Count,
+                "min" => Agg::Min,
+                "max" => Agg::Max,
+                "group" => Agg::Group,
+                _ => return None,
+            };
+            (Some((a, op)), unparen(&a.expr))
+        }
+        other => (None, other),
+    };
+    let Expr::Call(c) = inner else { return None };
+    if !FUNCS.contains(&c.func.name) || c.args.args.len() != 1 {
+        return None;
+    }
+    let Expr::MatrixSelector(ms) = c.args.args[0].as_ref() else {
+        return None;
+    };
+    if ms.vs.at.is_some() || prepass::mode(&ms.vs) != Mode::Plain {
+        return None;
+    }
+    Some((agg, c, ms))
+}
+
+/// Where one output series of the query collects its points.
+struct Out {
+    labels: Labels,
+    points: Vec<Point>,
+}
+
+/// Per-step fold state of one aggregation group.
+#[derive(Clone, Copy)]
+struct Acc {
+    n: u32,
+    s: f64,
+    c: f64,
+}
+
+/// Evaluates the range query `e` in one pass per series when its shape
+/// allows; `Ok(None)` leaves it to the step-by-step evaluator.
+pub(crate) fn range(
+    ev: &mut Evaluator<'_>,
+    e: &Expr,
+    (start, end, step): (i64, i64, i64),
+) -> Result<Option<Matrix>, PromqlError> {
+    let Some((agg, call, ms)) = shape(e) else {
+        return Ok(None);
+    };
+    if step <= 0 || end < start {
+        return Ok(None);
+    }
+    let nsteps = usize::try_from((end - start) / step + 1).unwrap_or(usize::MAX);
+    if nsteps > 1_000_000 {
+        return Ok(None);
+    }
+    let name = call.func.name;
+    let vs = &ms.vs;
+    let range = dur_ms(&ms.range);
+    let tt0 = adjust(&vs.at, &vs.offset, start, ev.qstart, ev.qend);
+    let all = ev.fetch(vs, tt0, range)?;
+    // Functions that keep the metric name until the query ends.
+    let keep_name = matches!(name, "last_over_time" | "first_over_time");
+
+    // Output series: one per group, or one per input series.
+    let mut outs: Vec<Out> = Vec::new();
+    let mut target: Vec<usize> = Vec::with_capacity(all.len());
+    match agg {
+        Some((a, _)) => {
+            let mut index: HashMap<Labels, usize> = HashMap::new();
+            for s in all.iter() {
+                let k = aggregate::group_key(&s.labels, &a.modifier);
+                if k.get(METRIC_NAME).is_some() {
+                    // Pending name removal across a group: not handled here.
+                    return Ok(None);
+                }
+                let i = *index.entry(k).or_insert_with_key(|k| {
+                    outs.push(Out {
+                        labels: k.clone(),
+                        points: Vec::new(),
+                    });
+                    outs.len() - 1
+                });
+                target.push(i);
+            }
+        }
+        None => {
+            let mut seen: HashMap<Labels, ()> = HashMap::new();
+            for s in all.iter() {
+                let mut l = s.labels.clone();
+                finish_labels(&mut l, !keep_name);
+                if seen.insert(l.clone(), ()).is_some() {
+                    // Possible duplicate label sets: the step-by-step
+                    // evaluator reports them where they collide.
+                    return Ok(None);
+                }
+                target.push(outs.len());
+                outs.push(Out {
+                    labels: l,
+                    points: Vec::new(),
+                });
+            }
+        }
+    }
+
+    // One fold state per group and step (16 bytes): beyond 4 Mi of them
+    // (many groups) the step-by-step evaluator needs less memory.
+    if agg.is_some() && outs.len().saturating_mul(nsteps) > ev.opts.max_samples.min(1 << 22) {
+        return Ok(None);
+    }
+    let mut acc: Vec<Acc> = match agg {
+        Some(_) => vec![
+            Acc {
+                n: 0,
+                s: 0.0,
+                c: 0.0
+            };
+            outs.len() * nsteps
+        ],
+        None => Vec::new(),
+    };
+    // Samples held per step, as the step-by-step evaluator counts them.
+    let mut held = vec![0usize; nsteps];
+    let mut overlap_names: Vec<&str> = Vec::new();
+    let mut pts: Vec<Point> = Vec::new();
+    let mut sts: Vec<i64> = Vec::new();
+    // For rate and increase: breaks (resets, overlaps) before each point,
+    // so windows without any skip the reset scan.
+    let counter = matches!(name, "rate" | "increase");
+    let mut brk: Vec<u32> = Vec::new();
+    for (s, &o) in all.iter().zip(&target) {
+        ev.check_cancel()?;
+        pts.clear();
+        sts.clear();
+        for (i, p) in s.samples.iter().enumerate() {
+            if is_stale_nan(p.value) {
+                continue;
+            }
+            pts.push(Point {
+                t: p.ts_ms,
+                v: p.value,
+            });
+            if let Some(st) = s.start_ms.as_deref() {
+                sts.push(st.get(i).copied().unwrap_or(0));
+            }
+        }
+        brk.clear();
+        if counter {
+            // brk[k]: breaks at indices 1..k (k excluded).
+            brk.push(0);
+            let mut n = 0u32;
+            for g in 0..pts.len() {
+                if g > 0 && functions::is_break(&pts, &sts, g) {
+                    n += 1;
+                }
+                brk.push(n);
+            }
+        }
+        let (mut a, mut b) = (0usize, 0usize);
+        let mut overlap = false;
+        for (k, h) in held.iter_mut().enumerate() {
+            let t = start + step * k as i64;
+            let tt = adjust(&vs.at, &vs.offset, t, ev.qstart, ev.qend);
+            let lo = tt.saturating_sub(range);
+            while a < pts.len() && pts[a].t <= lo {
+                a += 1;
+            }
+            b = b.max(a);
+            while b < pts.len() && pts[b].t <= tt {
+                b += 1;
+            }
+            if a == b {
+                continue;
+            }
+            *h += b - a;
+            let st = if sts.is_empty() { &[][..] } else { &sts[a..b] };
+            let r = functions::range_apply(
+                name,
+                &pts[a..b],
+                st,
+                (tt, range, t),
+                &[],
+                (Mode::Plain, !counter || brk[b] - brk[a + 1] > 0),
+                &mut overlap,
+            )?;
+            let Some(v) = r else { continue };
+            *h += 1;
+            match agg {
+                None => outs[o].points.push(Point { t, v }),
+                Some((_, op)) => {
+                    let x = &mut acc[o * nsteps + k];
+                    x.n += 1;
+                    match op {
+                        Agg::Sum => (x.s, x.c) = functions::kahan_inc(v, x.s, x.c),
+                        Agg::Min if x.n == 1 || v < x.s || x.s.is_nan() => x.s = v,
+                        Agg::Max if x.n == 1 || v > x.s || x.s.is_nan() => x.s = v,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if overlap {
+            overlap_names.push(s.labels.name());
+        }
+    }
+    if !overlap_names.is_empty() {
+        // Warnings are raised in step order there: leave it to that evaluator.
+        return Ok(None);
+    }
+    if held.iter().any(|&h| h > ev.opts.max_samples) {
+        return Err(PromqlError::TooManySamples {
+            limit: ev.opts.max_samples,
+        });
+    }
+    if let Some((_, op)) = agg {
+        for (o, out) in outs.iter_mut().enumerate() {
+            for (k, x) in acc[o * nsteps..(o + 1) * nsteps].iter().enumerate() {
+                if x.n == 0 {
+                    continue;
+                }
+                let v = match op {
+                    Agg::Sum if x.s.is_infinite() => x.s,
+                    Agg::Sum => x.s + x.c,
+                    Agg::Count => f64::from(x.n),
+                    Agg::Group => 1.0,
+                    Agg::Min | Agg::Max => x.s,
+                };
+                out.points.push(Point {
+                    t: start + step * k as i64,
+                    v,
+                });
+            }
+        }
+    }
+    let total: usize = outs.iter().map(|o| o.points.len()).sum();
+    if total > ev.opts.max_samples {
+        return Err(PromqlError::TooManySamples {
+            limit: ev.opts.max_samples,
+        });
+    }
+    let mut m: Matrix = outs
+        .into_iter()
+        .filter(|o| !o.points.is_empty())
+        .map(|o| RangeSeries {
+            labels: o.labels,
+            points: o.points,
+            drop_name: false,
+            start_ms: Vec::new(),
+        })
+        .collect();
+    m.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(Some(m))
+}
