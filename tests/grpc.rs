@@ -353,7 +353,13 @@ async fn canopy_up_serves_the_scheduler_grpc_api_and_the_terminal_commands() {
         "{out}"
     );
 
-    // `canopy query 'up'`: one row per node (8 simulated + this host), all 1.
+    // `canopy query 'up'`: one row per node (8 simulated + this host), all 1,
+    // once every node's first frame is in (the test gets here within ~2 s).
+    wait_for("9 nodes up", Duration::from_secs(60), || {
+        let r = support::results(http, "up == 1");
+        async move { (r.len() == 9).then_some(()) }
+    })
+    .await;
     let (ok, out, err) = canopy(&["query", "up", "--gateway", &gw]);
     assert!(ok, "canopy query failed: {err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -368,6 +374,11 @@ async fn canopy_up_serves_the_scheduler_grpc_api_and_the_terminal_commands() {
             .all(|l| l.starts_with("up") && l.ends_with(" 1")),
         "{out}"
     );
+    wait_for("2 s of sim0001", Duration::from_secs(60), || {
+        let r = support::results(http, "count_over_time(up{node=\"sim0001\"}[4s]) >= 2");
+        async move { (!r.is_empty()).then_some(()) }
+    })
+    .await;
     let (ok, out, _) = canopy(&[
         "query",
         "up{node=\"sim0001\"}",
@@ -379,7 +390,7 @@ async fn canopy_up_serves_the_scheduler_grpc_api_and_the_terminal_commands() {
         "1s",
     ]);
     assert!(ok);
-    // One row per point: the fabric has run for a second or two, so at least 2.
+    // One row per point: at least 2 (waited for above).
     assert!(out.lines().count() >= 3, "header and 2 points: {out}");
     assert!(
         out.lines()
