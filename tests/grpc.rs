@@ -374,10 +374,14 @@ async fn canopy_up_serves_the_scheduler_grpc_api_and_the_terminal_commands() {
             .all(|l| l.starts_with("up") && l.ends_with(" 1")),
         "{out}"
     );
-    wait_for("2 s of sim0001", Duration::from_secs(60), || {
-        let r = support::results(http, "count_over_time(up{node=\"sim0001\"}[4s]) >= 2");
-        async move { (!r.is_empty()).then_some(()) }
-    })
+    wait_for(
+        "2.5 s of sim0001 (0.5 s ticks)",
+        Duration::from_secs(60),
+        || {
+            let r = support::results(http, "count_over_time(up{node=\"sim0001\"}[4s]) >= 6");
+            async move { (!r.is_empty()).then_some(()) }
+        },
+    )
     .await;
     let (ok, out, _) = canopy(&[
         "query",
