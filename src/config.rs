@@ -41,6 +41,12 @@ pub struct UplinkFile {
     pub backup: String,
     /// Backup parent QUIC address.
     pub backup_addr: String,
+    /// Longest the oldest record written to the parent may wait for its
+    /// acknowledgement before the parent is left for the backup, ms (0:
+    /// never). The planner makes it grow with depth, so a node outwaits
+    /// its parent's own failover. Absent: 10 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_timeout_ms: Option<u64>,
 }
 
 /// `canopy node --config FILE`.
@@ -90,6 +96,22 @@ pub struct NodeFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_offset_ms: Option<u64>,
 }
+
+/// Planned ack timeout of a link at `depth` (1: the parent is the
+/// gateway), ms: [`ACK_TIMEOUT_BASE_MS`] plus [`ACK_TIMEOUT_STEP_MS`] per
+/// level below the top. A parent that stops acking stalls its whole
+/// subtree's acks at once; the deeper node waits longer, so the child of
+/// the stalled parent fails over (and acks resume) before its own children
+/// give up on it.
+pub fn ack_timeout_ms(depth: u32) -> u64 {
+    ACK_TIMEOUT_BASE_MS + u64::from(depth.saturating_sub(1)) * ACK_TIMEOUT_STEP_MS
+}
+
+/// Ack timeout of a subtree top's link to the gateway, ms.
+pub const ACK_TIMEOUT_BASE_MS: u64 = 8_000;
+/// Added per level below the top, ms: more than one tick plus a failover
+/// (idle timeout, replay and the backup's first ack).
+pub const ACK_TIMEOUT_STEP_MS: u64 = 4_000;
 
 /// Staggered timers of `host` in `plan`: (sample offset, relay offset) after
 /// each tick boundary, ms; the relay's from its depth in its home subtree.
@@ -418,6 +440,7 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
             parent_addr: a.of(plan, &l.parent)?,
             backup: l.backup.name().to_string(),
             backup_addr: a.of(plan, &l.backup)?,
+            ack_timeout_ms: Some(ack_timeout_ms(l.depth)),
         });
     }
     let gateways = a.gateway_addrs(plan)?;
@@ -559,10 +582,20 @@ mod tests {
             );
             r
         };
+        let ack = |h: &str| {
+            let f = node_file(&p, h, &a, 1000).expect("node file");
+            f.uplinks[0].ack_timeout_ms.expect("a planned ack timeout")
+        };
         let mut pairs = 0;
         for hp in p.hosts() {
             let home = &hp.links[0];
             if let Peer::Host(parent) = &home.parent {
+                // A child outwaits its parent's own failover.
+                assert!(
+                    ack(&hp.name) >= ack(parent) + ACK_TIMEOUT_STEP_MS,
+                    "{} waits longer for acks than {parent}",
+                    hp.name
+                );
                 // A parent forwards after its child has forwarded.
                 assert!(
                     offset(parent) > offset(&hp.name),
@@ -586,5 +619,13 @@ mod tests {
             .join("\n");
         let old: NodeFile = toml::from_str(&text).expect("a config without offsets");
         assert_eq!(old.relay_offset_ms, None);
+        // ... and without ack timeouts (the uplink's default then).
+        let text: String = text
+            .lines()
+            .filter(|l| !l.contains("ack_timeout_ms"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let old: NodeFile = toml::from_str(&text).expect("a config without ack timeouts");
+        assert!(old.uplinks.iter().all(|u| u.ack_timeout_ms.is_none()));
     }
 }

@@ -23,8 +23,8 @@ use canopy_leaf::sim::SimJobs;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
-    BufferLimits, Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
-    unix_now_ms,
+    BufferLimits, Ca, DEFAULT_ACK_TIMEOUT, Dialer, Identity, LinkTuning, Listener, Uplink,
+    UplinkConfig, UplinkTarget, unix_now_ms,
 };
 use canopy_topology::{GATEWAY_NAME, Peer, Plan, PlanParams, Role, plan};
 use tokio::sync::{mpsc, watch};
@@ -112,6 +112,8 @@ struct PlannedUplink {
     interior: bool,
     primary: UplinkTarget,
     backup: Option<UplinkTarget>,
+    /// Ack timeout (none: the uplink's default).
+    ack_timeout: Option<Duration>,
 }
 
 /// Starts one node: its relay (listener + merger), its leaf agent and its
@@ -157,6 +159,7 @@ async fn spawn_node(
             dialer.clone(),
             UplinkConfig {
                 buffer: buffer.clone(),
+                ack_timeout: u.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT),
                 ..UplinkConfig::new(u.primary, u.backup)
             },
         );
@@ -357,6 +360,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
                 interior: l.role == Role::Interior && !l.children.is_empty(),
                 primary,
                 backup: target(&l.backup),
+                ack_timeout: Some(Duration::from_millis(config::ack_timeout_ms(l.depth))),
             });
         }
         let collectors: Vec<Box<dyn Collector + Send>> = if hp.name == real {
@@ -449,6 +453,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                         addr: config::addr("gateways", g)?,
                     },
                     backup: None,
+                    ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
                 });
             }
             continue;
@@ -464,6 +469,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                 name: u.backup.clone(),
                 addr: config::addr("backup_addr", &u.backup_addr)?,
             }),
+            ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
         });
     }
     let mut collectors: Vec<Box<dyn Collector + Send>> = if no_collect {

@@ -154,7 +154,13 @@ impl FabricMetrics {
                     out.push(c("canopy_fabric_reparent_seconds_count", lab, h.len()));
                 }
             }
-            out.push(c("canopy_fabric_stalls_total", lab, load(&s.stalls)));
+            for (reason, v) in [("send_blocked", &s.stalls), ("no_ack", &s.ack_stalls)] {
+                out.push(c(
+                    "canopy_fabric_stalls_total",
+                    &[("subtree", &st), ("parent", parent), ("reason", reason)],
+                    load(v),
+                ));
+            }
             out.push(c(
                 "canopy_fabric_bad_controls_total",
                 lab,

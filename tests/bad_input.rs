@@ -1,7 +1,8 @@
 //! Bad input from a peer with a valid cluster certificate, against real
 //! `canopy node` processes (6 hosts, K = 2, R = 2, from `canopy plan
 //! --emit-configs --loopback`): a child that floods series, garbage,
-//! truncated, replayed and oversized records, and a parent that stalls.
+//! truncated, replayed and oversized records, a parent that stalls, and
+//! one that reads but never acknowledges.
 //! The offending link is closed and counted on the node's `/metrics`, the
 //! warning is logged once (rate-limited), and every other node's
 //! `canopy_synthetic_ticks_total` keeps arriving at the gateway exactly once.
@@ -9,10 +10,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, RecordSplitter, Sender};
-use canopy_proto::link::{Dialer, Identity, LinkTuning, Listener, OutboundLink};
+use canopy_proto::link::{Control, Dialer, Identity, LinkTuning, Listener, OutboundLink};
 use canopy_proto::{Labels, MetricKind};
 use support::ticks::{now_ms, tick_faults, tick_samples};
 use support::{Procs, canopy, free_port, get, port_base, results, wait_for};
@@ -476,5 +479,133 @@ fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
         max_buffer <= buffer_max as f64,
         "outbox held {max_buffer} B, bound {buffer_max}"
     );
+    drop(procs);
+}
+
+#[test]
+fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 26_000);
+    // h05's interior link goes to h01 (backup: the gateway); its other
+    // link's parents (h06, h02) do not run, so this link carries all of
+    // h05's ticks. h01 is a fake with h01's certificate and the default
+    // windows: it reads every record and discards it, without an ack,
+    // until `acking` is set (then it acks each record).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fake = rt.block_on(async {
+        Listener::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "h01"),
+            LinkTuning::default(),
+        )
+        .expect("fake parent binds")
+    });
+    let fake_addr = fake.local_addr();
+    let read = Arc::new(AtomicU64::new(0));
+    let acking = Arc::new(AtomicBool::new(false));
+    let (r, a) = (read.clone(), acking.clone());
+    rt.spawn(async move {
+        while let Some(l) = fake.accept().await {
+            let Ok(l) = l else { continue };
+            let (read, acking) = (r.clone(), a.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while let Ok(Some(_)) = l.recv_record().await {
+                    n += 1;
+                    read.fetch_add(1, Ordering::Relaxed);
+                    if acking.load(Ordering::Relaxed)
+                        && l.send_control(&Control::Ack(n).encode()).await.is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let h05 = d.join("h05.toml");
+    let text = std::fs::read_to_string(&h05).expect("config");
+    let h01_addr = toml_value(&d.join("h01.toml"), "listen");
+    let text = text.replace(
+        &format!("parent_addr = \"{h01_addr}\""),
+        &format!("parent_addr = \"{fake_addr}\""),
+    );
+    std::fs::write(&h05, &text).expect("write config");
+    let v: toml::Value = toml::from_str(&text).expect("TOML");
+    let ack_timeout = v["uplinks"][0]["ack_timeout_ms"]
+        .as_integer()
+        .expect("the plan gives the link an ack timeout");
+    assert_eq!(
+        v["uplinks"][0]["parent_addr"].as_str(),
+        Some(&*fake_addr.to_string())
+    );
+    let metrics = free_port();
+    let mut procs = Procs::default();
+    let m = format!("127.0.0.1:{metrics}");
+    let f = h05.to_str().expect("utf-8");
+    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
+    let http = spawn_gateway(&mut procs, d);
+    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
+    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
+    let t0 = now_ms();
+    wait_for(
+        "h05 to count an ack stall",
+        Duration::from_secs(120),
+        || (no_ack()? >= 1.0).then_some(()),
+    );
+    let stalled_after = now_ms() - t0;
+    assert!(
+        read.load(Ordering::Relaxed) >= 3,
+        "the fake parent read h05's records"
+    );
+    assert!(
+        stalled_after >= ack_timeout,
+        "left after {stalled_after} ms, before the {ack_timeout} ms ack timeout"
+    );
+    assert!(
+        stalled_after <= ack_timeout + 60_000,
+        "left after {stalled_after} ms: not bounded by the {ack_timeout} ms ack timeout"
+    );
+    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
+    wait_for("h05 reports it runs on its backup", GUARD, || {
+        (results(http, q).len() == 1).then_some(())
+    });
+    // Everything the fake discarded was replayed to the backup: every
+    // tick from the first, no gap.
+    let now = now_ms();
+    arrived_past(http, &["h05".to_string()], now);
+    let hosts = ["h05".to_string()];
+    let faults = faults(http, &hosts, now - 1_000);
+    assert!(
+        faults.is_empty(),
+        "h05 via its backup:\n{}",
+        faults.join("\n")
+    );
+    // The primary acks again: h05 returns after its hold-down and stays.
+    acking.store(true, Ordering::Relaxed);
+    let back = ["parent=\"h01\""];
+    wait_for("h05 back on its primary", Duration::from_secs(120), || {
+        let b = metric(metrics, "canopy_fabric_uplink_on_backup", &back)?;
+        let c = metric(metrics, "canopy_fabric_uplink_connected", &back)?;
+        (b == 0.0 && c == 1.0).then_some(())
+    });
+    let acked = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
+    let settle = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") + 3_000);
+    std::thread::sleep(settle);
+    assert_eq!(no_ack(), Some(1.0), "an acking primary is not left again");
+    assert_eq!(
+        metric(metrics, "canopy_fabric_uplink_on_backup", &back),
+        Some(0.0)
+    );
+    let later = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
+    assert!(
+        later > acked,
+        "the primary's acks release records ({acked} -> {later})"
+    );
+    eprintln!("ack stall counted {stalled_after} ms after start (ack timeout {ack_timeout} ms)");
     drop(procs);
 }
