@@ -65,6 +65,14 @@ pub struct NodeFile {
     /// Children the plan gives this node in its home subtree (informational).
     #[serde(default)]
     pub children: Vec<String>,
+    /// The only hosts this node's relay accepts as children: its planned
+    /// children in every subtree plus the hosts that fail over to it (whose
+    /// backup it is). A peer with a valid certificate for any other host is
+    /// closed and counted (`canopy_fabric_refused_peers_total{stage=
+    /// "not_in_plan"}`). Absent (configs from before): any peer with a
+    /// cluster certificate, with a warning at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_peers: Option<Vec<String>>,
     /// Address of the node's own `/metrics` (Prometheus text); none: off.
     /// The same counters also travel up the tree as `canopy_fabric_*`.
     #[serde(default)]
@@ -166,6 +174,12 @@ pub struct GatewayFile {
     /// field left out keeps its default).
     #[serde(default)]
     pub thresholds: Thresholds,
+    /// The only hosts accepted on `listen`: those the plan sends to the
+    /// gateway (subtree tops, and their children while a top is down). Any
+    /// other certified peer is closed and counted. Absent (configs from
+    /// before): any peer with a cluster certificate, with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_peers: Option<Vec<String>>,
     /// Certificates.
     pub tls: TlsFile,
 }
@@ -412,8 +426,19 @@ impl Addressing {
     }
 }
 
-/// The node config the plan gives `host`.
-pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Result<NodeFile> {
+/// Who may connect to whom in `plan` ([`Plan::allowed_children`]), the
+/// lists [`node_file`] and [`gateway_file`] write.
+pub type AllowedPeers = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// The node config the plan gives `host`; `allowed` is
+/// `plan.allowed_children()`, computed once for every host.
+pub fn node_file(
+    plan: &Plan,
+    allowed: &AllowedPeers,
+    host: &str,
+    a: &Addressing,
+    tick_ms: u64,
+) -> Result<NodeFile> {
     let hp = plan.host(host).context("host not in plan")?;
     let me = Peer::Host(host.to_string());
     let listen = a.of(plan, &me)?;
@@ -463,14 +488,28 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
             key: format!("certs/{host}.key").into(),
         },
         children,
+        allowed_peers: Some(peers_of(allowed, host)),
         uplinks,
         relay_offset_ms: stagger(plan, host).map(|s| s.1),
         sample_offset_ms: stagger(plan, host).map(|s| s.0),
     })
 }
 
-/// The config of gateway `k` (0 = the first) for a plan.
-pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile> {
+fn peers_of(allowed: &AllowedPeers, parent: &str) -> Vec<String> {
+    allowed
+        .get(parent)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The config of gateway `k` (0 = the first) for a plan; `allowed` as for
+/// [`node_file`].
+pub fn gateway_file(
+    a: &Addressing,
+    plan: &Plan,
+    allowed: &AllowedPeers,
+    k: usize,
+) -> Result<GatewayFile> {
     let addrs = a.gateway_addrs(plan)?;
     let listen = addrs
         .get(k)
@@ -492,6 +531,7 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
         remote_write: Vec::new(),
         tokens: None,
         thresholds: Thresholds::default(),
+        allowed_peers: Some(peers_of(allowed, canopy_topology::GATEWAY_NAME)),
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),
@@ -573,7 +613,7 @@ mod tests {
             loopback_gateways: 1,
         };
         let offset = |h: &str| {
-            let f = node_file(&p, h, &a, 1000).expect("node file");
+            let f = node_file(&p, &p.allowed_children(), h, &a, 1000).expect("node file");
             let s = f.sample_offset_ms.expect("sample offset");
             let r = f.relay_offset_ms.expect("relay offset");
             assert!(
@@ -583,7 +623,7 @@ mod tests {
             r
         };
         let ack = |h: &str| {
-            let f = node_file(&p, h, &a, 1000).expect("node file");
+            let f = node_file(&p, &p.allowed_children(), h, &a, 1000).expect("node file");
             f.uplinks[0].ack_timeout_ms.expect("a planned ack timeout")
         };
         let mut pairs = 0;
@@ -609,7 +649,7 @@ mod tests {
         }
         assert!(pairs > 0, "the plan has relays below the tops");
         // Old configs (no offsets) still load: timers then run from the start.
-        let f = node_file(&p, "h01", &a, 1000).expect("node file");
+        let f = node_file(&p, &p.allowed_children(), "h01", &a, 1000).expect("node file");
         let mut text = toml::to_string_pretty(&f).expect("toml");
         assert!(text.contains("relay_offset_ms"));
         text = text
@@ -627,5 +667,65 @@ mod tests {
             .join("\n");
         let old: NodeFile = toml::from_str(&text).expect("a config without ack timeouts");
         assert!(old.uplinks.iter().all(|u| u.ack_timeout_ms.is_none()));
+    }
+
+    #[test]
+    fn planned_configs_list_every_allowed_peer_and_old_ones_still_load() {
+        let hosts: Vec<String> = (1..=16).map(|i| format!("h{i:02}")).collect();
+        let p = plan(
+            &hosts,
+            PlanParams {
+                subtrees: 4,
+                replicas: 2,
+                arity: 2,
+            },
+        )
+        .expect("plan");
+        let a = Addressing {
+            loopback: true,
+            base_port: 20000,
+            gateways: Vec::new(),
+            loopback_gateways: 2,
+        };
+        let allowed = p.allowed_children();
+        let files: Vec<NodeFile> = hosts
+            .iter()
+            .map(|h| node_file(&p, &allowed, h, &a, 1000).expect("node file"))
+            .collect();
+        let peers = |f: &NodeFile| f.allowed_peers.clone().expect("a planned list");
+        // Every uplink's parent and backup lets this host in.
+        for f in &files {
+            for u in &f.uplinks {
+                for parent in [&u.parent, &u.backup] {
+                    let ok = if parent == canopy_topology::GATEWAY_NAME {
+                        let g = gateway_file(&a, &p, &allowed, 1).expect("gateway file");
+                        g.allowed_peers.expect("a planned list").contains(&f.host)
+                    } else {
+                        let pf = files.iter().find(|x| &x.host == parent).expect("parent");
+                        peers(pf).contains(&f.host)
+                    };
+                    assert!(ok, "{} may connect to {parent}", f.host);
+                }
+            }
+            for c in &f.children {
+                assert!(peers(f).contains(c), "{c} under {}", f.host);
+            }
+        }
+        // A relay's list goes beyond its home children (backup children).
+        assert!(files.iter().any(|f| peers(f).len() > f.children.len()));
+        // Round trip, and a config without the list loads (accept any).
+        let text = toml::to_string_pretty(&files[0]).expect("toml");
+        let back: NodeFile = toml::from_str(&text).expect("round trip");
+        assert_eq!(back, files[0]);
+        let mut v: toml::Table = toml::from_str(&text).expect("table");
+        assert!(v.remove("allowed_peers").is_some());
+        let old: NodeFile = toml::from_str(&toml::to_string(&v).expect("toml")).expect("old");
+        assert_eq!(old.allowed_peers, None);
+        let g = gateway_file(&a, &p, &allowed, 0).expect("gateway file");
+        let mut v: toml::Table =
+            toml::from_str(&toml::to_string(&g).expect("toml")).expect("table");
+        assert!(v.remove("allowed_peers").is_some());
+        let old: GatewayFile = toml::from_str(&toml::to_string(&v).expect("toml")).expect("old");
+        assert_eq!(old.allowed_peers, None);
     }
 }

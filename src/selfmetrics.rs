@@ -101,6 +101,11 @@ impl FabricMetrics {
             &[("stage", "setup")],
             l.setup_failures.load(Ordering::Relaxed),
         ));
+        out.push(c(
+            "canopy_fabric_refused_peers_total",
+            &[("stage", "not_in_plan")],
+            l.not_in_plan.load(Ordering::Relaxed),
+        ));
         for (i, (subtree, parent, u)) in self.uplinks.iter().enumerate() {
             let st = subtree.to_string();
             let lab: &[(&str, &str)] = &[("subtree", &st), ("parent", parent)];

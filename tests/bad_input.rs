@@ -609,3 +609,128 @@ fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
     eprintln!("ack stall counted {stalled_after} ms after start (ack timeout {ack_timeout} ms)");
     drop(procs);
 }
+
+#[test]
+fn a_certified_peer_the_plan_does_not_give_to_a_relay_is_refused_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 28_000);
+    // The plan lets only h06 connect to h05 (its one child, which has no
+    // children of its own); h02 holds a valid certificate but is not
+    // h05's to take.
+    let h05 = d.join("h05.toml");
+    let v: toml::Value =
+        toml::from_str(&std::fs::read_to_string(&h05).expect("config")).expect("TOML");
+    let allowed: Vec<&str> = v["allowed_peers"]
+        .as_array()
+        .expect("the plan lists h05's peers")
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    assert_eq!(allowed, ["h06"]);
+    let relay_addr: std::net::SocketAddr = toml_value(&h05, "listen").parse().expect("listen addr");
+    let metrics = free_port();
+    let log: PathBuf = d.join("h05.log");
+    let mut procs = Procs::default();
+    let hosts: Vec<String> = (1..=HOSTS).map(|i| format!("h{i:02}")).collect();
+    for h in &hosts {
+        let file = d.join(format!("{h}.toml"));
+        let file = file.to_str().expect("utf-8");
+        if h == "h05" {
+            let m = format!("127.0.0.1:{metrics}");
+            procs.spawn_logged(
+                &["node", "--config", file, "--synthetic", "--metrics", &m],
+                &log,
+            );
+        } else {
+            procs.spawn(&["node", "--config", file, "--synthetic"]);
+        }
+    }
+    let http = spawn_gateway(&mut procs, d);
+    wait_for("6 nodes up with ticks", GUARD, || {
+        (results(http, "up == 1").len() == HOSTS
+            && results(http, "canopy_synthetic_ticks_total").len() == HOSTS)
+            .then_some(())
+    });
+    let children = metric(metrics, "canopy_fabric_children", &[]).expect("metrics");
+    let attack_start = now_ms();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dialer = rt.block_on(async {
+        Dialer::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "h02"),
+            LinkTuning::default(),
+        )
+        .expect("dialer")
+    });
+    for _ in 0..3 {
+        let r = rt.block_on(dialer.connect(relay_addr, "h05"));
+        let e = r.expect_err("h05 refuses a peer the plan does not give it");
+        assert!(
+            e.to_string().contains("h02 is not a planned child"),
+            "the refusal says why: {e}"
+        );
+    }
+    let stage = ["stage=\"not_in_plan\""];
+    let refused = || metric(metrics, "canopy_fabric_refused_peers_total", &stage);
+    wait_for("h05 to count 3 refusals", GUARD, || {
+        (refused()? >= 3.0).then_some(())
+    });
+    assert_eq!(refused(), Some(3.0));
+    assert_eq!(
+        metric(metrics, "canopy_fabric_children", &[]),
+        Some(children),
+        "the stranger never became a child"
+    );
+    // Rate-limited: one warning for the three.
+    let warns = std::fs::read_to_string(&log)
+        .expect("node log")
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("refused a peer the plan does not give"))
+        .count();
+    assert_eq!(warns, 1, "one warning a minute");
+    // The gateway takes only the hosts the plan sends to it: a peer with
+    // the gateway's own certificate is none of them.
+    let gw_addr: std::net::SocketAddr = toml_value(&d.join("gateway.toml"), "listen")
+        .parse()
+        .expect("gateway addr");
+    let stranger = rt.block_on(async {
+        Dialer::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "gateway"),
+            LinkTuning::default(),
+        )
+        .expect("dialer")
+    });
+    let r = rt.block_on(stranger.connect(gw_addr, "gateway"));
+    assert!(r.is_err(), "the gateway refuses a peer outside the plan");
+    let gw_refused = || metric(http, "canopy_gateway_peers_not_in_plan_total", &[]);
+    wait_for("the gateway to count the refusal", GUARD, || {
+        (gw_refused()? >= 1.0).then_some(())
+    });
+    assert_eq!(gw_refused(), Some(1.0));
+    // Planned children (h06 on h05, everyone else) are unaffected: every
+    // tick from the first, through 6 s after the refusals.
+    let until = now_ms() + 6_000;
+    arrived_past(http, &hosts, until);
+    let faults = faults(http, &hosts, until - 1_000);
+    assert!(
+        faults.is_empty(),
+        "ticks since the refusals at {attack_start}:\n{}",
+        faults.join("\n")
+    );
+    assert_eq!(
+        metric(
+            metrics,
+            "canopy_fabric_uplink_on_backup",
+            &["parent=\"h06\""]
+        ),
+        Some(0.0),
+        "h05's own planned links are untouched"
+    );
+    drop(procs);
+}
