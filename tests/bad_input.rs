@@ -482,21 +482,15 @@ fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
     drop(procs);
 }
 
-#[test]
-fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    plan_configs(d, 26_000);
-    // h05's interior link goes to h01 (backup: the gateway); its other
-    // link's parents (h06, h02) do not run, so this link carries all of
-    // h05's ticks. h01 is a fake with h01's certificate and the default
-    // windows: it reads every record and discards it, without an ack,
-    // until `acking` is set (then it acks each record).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
+/// A fake h01 with h01's certificate and the default windows: it reads
+/// every record of every link (counted in `read`) and discards it, without
+/// an ack until `acking` is set (then it acks each record).
+fn fake_parent(
+    rt: &tokio::runtime::Runtime,
+    d: &Path,
+    read: Arc<AtomicU64>,
+    acking: Arc<AtomicBool>,
+) -> std::net::SocketAddr {
     let fake = rt.block_on(async {
         Listener::bind(
             "127.0.0.1:0".parse().expect("addr"),
@@ -505,14 +499,11 @@ fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
         )
         .expect("fake parent binds")
     });
-    let fake_addr = fake.local_addr();
-    let read = Arc::new(AtomicU64::new(0));
-    let acking = Arc::new(AtomicBool::new(false));
-    let (r, a) = (read.clone(), acking.clone());
+    let addr = fake.local_addr();
     rt.spawn(async move {
         while let Some(l) = fake.accept().await {
             let Ok(l) = l else { continue };
-            let (read, acking) = (r.clone(), a.clone());
+            let (read, acking) = (read.clone(), acking.clone());
             tokio::spawn(async move {
                 let mut n = 0;
                 while let Ok(Some(_)) = l.recv_record().await {
@@ -527,22 +518,48 @@ fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
             });
         }
     });
+    addr
+}
+
+/// Points h05's interior link (parent h01) at `fake`; h05's other link's
+/// parents (h06, h02) do not run in these tests, so this link carries all
+/// of h05's ticks. Returns the link's planned ack timeout, ms.
+fn h05_to_fake(d: &Path, fake: std::net::SocketAddr) -> i64 {
     let h05 = d.join("h05.toml");
     let text = std::fs::read_to_string(&h05).expect("config");
     let h01_addr = toml_value(&d.join("h01.toml"), "listen");
     let text = text.replace(
         &format!("parent_addr = \"{h01_addr}\""),
-        &format!("parent_addr = \"{fake_addr}\""),
+        &format!("parent_addr = \"{fake}\""),
     );
     std::fs::write(&h05, &text).expect("write config");
     let v: toml::Value = toml::from_str(&text).expect("TOML");
-    let ack_timeout = v["uplinks"][0]["ack_timeout_ms"]
-        .as_integer()
-        .expect("the plan gives the link an ack timeout");
     assert_eq!(
         v["uplinks"][0]["parent_addr"].as_str(),
-        Some(&*fake_addr.to_string())
+        Some(&*fake.to_string())
     );
+    v["uplinks"][0]["ack_timeout_ms"]
+        .as_integer()
+        .expect("the plan gives the link an ack timeout")
+}
+
+#[test]
+fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 26_000);
+    // h05's interior link goes to h01 (backup: the gateway); h01 is a fake
+    // that reads and discards without an ack until told to ack.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = Arc::new(AtomicU64::new(0));
+    let acking = Arc::new(AtomicBool::new(false));
+    let fake_addr = fake_parent(&rt, d, read.clone(), acking.clone());
+    let ack_timeout = h05_to_fake(d, fake_addr);
+    let h05 = d.join("h05.toml");
     let metrics = free_port();
     let mut procs = Procs::default();
     let m = format!("127.0.0.1:{metrics}");
@@ -732,5 +749,57 @@ fn a_certified_peer_the_plan_does_not_give_to_a_relay_is_refused_and_counted() {
         Some(0.0),
         "h05's own planned links are untouched"
     );
+    drop(procs);
+}
+
+#[test]
+fn a_segment_replayed_to_a_parent_that_never_acks_stays_buffered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 29_000);
+    // h05 runs before any gateway, with a fake h01 that never acks: the
+    // live link stalls, its tail becomes a segment that replays to h01
+    // again after the hold-down, and is not acked there either. Only then
+    // does the gateway (h05's backup) start: it must get every tick.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = Arc::new(AtomicU64::new(0));
+    let fake_addr = fake_parent(&rt, d, read.clone(), Arc::new(AtomicBool::new(false)));
+    let ack_timeout = h05_to_fake(d, fake_addr);
+    let h05 = d.join("h05.toml");
+    let metrics = free_port();
+    let mut procs = Procs::default();
+    let m = format!("127.0.0.1:{metrics}");
+    let f = h05.to_str().expect("utf-8");
+    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
+    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
+    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
+    let wait = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") * 8);
+    wait_for("the live link and a replay to stall on h01", wait, || {
+        (no_ack()? >= 2.0).then_some(())
+    });
+    let replayed = metric(
+        metrics,
+        "canopy_fabric_segments_replayed_total",
+        &["parent=\"h01\""],
+    );
+    assert_eq!(replayed, Some(0.0), "an unacked segment is not done");
+    assert!(
+        metric(metrics, "canopy_fabric_buffer_records", &["parent=\"h01\""]).unwrap_or(0.0) >= 10.0,
+        "h05 still holds what h01 discarded"
+    );
+    let http = spawn_gateway(&mut procs, d);
+    let until = now_ms() + 3_000;
+    arrived_past(http, &["h05".to_string()], until);
+    let faults = faults(http, &["h05".to_string()], until - 1_000);
+    assert!(
+        faults.is_empty(),
+        "h05 after its replays:\n{}",
+        faults.join("\n")
+    );
+    assert!(read.load(Ordering::Relaxed) >= 10, "h01 read the replay");
     drop(procs);
 }

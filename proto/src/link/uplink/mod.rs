@@ -67,8 +67,9 @@ pub struct UplinkConfig {
     pub send_timeout: Duration,
     /// Codec settings of the records (the outbox's mirror decodes them).
     pub codec: CodecConfig,
-    /// Longest wait for the parent's ack of a replayed segment before the
-    /// next link starts.
+    /// Shortest wait for the parent's ack of a replayed segment before it
+    /// is given up on (the wait is the larger of this and `ack_timeout`).
+    /// With no ack timeout, the segment then counts as delivered.
     pub replay_ack_wait: Duration,
     /// Longest the oldest record written on the live link may wait for the
     /// parent's acknowledgement before the parent is left as stalled (an
@@ -459,8 +460,29 @@ async fn serve(
         // The parent takes it all (its ack), then a fresh link (fresh
         // decoder) carries the next segment: a link that starts before the
         // parent fed the last one would race it, newer data first.
-        if !replay_acked(&link, backlog.len() as u64, cfg.replay_ack_wait).await {
-            tracing::debug!(parent = %target.name, "no ack for a replayed segment in time");
+        // A segment leaves the buffer only once acknowledged (with no ack
+        // timeout, once written and waited for): one the parent did not
+        // take stays, to replay to whichever parent answers next.
+        let wait = if cfg.ack_timeout.is_zero() {
+            cfg.replay_ack_wait
+        } else {
+            cfg.ack_timeout.max(cfg.replay_ack_wait)
+        };
+        match replay_acked(&link, backlog.len() as u64, wait).await {
+            Replayed::Acked => {}
+            Replayed::Closed => {
+                tracing::warn!(parent = %target.name, "parent went away before acknowledging a replayed segment; it stays buffered");
+                return End::Lost;
+            }
+            Replayed::TimedOut if cfg.ack_timeout.is_zero() => {
+                tracing::debug!(parent = %target.name, "no ack for a replayed segment in time");
+            }
+            Replayed::TimedOut => {
+                stats.ack_stalls.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(parent = %target.name, on_backup, waited = ?wait, "parent does not acknowledge a replayed segment; leaving it, the segment stays buffered");
+                link.close().await;
+                return End::AckStall;
+            }
         }
         link.close().await;
         shared.outbox().backlog_done();
@@ -615,21 +637,33 @@ fn on_control(shared: &Shared, streaming: Option<u64>, msg: &[u8]) {
     }
 }
 
+/// How the wait for a replayed segment's ack ended.
+enum Replayed {
+    /// The parent acknowledged every record.
+    Acked,
+    /// The link ended first.
+    Closed,
+    /// No full ack within the wait.
+    TimedOut,
+}
+
 /// Waits, at most `wait`, until the parent acks `n` records of `link`.
-async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> bool {
+async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> Replayed {
     let acked = async {
         loop {
             match link.recv_control().await {
                 Ok(Some(msg)) => {
                     if matches!(Control::decode(&msg), Some(Control::Ack(k)) if k >= n) {
-                        return true;
+                        return Replayed::Acked;
                     }
                 }
-                Ok(None) | Err(_) => return false,
+                Ok(None) | Err(_) => return Replayed::Closed,
             }
         }
     };
-    tokio::time::timeout(wait, acked).await.unwrap_or(false)
+    tokio::time::timeout(wait, acked)
+        .await
+        .unwrap_or(Replayed::TimedOut)
 }
 
 fn count_sent(stats: &UplinkStats, len: usize) {
