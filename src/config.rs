@@ -41,6 +41,12 @@ pub struct UplinkFile {
     pub backup: String,
     /// Backup parent QUIC address.
     pub backup_addr: String,
+    /// Longest the oldest record written to the parent may wait for its
+    /// acknowledgement before the parent is left for the backup, ms (0:
+    /// never). The planner makes it grow with depth, so a node outwaits
+    /// its parent's own failover. Absent: 10 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_timeout_ms: Option<u64>,
 }
 
 /// `canopy node --config FILE`.
@@ -59,6 +65,14 @@ pub struct NodeFile {
     /// Children the plan gives this node in its home subtree (informational).
     #[serde(default)]
     pub children: Vec<String>,
+    /// The only hosts this node's relay accepts as children: its planned
+    /// children in every subtree plus the hosts that fail over to it (whose
+    /// backup it is). A peer with a valid certificate for any other host is
+    /// closed and counted (`canopy_fabric_refused_peers_total{stage=
+    /// "not_in_plan"}`). Absent (configs from before): any peer with a
+    /// cluster certificate, with a warning at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_peers: Option<Vec<String>>,
     /// Address of the node's own `/metrics` (Prometheus text); none: off.
     /// The same counters also travel up the tree as `canopy_fabric_*`.
     #[serde(default)]
@@ -90,6 +104,22 @@ pub struct NodeFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_offset_ms: Option<u64>,
 }
+
+/// Planned ack timeout of a link at `depth` (1: the parent is the
+/// gateway), ms: [`ACK_TIMEOUT_BASE_MS`] plus [`ACK_TIMEOUT_STEP_MS`] per
+/// level below the top. A parent that stops acking stalls its whole
+/// subtree's acks at once; the deeper node waits longer, so the child of
+/// the stalled parent fails over (and acks resume) before its own children
+/// give up on it.
+pub fn ack_timeout_ms(depth: u32) -> u64 {
+    ACK_TIMEOUT_BASE_MS + u64::from(depth.saturating_sub(1)) * ACK_TIMEOUT_STEP_MS
+}
+
+/// Ack timeout of a subtree top's link to the gateway, ms.
+pub const ACK_TIMEOUT_BASE_MS: u64 = 8_000;
+/// Added per level below the top, ms: more than one tick plus a failover
+/// (idle timeout, replay and the backup's first ack).
+pub const ACK_TIMEOUT_STEP_MS: u64 = 4_000;
 
 /// Staggered timers of `host` in `plan`: (sample offset, relay offset) after
 /// each tick boundary, ms; the relay's from its depth in its home subtree.
@@ -144,6 +174,12 @@ pub struct GatewayFile {
     /// field left out keeps its default).
     #[serde(default)]
     pub thresholds: Thresholds,
+    /// The only hosts accepted on `listen`: those the plan sends to the
+    /// gateway (subtree tops, and their children while a top is down). Any
+    /// other certified peer is closed and counted. Absent (configs from
+    /// before): any peer with a cluster certificate, with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_peers: Option<Vec<String>>,
     /// Certificates.
     pub tls: TlsFile,
 }
@@ -390,8 +426,19 @@ impl Addressing {
     }
 }
 
-/// The node config the plan gives `host`.
-pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Result<NodeFile> {
+/// Who may connect to whom in `plan` ([`Plan::allowed_children`]), the
+/// lists [`node_file`] and [`gateway_file`] write.
+pub type AllowedPeers = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// The node config the plan gives `host`; `allowed` is
+/// `plan.allowed_children()`, computed once for every host.
+pub fn node_file(
+    plan: &Plan,
+    allowed: &AllowedPeers,
+    host: &str,
+    a: &Addressing,
+    tick_ms: u64,
+) -> Result<NodeFile> {
     let hp = plan.host(host).context("host not in plan")?;
     let me = Peer::Host(host.to_string());
     let listen = a.of(plan, &me)?;
@@ -418,6 +465,7 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
             parent_addr: a.of(plan, &l.parent)?,
             backup: l.backup.name().to_string(),
             backup_addr: a.of(plan, &l.backup)?,
+            ack_timeout_ms: Some(ack_timeout_ms(l.depth)),
         });
     }
     let gateways = a.gateway_addrs(plan)?;
@@ -440,14 +488,28 @@ pub fn node_file(plan: &Plan, host: &str, a: &Addressing, tick_ms: u64) -> Resul
             key: format!("certs/{host}.key").into(),
         },
         children,
+        allowed_peers: Some(peers_of(allowed, host)),
         uplinks,
         relay_offset_ms: stagger(plan, host).map(|s| s.1),
         sample_offset_ms: stagger(plan, host).map(|s| s.0),
     })
 }
 
-/// The config of gateway `k` (0 = the first) for a plan.
-pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile> {
+fn peers_of(allowed: &AllowedPeers, parent: &str) -> Vec<String> {
+    allowed
+        .get(parent)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The config of gateway `k` (0 = the first) for a plan; `allowed` as for
+/// [`node_file`].
+pub fn gateway_file(
+    a: &Addressing,
+    plan: &Plan,
+    allowed: &AllowedPeers,
+    k: usize,
+) -> Result<GatewayFile> {
     let addrs = a.gateway_addrs(plan)?;
     let listen = addrs
         .get(k)
@@ -469,6 +531,7 @@ pub fn gateway_file(a: &Addressing, plan: &Plan, k: usize) -> Result<GatewayFile
         remote_write: Vec::new(),
         tokens: None,
         thresholds: Thresholds::default(),
+        allowed_peers: Some(peers_of(allowed, canopy_topology::GATEWAY_NAME)),
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),
@@ -550,7 +613,7 @@ mod tests {
             loopback_gateways: 1,
         };
         let offset = |h: &str| {
-            let f = node_file(&p, h, &a, 1000).expect("node file");
+            let f = node_file(&p, &p.allowed_children(), h, &a, 1000).expect("node file");
             let s = f.sample_offset_ms.expect("sample offset");
             let r = f.relay_offset_ms.expect("relay offset");
             assert!(
@@ -559,10 +622,20 @@ mod tests {
             );
             r
         };
+        let ack = |h: &str| {
+            let f = node_file(&p, &p.allowed_children(), h, &a, 1000).expect("node file");
+            f.uplinks[0].ack_timeout_ms.expect("a planned ack timeout")
+        };
         let mut pairs = 0;
         for hp in p.hosts() {
             let home = &hp.links[0];
             if let Peer::Host(parent) = &home.parent {
+                // A child outwaits its parent's own failover.
+                assert!(
+                    ack(&hp.name) >= ack(parent) + ACK_TIMEOUT_STEP_MS,
+                    "{} waits longer for acks than {parent}",
+                    hp.name
+                );
                 // A parent forwards after its child has forwarded.
                 assert!(
                     offset(parent) > offset(&hp.name),
@@ -576,7 +649,7 @@ mod tests {
         }
         assert!(pairs > 0, "the plan has relays below the tops");
         // Old configs (no offsets) still load: timers then run from the start.
-        let f = node_file(&p, "h01", &a, 1000).expect("node file");
+        let f = node_file(&p, &p.allowed_children(), "h01", &a, 1000).expect("node file");
         let mut text = toml::to_string_pretty(&f).expect("toml");
         assert!(text.contains("relay_offset_ms"));
         text = text
@@ -586,5 +659,73 @@ mod tests {
             .join("\n");
         let old: NodeFile = toml::from_str(&text).expect("a config without offsets");
         assert_eq!(old.relay_offset_ms, None);
+        // ... and without ack timeouts (the uplink's default then).
+        let text: String = text
+            .lines()
+            .filter(|l| !l.contains("ack_timeout_ms"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let old: NodeFile = toml::from_str(&text).expect("a config without ack timeouts");
+        assert!(old.uplinks.iter().all(|u| u.ack_timeout_ms.is_none()));
+    }
+
+    #[test]
+    fn planned_configs_list_every_allowed_peer_and_old_ones_still_load() {
+        let hosts: Vec<String> = (1..=16).map(|i| format!("h{i:02}")).collect();
+        let p = plan(
+            &hosts,
+            PlanParams {
+                subtrees: 4,
+                replicas: 2,
+                arity: 2,
+            },
+        )
+        .expect("plan");
+        let a = Addressing {
+            loopback: true,
+            base_port: 20000,
+            gateways: Vec::new(),
+            loopback_gateways: 2,
+        };
+        let allowed = p.allowed_children();
+        let files: Vec<NodeFile> = hosts
+            .iter()
+            .map(|h| node_file(&p, &allowed, h, &a, 1000).expect("node file"))
+            .collect();
+        let peers = |f: &NodeFile| f.allowed_peers.clone().expect("a planned list");
+        // Every uplink's parent and backup lets this host in.
+        for f in &files {
+            for u in &f.uplinks {
+                for parent in [&u.parent, &u.backup] {
+                    let ok = if parent == canopy_topology::GATEWAY_NAME {
+                        let g = gateway_file(&a, &p, &allowed, 1).expect("gateway file");
+                        g.allowed_peers.expect("a planned list").contains(&f.host)
+                    } else {
+                        let pf = files.iter().find(|x| &x.host == parent).expect("parent");
+                        peers(pf).contains(&f.host)
+                    };
+                    assert!(ok, "{} may connect to {parent}", f.host);
+                }
+            }
+            for c in &f.children {
+                assert!(peers(f).contains(c), "{c} under {}", f.host);
+            }
+        }
+        // A relay's list goes beyond its home children (backup children).
+        assert!(files.iter().any(|f| peers(f).len() > f.children.len()));
+        // Round trip, and a config without the list loads (accept any).
+        let text = toml::to_string_pretty(&files[0]).expect("toml");
+        let back: NodeFile = toml::from_str(&text).expect("round trip");
+        assert_eq!(back, files[0]);
+        let mut v: toml::Table = toml::from_str(&text).expect("table");
+        assert!(v.remove("allowed_peers").is_some());
+        let old: NodeFile = toml::from_str(&toml::to_string(&v).expect("toml")).expect("old");
+        assert_eq!(old.allowed_peers, None);
+        let g = gateway_file(&a, &p, &allowed, 0).expect("gateway file");
+        let mut v: toml::Table =
+            toml::from_str(&toml::to_string(&g).expect("toml")).expect("table");
+        assert!(v.remove("allowed_peers").is_some());
+        let old: GatewayFile = toml::from_str(&toml::to_string(&v).expect("toml")).expect("old");
+        assert_eq!(old.allowed_peers, None);
     }
 }

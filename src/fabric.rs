@@ -23,8 +23,8 @@ use canopy_leaf::sim::SimJobs;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
-    BufferLimits, Ca, Dialer, Identity, LinkTuning, Listener, Uplink, UplinkConfig, UplinkTarget,
-    unix_now_ms,
+    BufferLimits, Ca, DEFAULT_ACK_TIMEOUT, Dialer, Identity, LinkTuning, Listener, Uplink,
+    UplinkConfig, UplinkTarget, unix_now_ms,
 };
 use canopy_topology::{GATEWAY_NAME, Peer, Plan, PlanParams, Role, plan};
 use tokio::sync::{mpsc, watch};
@@ -56,12 +56,13 @@ pub fn emit_configs(p: &Plan, dir: &Path, a: &Addressing) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let hosts: Vec<String> = p.hosts().iter().map(|h| h.name.clone()).collect();
     write_certs(&dir.join("certs"), &hosts)?;
+    let allowed = p.allowed_children();
     for h in &hosts {
-        let f = config::node_file(p, h, a, 1000)?;
+        let f = config::node_file(p, &allowed, h, a, 1000)?;
         write(dir, &format!("{h}.toml"), &toml::to_string_pretty(&f)?)?;
     }
     for k in 0..a.gateway_addrs(p)?.len() {
-        let g = config::gateway_file(a, p, k)?;
+        let g = config::gateway_file(a, p, &allowed, k)?;
         let name = match k {
             0 => "gateway.toml".to_string(),
             k => format!("gateway-{k}.toml"),
@@ -81,6 +82,19 @@ fn load_identity(cfg_path: &Path, tls: &config::TlsFile) -> Result<Identity> {
         cert_pem: read(&tls.cert)?,
         key_pem: read(&tls.key)?,
     })
+}
+
+/// Limits `listener` to the peers the plan gives it; without a list (a
+/// config written before plans listed them) every peer with a cluster
+/// certificate is accepted, said once at start.
+fn restrict_peers(listener: &Listener, peers: Option<&[String]>, file: &Path) {
+    match peers {
+        Some(p) => listener.allow_only(Some(p.iter().cloned().collect())),
+        None => tracing::warn!(
+            config = %file.display(),
+            "no allowed_peers in the config: accepting any peer with a cluster certificate (re-run `canopy plan --emit-configs` to check peers against the plan)"
+        ),
+    }
 }
 
 /// Staggered timers of one node (see `canopy_aggregator::schedule`): when
@@ -112,6 +126,8 @@ struct PlannedUplink {
     interior: bool,
     primary: UplinkTarget,
     backup: Option<UplinkTarget>,
+    /// Ack timeout (none: the uplink's default).
+    ack_timeout: Option<Duration>,
 }
 
 /// Starts one node: its relay (listener + merger), its leaf agent and its
@@ -157,6 +173,7 @@ async fn spawn_node(
             dialer.clone(),
             UplinkConfig {
                 buffer: buffer.clone(),
+                ack_timeout: u.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT),
                 ..UplinkConfig::new(u.primary, u.backup)
             },
         );
@@ -304,6 +321,9 @@ pub async fn up(args: UpArgs) -> Result<()> {
         &ca.identity(GATEWAY_NAME)?,
         LinkTuning::default(),
     )?;
+    let allowed = p.allowed_children();
+    let peers = |name: &str| allowed.get(name).cloned().unwrap_or_default();
+    gw_listener.allow_only(Some(peers(GATEWAY_NAME).into_iter().collect()));
     let gw_addr = gw_listener.local_addr();
     let gw = start(
         GatewayOptions {
@@ -328,6 +348,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
     for h in &hosts {
         let id = ca.identity(h)?;
         let l = Listener::bind("127.0.0.1:0".parse()?, &id, LinkTuning::default())?;
+        l.allow_only(Some(peers(h).into_iter().collect()));
         addrs.insert(h.clone(), l.local_addr());
         listeners.insert(h.clone(), l);
         ids.insert(h.clone(), id);
@@ -357,6 +378,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
                 interior: l.role == Role::Interior && !l.children.is_empty(),
                 primary,
                 backup: target(&l.backup),
+                ack_timeout: Some(Duration::from_millis(config::ack_timeout_ms(l.depth))),
             });
         }
         let collectors: Vec<Box<dyn Collector + Send>> = if hp.name == real {
@@ -433,6 +455,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         &id,
         LinkTuning::default(),
     )?;
+    restrict_peers(&listener, f.allowed_peers.as_deref(), path);
     let mut ups = Vec::new();
     for u in &f.uplinks {
         let interior = u.role == "interior" && !f.children.is_empty();
@@ -449,6 +472,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                         addr: config::addr("gateways", g)?,
                     },
                     backup: None,
+                    ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
                 });
             }
             continue;
@@ -464,6 +488,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                 name: u.backup.clone(),
                 addr: config::addr("backup_addr", &u.backup_addr)?,
             }),
+            ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
         });
     }
     let mut collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
@@ -586,6 +611,7 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
                 &id,
                 LinkTuning::default(),
             )?;
+            restrict_peers(&l, f.allowed_peers.as_deref(), p);
             let dd = f.data_dir.as_deref().map(|d| config::rel(p, d));
             (Some(l), f.http, f.retention_secs, dd, f.fsync)
         }

@@ -101,6 +101,11 @@ impl FabricMetrics {
             &[("stage", "setup")],
             l.setup_failures.load(Ordering::Relaxed),
         ));
+        out.push(c(
+            "canopy_fabric_refused_peers_total",
+            &[("stage", "not_in_plan")],
+            l.not_in_plan.load(Ordering::Relaxed),
+        ));
         for (i, (subtree, parent, u)) in self.uplinks.iter().enumerate() {
             let st = subtree.to_string();
             let lab: &[(&str, &str)] = &[("subtree", &st), ("parent", parent)];
@@ -154,7 +159,13 @@ impl FabricMetrics {
                     out.push(c("canopy_fabric_reparent_seconds_count", lab, h.len()));
                 }
             }
-            out.push(c("canopy_fabric_stalls_total", lab, load(&s.stalls)));
+            for (reason, v) in [("send_blocked", &s.stalls), ("no_ack", &s.ack_stalls)] {
+                out.push(c(
+                    "canopy_fabric_stalls_total",
+                    &[("subtree", &st), ("parent", parent), ("reason", reason)],
+                    load(v),
+                ));
+            }
             out.push(c(
                 "canopy_fabric_bad_controls_total",
                 lab,

@@ -1,7 +1,8 @@
 //! Bad input from a peer with a valid cluster certificate, against real
 //! `canopy node` processes (6 hosts, K = 2, R = 2, from `canopy plan
 //! --emit-configs --loopback`): a child that floods series, garbage,
-//! truncated, replayed and oversized records, and a parent that stalls.
+//! truncated, replayed and oversized records, a parent that stalls, and
+//! one that reads but never acknowledges.
 //! The offending link is closed and counted on the node's `/metrics`, the
 //! warning is logged once (rate-limited), and every other node's
 //! `canopy_synthetic_ticks_total` keeps arriving at the gateway exactly once.
@@ -9,10 +10,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, RecordSplitter, Sender};
-use canopy_proto::link::{Dialer, Identity, LinkTuning, Listener, OutboundLink};
+use canopy_proto::link::{Control, Dialer, Identity, LinkTuning, Listener, OutboundLink};
 use canopy_proto::{Labels, MetricKind};
 use support::ticks::{now_ms, tick_faults, tick_samples};
 use support::{Procs, canopy, free_port, get, port_base, results, wait_for};
@@ -476,5 +479,327 @@ fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
         max_buffer <= buffer_max as f64,
         "outbox held {max_buffer} B, bound {buffer_max}"
     );
+    drop(procs);
+}
+
+/// A fake h01 with h01's certificate and the default windows: it reads
+/// every record of every link (counted in `read`) and discards it, without
+/// an ack until `acking` is set (then it acks each record).
+fn fake_parent(
+    rt: &tokio::runtime::Runtime,
+    d: &Path,
+    read: Arc<AtomicU64>,
+    acking: Arc<AtomicBool>,
+) -> std::net::SocketAddr {
+    let fake = rt.block_on(async {
+        Listener::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "h01"),
+            LinkTuning::default(),
+        )
+        .expect("fake parent binds")
+    });
+    let addr = fake.local_addr();
+    rt.spawn(async move {
+        while let Some(l) = fake.accept().await {
+            let Ok(l) = l else { continue };
+            let (read, acking) = (read.clone(), acking.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while let Ok(Some(_)) = l.recv_record().await {
+                    n += 1;
+                    read.fetch_add(1, Ordering::Relaxed);
+                    if acking.load(Ordering::Relaxed)
+                        && l.send_control(&Control::Ack(n).encode()).await.is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Points h05's interior link (parent h01) at `fake`; h05's other link's
+/// parents (h06, h02) do not run in these tests, so this link carries all
+/// of h05's ticks. Returns the link's planned ack timeout, ms.
+fn h05_to_fake(d: &Path, fake: std::net::SocketAddr) -> i64 {
+    let h05 = d.join("h05.toml");
+    let text = std::fs::read_to_string(&h05).expect("config");
+    let h01_addr = toml_value(&d.join("h01.toml"), "listen");
+    let text = text.replace(
+        &format!("parent_addr = \"{h01_addr}\""),
+        &format!("parent_addr = \"{fake}\""),
+    );
+    std::fs::write(&h05, &text).expect("write config");
+    let v: toml::Value = toml::from_str(&text).expect("TOML");
+    assert_eq!(
+        v["uplinks"][0]["parent_addr"].as_str(),
+        Some(&*fake.to_string())
+    );
+    v["uplinks"][0]["ack_timeout_ms"]
+        .as_integer()
+        .expect("the plan gives the link an ack timeout")
+}
+
+#[test]
+fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 26_000);
+    // h05's interior link goes to h01 (backup: the gateway); h01 is a fake
+    // that reads and discards without an ack until told to ack.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = Arc::new(AtomicU64::new(0));
+    let acking = Arc::new(AtomicBool::new(false));
+    let fake_addr = fake_parent(&rt, d, read.clone(), acking.clone());
+    let ack_timeout = h05_to_fake(d, fake_addr);
+    let h05 = d.join("h05.toml");
+    let metrics = free_port();
+    let mut procs = Procs::default();
+    let m = format!("127.0.0.1:{metrics}");
+    let f = h05.to_str().expect("utf-8");
+    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
+    let http = spawn_gateway(&mut procs, d);
+    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
+    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
+    let t0 = now_ms();
+    wait_for(
+        "h05 to count an ack stall",
+        Duration::from_secs(120),
+        || (no_ack()? >= 1.0).then_some(()),
+    );
+    let stalled_after = now_ms() - t0;
+    assert!(
+        read.load(Ordering::Relaxed) >= 3,
+        "the fake parent read h05's records"
+    );
+    assert!(
+        stalled_after >= ack_timeout,
+        "left after {stalled_after} ms, before the {ack_timeout} ms ack timeout"
+    );
+    assert!(
+        stalled_after <= ack_timeout + 60_000,
+        "left after {stalled_after} ms: not bounded by the {ack_timeout} ms ack timeout"
+    );
+    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
+    wait_for("h05 reports it runs on its backup", GUARD, || {
+        (results(http, q).len() == 1).then_some(())
+    });
+    // Everything the fake discarded was replayed to the backup: every
+    // tick from the first, no gap.
+    let now = now_ms();
+    arrived_past(http, &["h05".to_string()], now);
+    let hosts = ["h05".to_string()];
+    let faults = faults(http, &hosts, now - 1_000);
+    assert!(
+        faults.is_empty(),
+        "h05 via its backup:\n{}",
+        faults.join("\n")
+    );
+    // The primary acks again: h05 returns after its hold-down and stays.
+    acking.store(true, Ordering::Relaxed);
+    let back = ["parent=\"h01\""];
+    wait_for("h05 back on its primary", Duration::from_secs(120), || {
+        let b = metric(metrics, "canopy_fabric_uplink_on_backup", &back)?;
+        let c = metric(metrics, "canopy_fabric_uplink_connected", &back)?;
+        (b == 0.0 && c == 1.0).then_some(())
+    });
+    let acked = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
+    let settle = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") + 3_000);
+    std::thread::sleep(settle);
+    assert_eq!(no_ack(), Some(1.0), "an acking primary is not left again");
+    assert_eq!(
+        metric(metrics, "canopy_fabric_uplink_on_backup", &back),
+        Some(0.0)
+    );
+    let later = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
+    assert!(
+        later > acked,
+        "the primary's acks release records ({acked} -> {later})"
+    );
+    eprintln!("ack stall counted {stalled_after} ms after start (ack timeout {ack_timeout} ms)");
+    drop(procs);
+}
+
+#[test]
+fn a_certified_peer_the_plan_does_not_give_to_a_relay_is_refused_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 28_000);
+    // The plan lets only h06 connect to h05 (its one child, which has no
+    // children of its own); h02 holds a valid certificate but is not
+    // h05's to take.
+    let h05 = d.join("h05.toml");
+    let v: toml::Value =
+        toml::from_str(&std::fs::read_to_string(&h05).expect("config")).expect("TOML");
+    let allowed: Vec<&str> = v["allowed_peers"]
+        .as_array()
+        .expect("the plan lists h05's peers")
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    assert_eq!(allowed, ["h06"]);
+    let relay_addr: std::net::SocketAddr = toml_value(&h05, "listen").parse().expect("listen addr");
+    let metrics = free_port();
+    let log: PathBuf = d.join("h05.log");
+    let mut procs = Procs::default();
+    let hosts: Vec<String> = (1..=HOSTS).map(|i| format!("h{i:02}")).collect();
+    for h in &hosts {
+        let file = d.join(format!("{h}.toml"));
+        let file = file.to_str().expect("utf-8");
+        if h == "h05" {
+            let m = format!("127.0.0.1:{metrics}");
+            procs.spawn_logged(
+                &["node", "--config", file, "--synthetic", "--metrics", &m],
+                &log,
+            );
+        } else {
+            procs.spawn(&["node", "--config", file, "--synthetic"]);
+        }
+    }
+    let http = spawn_gateway(&mut procs, d);
+    wait_for("6 nodes up with ticks", GUARD, || {
+        (results(http, "up == 1").len() == HOSTS
+            && results(http, "canopy_synthetic_ticks_total").len() == HOSTS)
+            .then_some(())
+    });
+    let children = metric(metrics, "canopy_fabric_children", &[]).expect("metrics");
+    let attack_start = now_ms();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dialer = rt.block_on(async {
+        Dialer::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "h02"),
+            LinkTuning::default(),
+        )
+        .expect("dialer")
+    });
+    for _ in 0..3 {
+        let r = rt.block_on(dialer.connect(relay_addr, "h05"));
+        let e = r.expect_err("h05 refuses a peer the plan does not give it");
+        assert!(
+            e.to_string().contains("h02 is not a planned child"),
+            "the refusal says why: {e}"
+        );
+    }
+    let stage = ["stage=\"not_in_plan\""];
+    let refused = || metric(metrics, "canopy_fabric_refused_peers_total", &stage);
+    wait_for("h05 to count 3 refusals", GUARD, || {
+        (refused()? >= 3.0).then_some(())
+    });
+    assert_eq!(refused(), Some(3.0));
+    assert_eq!(
+        metric(metrics, "canopy_fabric_children", &[]),
+        Some(children),
+        "the stranger never became a child"
+    );
+    // Rate-limited: one warning for the three.
+    let warns = std::fs::read_to_string(&log)
+        .expect("node log")
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("refused a peer the plan does not give"))
+        .count();
+    assert_eq!(warns, 1, "one warning a minute");
+    // The gateway takes only the hosts the plan sends to it: a peer with
+    // the gateway's own certificate is none of them.
+    let gw_addr: std::net::SocketAddr = toml_value(&d.join("gateway.toml"), "listen")
+        .parse()
+        .expect("gateway addr");
+    let stranger = rt.block_on(async {
+        Dialer::new(
+            "127.0.0.1:0".parse().expect("addr"),
+            &identity(d, "gateway"),
+            LinkTuning::default(),
+        )
+        .expect("dialer")
+    });
+    let r = rt.block_on(stranger.connect(gw_addr, "gateway"));
+    assert!(r.is_err(), "the gateway refuses a peer outside the plan");
+    let gw_refused = || metric(http, "canopy_gateway_peers_not_in_plan_total", &[]);
+    wait_for("the gateway to count the refusal", GUARD, || {
+        (gw_refused()? >= 1.0).then_some(())
+    });
+    assert_eq!(gw_refused(), Some(1.0));
+    // Planned children (h06 on h05, everyone else) are unaffected: every
+    // tick from the first, through 6 s after the refusals.
+    let until = now_ms() + 6_000;
+    arrived_past(http, &hosts, until);
+    let faults = faults(http, &hosts, until - 1_000);
+    assert!(
+        faults.is_empty(),
+        "ticks since the refusals at {attack_start}:\n{}",
+        faults.join("\n")
+    );
+    assert_eq!(
+        metric(
+            metrics,
+            "canopy_fabric_uplink_on_backup",
+            &["parent=\"h06\""]
+        ),
+        Some(0.0),
+        "h05's own planned links are untouched"
+    );
+    drop(procs);
+}
+
+#[test]
+fn a_segment_replayed_to_a_parent_that_never_acks_stays_buffered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    plan_configs(d, 29_000);
+    // h05 runs before any gateway, with a fake h01 that never acks: the
+    // live link stalls, its tail becomes a segment that replays to h01
+    // again after the hold-down, and is not acked there either. Only then
+    // does the gateway (h05's backup) start: it must get every tick.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let read = Arc::new(AtomicU64::new(0));
+    let fake_addr = fake_parent(&rt, d, read.clone(), Arc::new(AtomicBool::new(false)));
+    let ack_timeout = h05_to_fake(d, fake_addr);
+    let h05 = d.join("h05.toml");
+    let metrics = free_port();
+    let mut procs = Procs::default();
+    let m = format!("127.0.0.1:{metrics}");
+    let f = h05.to_str().expect("utf-8");
+    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
+    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
+    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
+    let wait = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") * 8);
+    wait_for("the live link and a replay to stall on h01", wait, || {
+        (no_ack()? >= 2.0).then_some(())
+    });
+    let replayed = metric(
+        metrics,
+        "canopy_fabric_segments_replayed_total",
+        &["parent=\"h01\""],
+    );
+    assert_eq!(replayed, Some(0.0), "an unacked segment is not done");
+    assert!(
+        metric(metrics, "canopy_fabric_buffer_records", &["parent=\"h01\""]).unwrap_or(0.0) >= 10.0,
+        "h05 still holds what h01 discarded"
+    );
+    let http = spawn_gateway(&mut procs, d);
+    let until = now_ms() + 3_000;
+    arrived_past(http, &["h05".to_string()], until);
+    let faults = faults(http, &["h05".to_string()], until - 1_000);
+    assert!(
+        faults.is_empty(),
+        "h05 after its replays:\n{}",
+        faults.join("\n")
+    );
+    assert!(read.load(Ordering::Relaxed) >= 10, "h01 read the replay");
     drop(procs);
 }

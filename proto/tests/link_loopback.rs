@@ -519,3 +519,56 @@ async fn link_wrong_server_name_is_refused_by_the_child() {
         "got {res:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_certified_peer_outside_the_plan_is_refused_with_its_code_and_counted() {
+    let p = pair();
+    let stranger = p.ca.identity("stranger").expect("stranger cert");
+    let listener = Listener::bind(loopback(), &p.parent, LinkTuning::default()).expect("bind");
+    listener.allow_only(Some(["child".to_string()].into_iter().collect()));
+    let addr = listener.local_addr();
+    let dial = |id: Identity| async move {
+        OutboundLink::connect(loopback(), addr, "parent", &id, LinkTuning::default()).await
+    };
+    let res = guard("stranger connect", dial(stranger.clone())).await;
+    match res {
+        Err(
+            LinkError::Handshake {
+                source: quinn::ConnectionError::ApplicationClosed(c),
+                ..
+            }
+            | LinkError::Lost {
+                source: quinn::ConnectionError::ApplicationClosed(c),
+                ..
+            },
+        ) => {
+            assert_eq!(c.error_code, CloseCode::NotInPlan.varint());
+            let reason = String::from_utf8_lossy(&c.reason);
+            assert!(reason.contains("stranger"), "{reason}");
+        }
+        other => panic!("a certified stranger must be refused as not in plan, got {other:?}"),
+    }
+    assert_eq!(listener.stats().not_in_plan.load(Ordering::Relaxed), 1);
+    assert_eq!(listener.handshake_failures(), 0, "its certificate is valid");
+
+    // A planned child is unaffected.
+    let good = guard("child connect", dial(p.child.clone()))
+        .await
+        .expect("the planned child connects");
+    let inbound = guard("accept", listener.accept())
+        .await
+        .expect("open")
+        .expect("link");
+    assert_eq!(inbound.peer(), "child");
+    good.send_record(b"hello").await.expect("send");
+    assert_eq!(
+        guard("recv", inbound.recv_record()).await.expect("recv"),
+        Some(b"hello".to_vec())
+    );
+    // Without a list, any certified peer is accepted (configs from before).
+    listener.allow_only(None);
+    guard("stranger connect", dial(stranger))
+        .await
+        .expect("accepted without a list");
+    assert_eq!(listener.stats().not_in_plan.load(Ordering::Relaxed), 1);
+}

@@ -282,6 +282,7 @@ pub async fn start(
         // A child's record is acked once it is in the write-ahead log.
         relay.acks_on_commit();
     }
+    let listener_stats = opts.listener.as_ref().map(Listener::stats_handle);
     if let Some(l) = opts.listener {
         relay.spawn_listener(l, shutdown.clone());
     }
@@ -336,7 +337,7 @@ pub async fn start(
         None => None,
     };
     let mut api = ApiState::new(Arc::new(store.clone()), engine);
-    api.exporters = self_metrics(&store, &relay, wal_stats.clone());
+    api.exporters = self_metrics(&store, &relay, wal_stats.clone(), listener_stats);
     api.auth = opts.auth.clone();
     // The API router guards its own routes; the rest (dashboard files:
     // open, remote_write in: admin) go through the same guard here.
@@ -388,6 +389,7 @@ fn self_metrics(
     store: &SharedStore,
     relay: &Relay<StoreSink>,
     wal: Option<Arc<WalStats>>,
+    listener: Option<Arc<canopy_proto::link::ListenerStats>>,
 ) -> Vec<crate::api::selfmetrics::Exporter> {
     use std::sync::atomic::Ordering::Relaxed;
     let (store, relay) = (store.clone(), relay.clone());
@@ -467,6 +469,14 @@ fn self_metrics(
                 st.sources_died,
             ),
         ];
+        if let Some(l) = &listener {
+            rows.push((
+                "peers_not_in_plan_total",
+                true,
+                "Certified peers refused: the plan does not send them here.",
+                l.not_in_plan.load(Relaxed),
+            ));
+        }
         if let Some(w) = &wal {
             let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed);
             rows.extend([

@@ -14,6 +14,8 @@
 //! never creates a cycle and never makes two of a host's R paths share a
 //! relay.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::plan::{Link, Peer, Plan};
 
 static GATEWAY: Peer = Peer::Gateway;
@@ -45,6 +47,25 @@ pub fn choose_uplink<'a>(
 }
 
 impl Plan {
+    /// Who may connect to whom: for every parent (a host's name, or
+    /// [`crate::GATEWAY_NAME`]), the hosts the plan sends to it in some
+    /// subtree, as their primary parent or as their backup. A relay (or
+    /// gateway) accepts these peers and no others; a host absent from the
+    /// map is nobody's parent. One pass over the plan.
+    pub fn allowed_children(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for h in &self.hosts {
+            for l in &h.links {
+                for p in [&l.parent, &l.backup] {
+                    out.entry(p.name().to_string())
+                        .or_default()
+                        .insert(h.name.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// The ancestors of a link in its subtree, nearest first: parent,
     /// grandparent (the backup), ..., and finally [`Peer::Gateway`].
     /// `link` must come from this plan.

@@ -281,8 +281,83 @@ fn any_n(p: PlanParams) -> impl Strategy<Value = usize> {
     ]
 }
 
+/// Every planned parent and backup relationship is allowed, and nothing
+/// else: a relay accepts exactly the hosts that may send to it.
+fn check_allowed_children(plan: &Plan) {
+    let allowed = plan.allowed_children();
+    let mut planned = 0usize;
+    for h in plan.hosts() {
+        for l in &h.links {
+            for p in [&l.parent, &l.backup] {
+                assert!(
+                    allowed.get(p.name()).is_some_and(|s| s.contains(&h.name)),
+                    "{} may not connect to {} in subtree {}",
+                    h.name,
+                    p.name(),
+                    l.subtree
+                );
+            }
+            // The relay's planned children are in its set.
+            for c in &l.children {
+                assert!(allowed[&h.name].contains(c), "{c} under {}", h.name);
+            }
+        }
+    }
+    for (parent, peers) in &allowed {
+        assert!(!peers.contains(parent), "{parent} may connect to itself");
+        for c in peers {
+            let host = plan.host(c).expect("an allowed peer is a planned host");
+            assert!(
+                host.links
+                    .iter()
+                    .any(|l| l.parent.name() == parent || l.backup.name() == parent),
+                "{c} is allowed on {parent} without a planned link to it"
+            );
+            planned += 1;
+        }
+    }
+    assert!(planned >= plan.hosts().len(), "every host has a parent");
+}
+
+#[test]
+fn allowed_children_of_a_small_plan() {
+    let hosts = names(6);
+    let p = plan(&hosts, params(2, 2, 2)).expect("plan");
+    check_allowed_children(&p);
+    let allowed = p.allowed_children();
+    // A relay's set holds its children and its grandchildren (for whom it
+    // is the backup); a leaf-only host is nobody's parent.
+    for h in p.hosts() {
+        let home = &h.links[0];
+        let expected: std::collections::BTreeSet<String> = home
+            .children
+            .iter()
+            .cloned()
+            .chain(home.children.iter().flat_map(|c| {
+                let c = p.host(c).and_then(|c| c.link(home.subtree));
+                c.map(|c| c.children.clone()).unwrap_or_default()
+            }))
+            .collect();
+        assert_eq!(
+            allowed.get(&h.name).cloned().unwrap_or_default(),
+            expected,
+            "{}",
+            h.name
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn every_planned_parent_and_backup_is_allowed_and_nothing_else(
+        (p, n) in any_params().prop_flat_map(|p| (Just(p), any_n(p)))
+    ) {
+        let hosts = names(n);
+        let planned = plan(&hosts, p).expect("plan");
+        check_allowed_children(&planned);
+    }
 
     #[test]
     fn invariants_hold(

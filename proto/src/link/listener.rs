@@ -1,8 +1,9 @@
 //! The parent's side: a QUIC endpoint that accepts children and yields links.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use quinn::{Connection, Endpoint, Incoming};
@@ -26,13 +27,30 @@ pub struct ListenerStats {
     pub setup_failures: AtomicU64,
     /// Links handed out by [`Listener::accept`] (or queued for it).
     pub accepted: AtomicU64,
+    /// Peers with a valid certificate refused because the plan does not
+    /// give them to this node ([`Listener::allow_only`]).
+    pub not_in_plan: AtomicU64,
 }
+
+/// Host names allowed to connect; `None`: any certified peer.
+type Allowed = Option<Arc<HashSet<String>>>;
 
 #[derive(Debug, Default)]
 struct Shared {
     stats: Arc<ListenerStats>,
     handshake_warn: WarnLimiter,
     setup_warn: WarnLimiter,
+    plan_warn: WarnLimiter,
+    allowed: RwLock<Allowed>,
+}
+
+impl Shared {
+    fn allowed(&self) -> Allowed {
+        self.allowed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Accepts child links on one UDP socket (aggregators, gateways).
@@ -106,6 +124,19 @@ impl Listener {
         self.shared.stats.clone()
     }
 
+    /// Accepts only peers whose certificate names one of `peers` (the
+    /// plan's children of this node, in every subtree, plus the hosts that
+    /// fail over to it); any other peer is closed with
+    /// [`CloseCode::NotInPlan`] and counted. `None`: every peer with a
+    /// certificate of the cluster CA. Applies to handshakes from now on.
+    pub fn allow_only(&self, peers: Option<HashSet<String>>) {
+        *self
+            .shared
+            .allowed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = peers.map(Arc::new);
+    }
+
     /// Closes every link of this endpoint at once (code [`CloseCode::Shutdown`])
     /// and stops accepting.
     pub fn close(&self) {
@@ -135,7 +166,7 @@ async fn accept_loop(
         let tuning = tuning.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
-            match setup(incoming, &tuning).await {
+            match setup(incoming, &tuning, shared.allowed()).await {
                 Ok(link) => {
                     shared.stats.accepted.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(peer = %link.peer, %remote, "child link accepted");
@@ -148,6 +179,12 @@ async fn accept_loop(
                         .fetch_add(1, Ordering::Relaxed);
                     if let Some(suppressed) = shared.handshake_warn.allow() {
                         tracing::warn!(%remote, error = %e, suppressed, "link handshake refused");
+                    }
+                }
+                Err(Refusal::NotInPlan(peer)) => {
+                    shared.stats.not_in_plan.fetch_add(1, Ordering::Relaxed);
+                    if let Some(suppressed) = shared.plan_warn.allow() {
+                        tracing::warn!(%remote, peer, suppressed, "refused a peer the plan does not give to this node");
                     }
                 }
                 Err(Refusal::Setup(e)) => {
@@ -166,9 +203,15 @@ async fn accept_loop(
 enum Refusal {
     Handshake(LinkError),
     Setup(LinkError),
+    /// A certified peer the plan does not allow here (its host name).
+    NotInPlan(String),
 }
 
-async fn setup(incoming: Incoming, tuning: &LinkTuning) -> Result<InboundLink, Refusal> {
+async fn setup(
+    incoming: Incoming,
+    tuning: &LinkTuning,
+    allowed: Allowed,
+) -> Result<InboundLink, Refusal> {
     let addr = incoming.remote_address();
     let wait = tuning.connect_timeout;
     let handshake = |source| Refusal::Handshake(LinkError::Handshake { addr, source });
@@ -197,6 +240,15 @@ async fn setup(incoming: Incoming, tuning: &LinkTuning) -> Result<InboundLink, R
         write_magic(&mut send, addr).await?;
         Ok::<_, LinkError>((peer, send, recv))
     };
+    if let Some(peer) = tls::peer_host(&conn)
+        && allowed.is_some_and(|a| !a.contains(&peer))
+    {
+        conn.close(
+            CloseCode::NotInPlan.varint(),
+            format!("{peer} is not a planned child of this node").as_bytes(),
+        );
+        return Err(Refusal::NotInPlan(peer));
+    }
     let (peer, send, recv) = match tokio::time::timeout(wait, stream).await {
         Ok(Ok(parts)) => parts,
         Ok(Err(e)) => {

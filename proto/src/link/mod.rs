@@ -62,8 +62,8 @@ pub use control::Control;
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
 pub use uplink::{
-    AckError, BufferLimits, Outbox, OutboxStats, Uplink, UplinkConfig, UplinkEncoder, UplinkStats,
-    UplinkTarget,
+    AckError, BufferLimits, DEFAULT_ACK_TIMEOUT, Outbox, OutboxStats, Uplink, UplinkConfig,
+    UplinkEncoder, UplinkStats, UplinkTarget,
 };
 
 /// Unix time now in ms: the one clock read the shells share (the pure cores
@@ -128,6 +128,9 @@ pub enum CloseCode {
     Protocol,
     /// The process is shutting down its listener or dialer.
     Shutdown,
+    /// The peer's certificate is valid but the plan does not give it to
+    /// this node as a child (nor as a host that fails over to it).
+    NotInPlan,
 }
 
 impl CloseCode {
@@ -138,6 +141,7 @@ impl CloseCode {
             CloseCode::RecordTooLarge => 1,
             CloseCode::Protocol => 2,
             CloseCode::Shutdown => 3,
+            CloseCode::NotInPlan => 4,
         }
     }
 

@@ -11,11 +11,21 @@
 //! side ([`UplinkEncoder`]) encodes for the outbox's current *epoch* and
 //! starts a fresh encoder (a keyframe) whenever the epoch moves on: when the
 //! live link died, or a long outage was cut into segments.
+//!
+//! A parent is left for the backup when its connection dies, when it stops
+//! taking records for `send_timeout` (flow control), or when it keeps the
+//! link but the oldest record written to it waits longer than
+//! `ack_timeout` for its acknowledgement (it reads and discards, or stopped
+//! reading while the flow-control window is far from full). After such an
+//! ack stall the primary is not tried again for a hold-down (doubling with
+//! each stall in a row, reset once it acks), so a primary that still does
+//! not ack is not revisited every probe.
 
 #[cfg(test)]
 mod ack_tests;
 mod outbox;
 mod rebuild;
+mod stall;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +38,7 @@ pub use outbox::{AckError, BufferLimits, Outbox, OutboxStats};
 
 use super::{Control, Dialer, OutboundLink, unix_now_ms};
 use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
+use stall::{AckClock, AckHold, sleep_until_due};
 
 /// Where one parent listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,9 +67,15 @@ pub struct UplinkConfig {
     pub send_timeout: Duration,
     /// Codec settings of the records (the outbox's mirror decodes them).
     pub codec: CodecConfig,
-    /// Longest wait for the parent's ack of a replayed segment before the
-    /// next link starts.
+    /// Shortest wait for the parent's ack of a replayed segment before it
+    /// is given up on (the wait is the larger of this and `ack_timeout`).
+    /// With no ack timeout, the segment then counts as delivered.
     pub replay_ack_wait: Duration,
+    /// Longest the oldest record written on the live link may wait for the
+    /// parent's acknowledgement before the parent is left as stalled (an
+    /// ack stall); zero: never. Must exceed the parent's ack latency (its
+    /// own upstream's, for a relay).
+    pub ack_timeout: Duration,
 }
 
 impl UplinkConfig {
@@ -73,9 +90,13 @@ impl UplinkConfig {
             send_timeout: Duration::from_secs(5),
             codec: CodecConfig::default(),
             replay_ack_wait: Duration::from_secs(3),
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
         }
     }
 }
+
+/// [`UplinkConfig::ack_timeout`] when none is planned.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Counters an operator graphs for each uplink.
 #[derive(Debug, Default)]
@@ -99,6 +120,9 @@ pub struct UplinkStats {
     pub reconnects: AtomicU64,
     /// Links left because the parent stopped taking records (send timeout).
     pub stalls: AtomicU64,
+    /// Links left because the parent kept the link but did not acknowledge
+    /// the oldest written record within the ack timeout.
+    pub ack_stalls: AtomicU64,
     /// Control records from the parent that did not parse.
     pub bad_controls: AtomicU64,
     /// Reparent times (ms), for the histogram; bounded (oldest go first).
@@ -326,6 +350,8 @@ enum End {
     Lost,
     /// The primary is back while on the backup.
     Primary,
+    /// The parent kept the link but did not acknowledge in time.
+    AckStall,
 }
 
 async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
@@ -335,12 +361,16 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
     let mut primary_lost = false;
     // When the last link was lost (for the reparent time).
     let mut lost_at: Option<i64> = None;
+    let mut hold = AckHold::default();
     loop {
         if shared.closed.load(Ordering::Acquire) {
             return;
         }
         let mut on_backup = false;
-        let mut link = if primary_lost && cfg.backup.is_some() {
+        // A primary held down after ack stalls is skipped like a dead one.
+        let held = !hold.allows_return(tokio::time::Instant::now());
+        let mut link = if (primary_lost || held) && cfg.backup.is_some() {
+            primary_lost |= held;
             None
         } else {
             connect(&dialer, &cfg.primary).await
@@ -379,12 +409,23 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
             stats.record_reparent(ms);
             stats.reconnects.fetch_add(1, Ordering::Relaxed);
         }
-        let end = serve(&dialer, &cfg, &shared, link, target, on_backup).await;
+        let acked_before = shared.outbox().stats().acked_records;
+        let end = serve(&dialer, &cfg, &shared, link, target, on_backup, &hold).await;
         shared.connected.store(false, Ordering::Release);
+        if !on_backup && shared.outbox().stats().acked_records > acked_before {
+            hold.clear();
+        }
         match end {
             End::Closed => return,
             End::Primary => {}
             End::Lost => {
+                primary_lost = !on_backup;
+                lost_at = Some(unix_now_ms());
+            }
+            End::AckStall => {
+                if !on_backup {
+                    hold.strike(tokio::time::Instant::now(), cfg.ack_timeout);
+                }
                 primary_lost = !on_backup;
                 lost_at = Some(unix_now_ms());
             }
@@ -401,6 +442,7 @@ async fn serve(
     mut link: OutboundLink,
     target: &UplinkTarget,
     on_backup: bool,
+    hold: &AckHold,
 ) -> End {
     let stats = &shared.stats;
     loop {
@@ -418,8 +460,29 @@ async fn serve(
         // The parent takes it all (its ack), then a fresh link (fresh
         // decoder) carries the next segment: a link that starts before the
         // parent fed the last one would race it, newer data first.
-        if !replay_acked(&link, backlog.len() as u64, cfg.replay_ack_wait).await {
-            tracing::debug!(parent = %target.name, "no ack for a replayed segment in time");
+        // A segment leaves the buffer only once acknowledged (with no ack
+        // timeout, once written and waited for): one the parent did not
+        // take stays, to replay to whichever parent answers next.
+        let wait = if cfg.ack_timeout.is_zero() {
+            cfg.replay_ack_wait
+        } else {
+            cfg.ack_timeout.max(cfg.replay_ack_wait)
+        };
+        match replay_acked(&link, backlog.len() as u64, wait).await {
+            Replayed::Acked => {}
+            Replayed::Closed => {
+                tracing::warn!(parent = %target.name, "parent went away before acknowledging a replayed segment; it stays buffered");
+                return End::Lost;
+            }
+            Replayed::TimedOut if cfg.ack_timeout.is_zero() => {
+                tracing::debug!(parent = %target.name, "no ack for a replayed segment in time");
+            }
+            Replayed::TimedOut => {
+                stats.ack_stalls.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(parent = %target.name, on_backup, waited = ?wait, "parent does not acknowledge a replayed segment; leaving it, the segment stays buffered");
+                link.close().await;
+                return End::AckStall;
+            }
         }
         link.close().await;
         shared.outbox().backlog_done();
@@ -443,10 +506,23 @@ async fn serve(
         }
         End::Lost
     };
+    // When each written, unacknowledged record of this link was written.
+    let mut written = AckClock::new(cfg.ack_timeout);
+    let ack_stall = |streaming: Option<u64>, waited: Duration| {
+        stats.ack_stalls.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(parent = %target.name, on_backup, waited = ?waited, "parent keeps the link but does not acknowledge; leaving it");
+        lost(streaming);
+        End::AckStall
+    };
     loop {
         if shared.closed.load(Ordering::Acquire) {
             link.close().await;
             return End::Closed;
+        }
+        written.sync(shared.outbox().unacked());
+        if let Some(waited) = written.overdue(tokio::time::Instant::now()) {
+            link.close().await;
+            return ack_stall(streaming, waited);
         }
         let next = shared.outbox().next_live().map(|(e, r)| (e, r.to_vec()));
         if let Some((epoch, rec)) = next {
@@ -472,10 +548,13 @@ async fn serve(
                 }
             }
             shared.outbox().sent();
+            written.push(tokio::time::Instant::now());
             count_sent(stats, rec.len());
             continue;
         }
+        let due = written.due();
         tokio::select! {
+            () = sleep_until_due(due) => {}
             () = shared.more.notified() => {}
             () = shared.restart.notified() => {
                 tracing::info!("uplink restarting its link to resynchronise");
@@ -495,7 +574,7 @@ async fn serve(
                 tracing::warn!(error = %e, "uplink lost its parent");
                 return lost(streaming);
             }
-            _ = probe.tick(), if on_backup && probing.is_none() => {
+            _ = probe.tick(), if on_backup && probing.is_none() && hold.allows_return(tokio::time::Instant::now()) => {
                 // Dial the primary alongside: a dead one takes a whole
                 // connect timeout, during which records keep flowing.
                 probing = Some(Box::pin(connect(dialer, &cfg.primary)));
@@ -518,13 +597,20 @@ async fn serve(
                         match tokio::time::timeout(cfg.send_timeout, link.send_record(&rec)).await {
                             Ok(Ok(())) => {
                                 shared.outbox().sent();
+                                written.push(tokio::time::Instant::now());
                                 count_sent(stats, rec.len());
                             }
                             _ => return lost(streaming),
                         }
                     }
                     link.close().await;
-                    if streaming.is_some() {
+                    written.sync(shared.outbox().unacked());
+                    if written.backup_not_acking(tokio::time::Instant::now()) {
+                        // The backup is not acknowledging either: what it
+                        // holds may never go up, so the primary gets it
+                        // again (what arrives twice is dropped upstream).
+                        shared.outbox().link_lost();
+                    } else if streaming.is_some() {
                         shared.outbox().handed_over();
                     }
                     return End::Primary;
@@ -551,21 +637,33 @@ fn on_control(shared: &Shared, streaming: Option<u64>, msg: &[u8]) {
     }
 }
 
+/// How the wait for a replayed segment's ack ended.
+enum Replayed {
+    /// The parent acknowledged every record.
+    Acked,
+    /// The link ended first.
+    Closed,
+    /// No full ack within the wait.
+    TimedOut,
+}
+
 /// Waits, at most `wait`, until the parent acks `n` records of `link`.
-async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> bool {
+async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> Replayed {
     let acked = async {
         loop {
             match link.recv_control().await {
                 Ok(Some(msg)) => {
                     if matches!(Control::decode(&msg), Some(Control::Ack(k)) if k >= n) {
-                        return true;
+                        return Replayed::Acked;
                     }
                 }
-                Ok(None) | Err(_) => return false,
+                Ok(None) | Err(_) => return Replayed::Closed,
             }
         }
     };
-    tokio::time::timeout(wait, acked).await.unwrap_or(false)
+    tokio::time::timeout(wait, acked)
+        .await
+        .unwrap_or(Replayed::TimedOut)
 }
 
 fn count_sent(stats: &UplinkStats, len: usize) {
