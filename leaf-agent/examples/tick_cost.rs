@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! cargo build --release -p canopy-leaf --example tick_cost
-//! valgrind --tool=callgrind target/release/examples/tick_cost 121 50
+//! valgrind --tool=callgrind target/release/examples/tick_cost 121 50   # [zstd level] [window log]
 //! ```
 //! Instructions per tick: (count at N ticks - count at 1 tick) / (N - 1).
 //! Prints the bytes encoded per tick and per keyframe on stderr.
@@ -22,6 +22,7 @@ fn main() {
     let ticks: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(121);
     let jobs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
     let level: Option<i32> = args.next().and_then(|a| a.parse().ok());
+    let window_log: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(18);
     let mut collectors: Vec<Box<dyn Collector + Send>> = host_collectors(
         "bench-leaf",
         Path::new("/proc"),
@@ -31,7 +32,7 @@ fn main() {
         collectors.push(Box::new(SimJobs::new("bench-leaf", 0x5eed, jobs)));
     }
     let mut codec = CodecConfig {
-        window_log: 18,
+        window_log,
         ..CodecConfig::default()
     };
     if let Some(l) = level {
