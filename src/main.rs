@@ -6,6 +6,7 @@ mod client;
 mod config;
 mod fabric;
 mod jobs;
+mod node;
 mod report;
 mod selfmetrics;
 
@@ -118,24 +119,7 @@ enum Cmd {
         out: PathBuf,
     },
     /// The daemon on every compute node: collect, and relay for the plan's children.
-    Node {
-        /// Config file written by `canopy plan --emit-configs`.
-        #[arg(long)]
-        config: PathBuf,
-        /// Replace the host collectors with a deterministic tick counter.
-        #[arg(long)]
-        synthetic: bool,
-        /// Relay only: collect nothing (the node's own counters still go up).
-        #[arg(long)]
-        no_collect: bool,
-        /// Serve the node's own counters on http://ADDR/metrics (overrides the config).
-        #[arg(long)]
-        metrics: Option<String>,
-        /// Also report this many simulated Slurm jobs of 40 series each
-        /// (a fixed load for measuring the leaf's cost; see benches/).
-        #[arg(long, default_value_t = 0)]
-        sim_jobs: usize,
-    },
+    Node(node::NodeCli),
     /// A root gateway: receives every subtree, serves the APIs.
     Gateway {
         /// Config file (`gateway.toml`); without it, runs standalone.
@@ -251,13 +235,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,quinn=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    node::init_logs();
     match cli.cmd {
         Cmd::Up {
             nodes,
@@ -346,21 +324,7 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Node {
-            config,
-            synthetic,
-            no_collect,
-            metrics,
-            sim_jobs,
-        } => node_runtime()?.block_on(fabric::node(
-            &config,
-            fabric::NodeArgs {
-                synthetic,
-                no_collect,
-                metrics,
-                sim_jobs,
-            },
-        )),
+        Cmd::Node(args) => args.run(),
         Cmd::Gateway {
             config,
             http,
@@ -429,15 +393,6 @@ fn main() -> Result<()> {
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")
-}
-
-/// `canopy node` runs on one thread: a node's work per tick is small and
-/// a second worker only costs wake-ups on every compute node (issue 3).
-fn node_runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")

@@ -1,6 +1,10 @@
 //! `leaf-overhead`: a Canopy leaf's CPU and memory next to Debian's
 //! `prometheus-node-exporter`, on this host, in the same run.
 //!
+//! The nodes run the lean `canopy-node` binary (the node role alone, what
+//! a compute node runs) when it sits next to `canopy`, else `canopy node`
+//! (`--node-binary full` forces the multi-role binary).
+//!
 //! Each run starts fresh processes: a `canopy gateway` and a `canopy node`
 //! from the configs of `canopy plan --emit-configs --loopback` (the leaf
 //! samples this host plus `--sim-jobs` simulated Slurm jobs of 40 series at
@@ -32,6 +36,11 @@ struct Cli {
     /// The canopy binary (default: `canopy` next to this program).
     #[arg(long)]
     canopy: Option<PathBuf>,
+    /// The nodes' binary: `lean` (`canopy-node` next to `canopy`, falling
+    /// back to `canopy node` when it is absent), `full` (`canopy node`), or
+    /// a path to a `canopy-node` binary.
+    #[arg(long, default_value = "lean")]
+    node_binary: String,
     /// The node exporter (default: `prometheus-node-exporter` on PATH).
     #[arg(long, default_value = "prometheus-node-exporter")]
     node_exporter: String,
@@ -111,7 +120,8 @@ fn main() -> Result<()> {
         )
     })?;
     let dir = std::env::temp_dir().join(format!("canopy-leaf-overhead-{}", std::process::id()));
-    let result = measure(&cli, &canopy, &exporter, &dir);
+    let node = node_command(&cli.node_binary, &canopy)?;
+    let result = measure(&cli, &canopy, &node, &exporter, &dir);
     if cli.keep || result.is_err() {
         eprintln!("work directory kept: {}", dir.display());
     } else {
@@ -122,8 +132,12 @@ fn main() -> Result<()> {
     if cli.json {
         println!("{}", overhead::json(&rows, &v, &settings));
     } else {
+        let node_bin = settings
+            .iter()
+            .find(|s| s.0 == "node_binary")
+            .map_or("", |s| s.1.as_str());
         let header = format!(
-            "leaf-overhead: {} runs x {} s (after {} s warm-up), 1 s tick and 1 s scrapes, medians over runs; {} CPUs, load {}",
+            "leaf-overhead: nodes run `{node_bin}`; {} runs x {} s (after {} s warm-up), 1 s tick and 1 s scrapes, medians over runs; {} CPUs, load {}",
             cli.runs,
             cli.secs,
             cli.warmup,
@@ -133,6 +147,65 @@ fn main() -> Result<()> {
         print!("{}", overhead::table(&rows, &v, &header));
     }
     Ok(())
+}
+
+/// How the nodes start: a program and the arguments before `--config`.
+struct NodeCmd {
+    program: PathBuf,
+    args: Vec<&'static str>,
+}
+
+impl NodeCmd {
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.args);
+        c
+    }
+
+    fn describe(&self) -> String {
+        let name = self
+            .program
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        std::iter::once(name)
+            .chain(self.args.iter().map(|a| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The nodes' binary from `--node-binary` (see [`Cli`]).
+fn node_command(choice: &str, canopy: &Path) -> Result<NodeCmd> {
+    let full = NodeCmd {
+        program: canopy.to_path_buf(),
+        args: vec!["node"],
+    };
+    let lean = |p: PathBuf| NodeCmd {
+        program: p,
+        args: Vec::new(),
+    };
+    Ok(match choice {
+        "full" => full,
+        "lean" => {
+            let p = canopy.with_file_name("canopy-node");
+            if p.is_file() {
+                lean(p)
+            } else {
+                eprintln!(
+                    "no {} (build it with `cargo build --release -p canopy --bin canopy-node`): the nodes run `canopy node`",
+                    p.display()
+                );
+                full
+            }
+        }
+        path => {
+            let p = PathBuf::from(path);
+            if !p.is_file() {
+                bail!("--node-binary {path}: not a file (lean, full or a path)");
+            }
+            lean(p)
+        }
+    })
 }
 
 /// Three consecutive free UDP ports on loopback (gateway and two nodes).
@@ -213,7 +286,13 @@ fn gateway_series(http: SocketAddr, node: &str) -> Result<usize> {
 
 type Measured = (Vec<Row>, Vec<(&'static str, String)>);
 
-fn measure(cli: &Cli, canopy: &Path, exporter: &Path, dir: &Path) -> Result<Measured> {
+fn measure(
+    cli: &Cli,
+    canopy: &Path,
+    node: &NodeCmd,
+    exporter: &Path,
+    dir: &Path,
+) -> Result<Measured> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let base = free_udp_base()?;
@@ -265,8 +344,7 @@ fn measure(cli: &Cli, canopy: &Path, exporter: &Path, dir: &Path) -> Result<Meas
         let http = read_http_addr(stdout)?;
         let leaf_pid = procs.spawn(
             "leaf",
-            Command::new(canopy)
-                .arg("node")
+            node.command()
                 .arg("--config")
                 .arg(dir.join("bench-leaf.toml"))
                 .arg("--sim-jobs")
@@ -276,8 +354,7 @@ fn measure(cli: &Cli, canopy: &Path, exporter: &Path, dir: &Path) -> Result<Meas
         )?;
         let bare_pid = procs.spawn(
             "bare leaf",
-            Command::new(canopy)
-                .arg("node")
+            node.command()
                 .arg("--config")
                 .arg(dir.join("bench-bare.toml"))
                 .stdout(Stdio::null()),
@@ -360,6 +437,7 @@ fn measure(cli: &Cli, canopy: &Path, exporter: &Path, dir: &Path) -> Result<Meas
         ("scrape_interval_secs", "1".into()),
         ("clk_tck", tck.to_string()),
         ("node_exporter", exporter.display().to_string()),
+        ("node_binary", node.describe()),
     ];
     Ok((rows, settings))
 }

@@ -230,6 +230,7 @@ impl LinkDecoder {
                 pb::Frame::decode(raw.as_slice()).map_err(|e| CodecError::Malformed(e.to_string()))
             });
         let n = raw.len();
+        super::release_oversized(&mut raw);
         self.raw = raw;
         res.map(|f| (f, n))
     }

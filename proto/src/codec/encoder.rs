@@ -191,6 +191,7 @@ impl LinkEncoder {
                 ((self.scratch.len() as u64) << 2) | compact::MODE_ZSTD,
             );
             self.z.compress_frame(&self.scratch, &mut z)?;
+            super::release_oversized(&mut self.scratch);
         }
         write_record(out, &z);
         self.last_delta = if first { 0 } else { f.ts_delta_ms };

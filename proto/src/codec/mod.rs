@@ -50,6 +50,19 @@ pub mod zstream;
 #[cfg(test)]
 mod tests;
 
+/// Largest scratch buffer a link keeps between frames. A link's first frame
+/// (every definition) can be hundreds of KiB raw; keeping a buffer that size
+/// for a link's life costs every leaf that much memory for nothing, while
+/// steady frames (keyframes, definitions) stay well under this.
+const SCRATCH_KEEP: usize = 256 * 1024;
+
+/// Frees `buf` if a large frame grew it beyond [`SCRATCH_KEEP`].
+fn release_oversized(buf: &mut Vec<u8>) {
+    if buf.capacity() > SCRATCH_KEEP {
+        *buf = Vec::new();
+    }
+}
+
 pub use decoder::{LinkDecoder, RxFrame, RxSection, RxSeries, RxSource};
 pub use encoder::LinkEncoder;
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};

@@ -1,0 +1,100 @@
+//! One leaf's ticks without sockets, for profiling: this host's collectors
+//! plus simulated Slurm jobs, fed to the codec's `Sender` and encoded for one
+//! link, as `canopy node`'s sampler does, on virtual 1 s ticks.
+//!
+//! ```sh
+//! cargo build --release -p canopy-leaf --example tick_cost
+//! valgrind --tool=callgrind target/release/examples/tick_cost 121 50   # [zstd level] [window log]
+//! ```
+//! Instructions per tick: (count at N ticks - count at 1 tick) / (N - 1).
+//! Prints the bytes encoded per tick and per keyframe on stderr.
+#![allow(clippy::print_stderr)]
+
+use std::path::Path;
+
+use canopy_leaf::collect::{Observation, Sink};
+use canopy_leaf::sim::SimJobs;
+use canopy_leaf::{Collector, host_collectors};
+use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkDecoder, LinkEncoder, Sender};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let ticks: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(121);
+    let jobs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
+    let level: Option<i32> = args.next().and_then(|a| a.parse().ok());
+    let window_log: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(18);
+    let mut collectors: Vec<Box<dyn Collector + Send>> = host_collectors(
+        "bench-leaf",
+        Path::new("/proc"),
+        Path::new("/sys/fs/cgroup"),
+    );
+    if jobs > 0 {
+        collectors.push(Box::new(SimJobs::new("bench-leaf", 0x5eed, jobs)));
+    }
+    let mut codec = CodecConfig {
+        window_log,
+        ..CodecConfig::default()
+    };
+    if let Some(l) = level {
+        codec.zstd_level = l;
+    }
+    let mut sender = Sender::new(BoundsPolicy::default());
+    let src = sender.source("bench-leaf", 1000);
+    let Ok(mut enc) = LinkEncoder::new(&codec) else {
+        eprintln!("no encoder");
+        return;
+    };
+    let Ok(mut dec) = LinkDecoder::new(&codec) else {
+        eprintln!("no decoder");
+        return;
+    };
+    let decode = std::env::var_os("TICK_COST_DECODE").is_some();
+    let mut obs: Vec<Observation> = Vec::new();
+    let mut out = Vec::new();
+    let (mut bytes, mut key_bytes, mut keys) = (0usize, 0usize, 0usize);
+    let t0: i64 = 1_700_000_000_000;
+    for i in 0..ticks {
+        let ts = t0 + 1000 * i as i64;
+        obs.clear();
+        sender.begin_tick(ts);
+        sender.tick_source(src, ts);
+        for c in &mut collectors {
+            c.set_tick_time(ts);
+            let _ = c.collect_into(&mut Sink::new(&mut sender, src, &mut obs));
+        }
+        for o in &obs {
+            sender.observe(src, &o.labels, o.kind, o.value);
+        }
+        let (table, cs) = sender.finish_tick();
+        out.clear();
+        if let Err(e) = enc.encode(table, cs, &mut out) {
+            eprintln!("encode: {e}");
+            return;
+        }
+        if i % 60 == 0 {
+            keys += 1;
+            key_bytes += out.len();
+        } else {
+            bytes += out.len();
+        }
+        if decode {
+            let Ok(Some((len, pre))) = canopy_proto::codec::record::read_prefix(&out, usize::MAX)
+            else {
+                eprintln!("bad record");
+                return;
+            };
+            if let Err(e) = dec.decode(&out[pre..pre + len]) {
+                eprintln!("decode: {e}");
+                return;
+            }
+        }
+        sender.end_tick();
+    }
+    let deltas = ticks - keys;
+    eprintln!(
+        "{ticks} ticks, {} series: {keys} keyframes, {:.0} B each; {:.1} B per delta frame",
+        sender.table().iter().count(),
+        key_bytes as f64 / keys.max(1) as f64,
+        bytes as f64 / deltas.max(1) as f64
+    );
+}
