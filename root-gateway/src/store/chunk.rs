@@ -13,22 +13,25 @@
 //!   1111 + 64 bits
 //! value
 //!   0                     same bits as the previous value
-//!   10   + delta          decimal: mantissa delta at the current exponent
+//!   10   + delta + resid  decimal: mantissa delta at the current exponent
 //!   110  + window         XOR with the previous value (Gorilla)
-//!   111  + e (3 bits) + delta
+//!   111  + e (3 bits) + delta + resid
 //!                         decimal at a new exponent e: the previous value's
-//!                         mantissa at e is implied
+//!                         mantissa at e (its value × 10^e, rounded) is implied
 //! delta  0 + len (4 bits) + len bits | 1 + len-1 (6 bits) + len bits
 //!        (zigzag of the mantissa difference)
+//! resid  0 | 1 + len (4 bits) + len bits
+//!        (XOR of the value's bits with the mantissa's value m / 10^e)
 //! window 0 + sig bits                 inside the previous XOR window
 //!        1 + lead (6) + sig-1 (6) + sig bits
 //! ```
 //!
 //! A value is *decimal* at exponent `e` (0..=7) when `m / 10^e` (or `m` for
-//! `e = 0`) gives back its exact bits for an integer `m` below 2^53:
-//! integral counters (bytes, packets) and values rounded to a few decimals
-//! (CPU seconds to the ms, ratios to 0.01) then cost the bits of their
-//! mantissa's change. Any other value (NaN, staleness markers, -0.0,
+//! `e = 0`) gives back its bits, up to a residual of at most 15 low bits,
+//! for an integer `m` below 2^53: integral counters (bytes, packets) and
+//! values rounded to a few decimals (CPU seconds to the ms, ratios to 0.01,
+//! and sums of such values, a few ulps off the decimal) then cost the bits
+//! of their mantissa's change. Any other value (NaN, staleness markers, -0.0,
 //! infinities, noisy floats) takes the XOR form. The encoder picks the
 //! shorter of the forms that apply; both sides keep the same state, so the
 //! decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
@@ -45,6 +48,8 @@ const NONE: u8 = 0xff;
 /// Largest decimal exponent.
 const MAX_EXP: u8 = 7;
 const POW10: [f64; 8] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7];
+/// Longest residual (bits) a decimal form carries.
+const MAX_RESID: u32 = 15;
 /// Largest magnitude at which every integer is an exact f64.
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
 
@@ -56,16 +61,46 @@ fn value_of(m: i64, e: u8) -> f64 {
     }
 }
 
-/// The mantissa of `v` at exponent `e` when it gives back `v` bit for bit.
-fn mantissa(v: f64, e: u8) -> Option<i64> {
+/// `v` × 10^e rounded to an integer, when finite and below 2^53.
+fn approx(v: f64, e: u8) -> Option<i64> {
     let p = *POW10.get(usize::from(e))?;
     let m = (v * p).round();
     // NaN fails this test too.
     if m.is_nan() || m.abs() >= EXACT_INT {
         return None;
     }
-    let m = m as i64;
-    (value_of(m, e).to_bits() == v.to_bits()).then_some(m)
+    Some(m as i64)
+}
+
+/// The decimal form of `v` at exponent `e`: its mantissa and the XOR of
+/// `v`'s bits with the mantissa's value, when that residual is short.
+fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
+    let m = approx(v, e)?;
+    let r = v.to_bits() ^ value_of(m, e).to_bits();
+    (bit_len(r) <= MAX_RESID).then_some((m, r))
+}
+
+fn resid_cost(r: u64) -> u32 {
+    if r == 0 { 1 } else { 5 + bit_len(r) }
+}
+
+fn put_resid(buf: &mut Vec<u8>, len: &mut u32, r: u64) {
+    if r == 0 {
+        bits::put(buf, len, 0, 1);
+    } else {
+        let n = bit_len(r);
+        bits::put(buf, len, 0b10000 | u64::from(n), 5);
+        bits::put(buf, len, r, n);
+    }
+}
+
+fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
+    if r.bit()? {
+        let n = r.read(4)? as u32;
+        r.read(n)
+    } else {
+        Some(0)
+    }
 }
 
 /// Bits of a varbit delta of zigzag code `z`.
@@ -123,22 +158,22 @@ impl State {
 
 /// How a changed value is written.
 enum Form {
-    Decimal(u64),
+    Decimal(u64, u64),
     Xor {
         x: u64,
         lead: u8,
         sig: u8,
         new: bool,
     },
-    NewExp(u8, i64, u64),
+    NewExp(u8, i64, u64, u64),
 }
 
 impl Form {
     fn cost(&self) -> u32 {
         match self {
-            Form::Decimal(z) => 2 + delta_cost(*z),
+            Form::Decimal(z, r) => 2 + delta_cost(*z) + resid_cost(*r),
             Form::Xor { sig, new, .. } => 4 + u32::from(*sig) + if *new { 12 } else { 0 },
-            Form::NewExp(_, _, z) => 6 + delta_cost(*z),
+            Form::NewExp(_, _, z, r) => 6 + delta_cost(*z) + resid_cost(*r),
         }
     }
 }
@@ -242,10 +277,9 @@ impl Chunk {
         let st = self.st;
         let bits = v.to_bits();
         let dec = (st.exp != NONE)
-            .then(|| mantissa(v, st.exp))
+            .then(|| decimal(v, st.exp))
             .flatten()
-            .and_then(|m| m.checked_sub(st.mant))
-            .map(|d| Form::Decimal(zigzag(d)));
+            .and_then(|(m, r)| Some(Form::Decimal(zigzag(m.checked_sub(st.mant)?), r)));
         let x = bits ^ st.bits;
         let (lead, trail) = (x.leading_zeros() as u8, x.trailing_zeros() as u8);
         let xor = if st.lead != NONE && lead >= st.lead && trail >= 64 - st.lead - st.sig {
@@ -270,9 +304,9 @@ impl Chunk {
         if matches!(best, Form::Xor { sig, .. } if sig > 12) {
             let prev = f64::from_bits(st.bits);
             let found = (0..=MAX_EXP).find_map(|e| {
-                let m = mantissa(v, e)?;
-                let d = m.checked_sub(mantissa(prev, e)?)?;
-                Some(Form::NewExp(e, m, zigzag(d)))
+                let (m, r) = decimal(v, e)?;
+                let d = m.checked_sub(approx(prev, e)?)?;
+                Some(Form::NewExp(e, m, zigzag(d), r))
             });
             if let Some(f) = found
                 && f.cost() < best.cost()
@@ -281,9 +315,10 @@ impl Chunk {
             }
         }
         match best {
-            Form::Decimal(z) => {
+            Form::Decimal(z, r) => {
                 self.put(0b10, 2);
                 put_delta(&mut self.bytes, &mut self.bit_len, z);
+                put_resid(&mut self.bytes, &mut self.bit_len, r);
                 self.st.mant = self.st.mant.wrapping_add(unzigzag(z));
             }
             Form::Xor { x, lead, sig, new } => {
@@ -299,10 +334,11 @@ impl Chunk {
                 self.put(x >> (64 - lead - sig), u32::from(sig));
                 self.st.exp = NONE;
             }
-            Form::NewExp(e, m, z) => {
+            Form::NewExp(e, m, z, r) => {
                 self.put(0b111, 3);
                 self.put(u64::from(e), 3);
                 put_delta(&mut self.bytes, &mut self.bit_len, z);
+                put_resid(&mut self.bytes, &mut self.bit_len, r);
                 self.st.exp = e;
                 self.st.mant = m;
             }
@@ -420,7 +456,7 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
                 return None;
             }
             st.mant = st.mant.wrapping_add(unzigzag(get_delta(r)?));
-            st.bits = value_of(st.mant, st.exp).to_bits();
+            st.bits = value_of(st.mant, st.exp).to_bits() ^ get_resid(r)?;
         }
         2 => {
             if r.bit()? {
@@ -433,10 +469,10 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         }
         _ => {
             let e = r.read(3)? as u8;
-            let prev = mantissa(f64::from_bits(st.bits), e)?;
+            let prev = approx(f64::from_bits(st.bits), e)?;
             st.mant = prev.wrapping_add(unzigzag(get_delta(r)?));
             st.exp = e;
-            st.bits = value_of(st.mant, e).to_bits();
+            st.bits = value_of(st.mant, e).to_bits() ^ get_resid(r)?;
         }
     }
     Some(())

@@ -88,7 +88,8 @@ impl Source {
 struct Entry {
     /// Interned labels (see [`Interner`]).
     labels: SymLabels,
-    source: Option<usize>,
+    /// Index into `sources` (u32: series outnumber sources by far).
+    source: Option<u32>,
     /// Shared so a snapshot cut can hold them while the store moves on:
     /// sealed chunks are never written again, and the open one is copied
     /// on its next write if a cut still holds it.
@@ -211,7 +212,7 @@ impl LiveStore {
             let live_until = if is_stale_nan(last_v) {
                 last_ts
             } else {
-                match e.source.and_then(|s| self.sources.get(s)) {
+                match e.source.and_then(|s| self.sources.get(s as usize)) {
                     Some(src) => match src.alive.last() {
                         Some(a) if !a.closed => i64::MAX,
                         Some(a) => a.end.max(last_ts),
@@ -309,7 +310,7 @@ impl LiveStore {
             return Ok(());
         };
         if src.is_some() {
-            e.source = src;
+            e.source = src.and_then(|s| u32::try_from(s).ok());
         }
         if let Some((last_ts, last_v)) = e.last() {
             let same = last_v.to_bits() == v.to_bits();
@@ -335,6 +336,8 @@ impl LiveStore {
             }
         }
         if e.chunks.last().is_none_or(|c| c.is_full()) {
+            // One chunk at a time: a series holds few, so no growth slack.
+            e.chunks.reserve_exact(1);
             e.chunks.push(Arc::new(Chunk::default()));
         }
         if let Some(c) = e.chunks.last_mut() {
@@ -373,7 +376,7 @@ impl LiveStore {
             .chunks
             .partition_point(|c| c.first_ts() <= mint)
             .saturating_sub(1);
-        let src = e.source.and_then(|s| self.sources.get(s));
+        let src = e.source.and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
             let est: usize = e.chunks[first..]

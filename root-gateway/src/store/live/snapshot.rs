@@ -35,7 +35,7 @@ pub struct SnapshotCut {
     stats: StoreStats,
     sources: Vec<Source>,
     strings: Vec<Arc<str>>,
-    series: Vec<(SymLabels, Option<usize>, Vec<Arc<Chunk>>)>,
+    series: Vec<(SymLabels, Option<u32>, Vec<Arc<Chunk>>)>,
 }
 
 impl SnapshotCut {
@@ -76,7 +76,7 @@ impl SnapshotCut {
             for id in labels.iter() {
                 put_str(&mut p, str_of(*id));
             }
-            put_uvarint(&mut p, source.map_or(0, |s| s as u64 + 1));
+            put_uvarint(&mut p, source.map_or(0, |s| u64::from(s) + 1));
             put_uvarint(&mut p, chunks.len() as u64);
             for c in chunks {
                 c.write_state(&mut p);
@@ -175,7 +175,10 @@ impl LiveStore {
             let labels = c.labels()?;
             let source = match c.len(s.sources.len())? {
                 0 => None,
-                i => Some(i - 1),
+                i => Some(
+                    u32::try_from(i - 1)
+                        .map_err(|_| CodecError::Malformed("source index out of range"))?,
+                ),
             };
             let n = c.len(buf.len())?;
             let mut chunks = Vec::with_capacity(n);
