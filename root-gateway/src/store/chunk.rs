@@ -1,94 +1,197 @@
-//! Compact change-point chunks.
+//! Bit-packed change-point chunks.
 //!
-//! Layout of one chunk (bytes, appended in place):
+//! A chunk is a bit stream (most significant bit first). The first sample's
+//! timestamp is kept in the chunk header, its value as 64 raw bits; every
+//! later sample is a timestamp code then a value code:
 //!
 //! ```text
-//! first sample:  ts (zigzag varint, absolute) | value (8 bytes LE)
-//! next samples:  dod (zigzag varint: delta-of-delta of ts) | xor-value
-//! xor-value:     0x00                          value equal to previous
-//!                hdr | n bytes                 hdr = trailing_zero_bytes << 4 | n (1..=8)
-//!                0x0f | zigzag varint          integral value: the integer delta to the
-//!                                              previous (integral) value
+//! timestamp (dod = delta-of-delta, zigzag)
+//!   0                     dod = 0 (a regular tick)
+//!   10   + 7 bits         |dod| small (ms jitter)
+//!   110  + 12 bits
+//!   1110 + 20 bits
+//!   1111 + 64 bits
+//! value
+//!   0                     same bits as the previous value
+//!   10   + delta + resid  decimal: mantissa delta at the current exponent
+//!   110  + window         XOR with the previous value (Gorilla)
+//!   111  + e (3 bits) + delta + resid
+//!                         decimal at a new exponent e: the previous value's
+//!                         mantissa at e (its value × 10^e, rounded) is implied
+//! delta  0 + len (4 bits) + len bits | 1 + len-1 (6 bits) + len bits
+//!        (zigzag of the mantissa difference)
+//! resid  0 | 1 + len (4 bits) + len bits
+//!        (XOR of the value's bits with the mantissa's value m / 10^e)
+//! window 0 + sig bits                 inside the previous XOR window
+//!        1 + lead (6) + sig-1 (6) + sig bits
 //! ```
 //!
-//! Timestamps of a regular tick cost one byte, an unchanged value one byte;
-//! integral counters (bytes, packets, jiffies) cost the varint of their
-//! increase, whichever of the two value forms is shorter.
-//! Chunks are sealed after [`CHUNK_SAMPLES`] samples so retention can drop
-//! whole chunks.
+//! A value is *decimal* at exponent `e` (0..=7) when `m / 10^e` (or `m` for
+//! `e = 0`) gives back its bits, up to a residual of at most 15 low bits,
+//! for an integer `m` below 2^53: integral counters (bytes, packets) and
+//! values rounded to a few decimals (CPU seconds to the ms, ratios to 0.01,
+//! and sums of such values, a few ulps off the decimal) then cost the bits
+//! of their mantissa's change. Any other value (NaN, staleness markers, -0.0,
+//! infinities, noisy floats) takes the XOR form. The encoder picks the
+//! shorter of the forms that apply; both sides keep the same state, so the
+//! decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
+//! samples so retention can drop whole chunks.
 
 use canopy_proto::model::Sample;
 
+use super::bits::{self, Reader, bit_len, unzigzag, zigzag};
+
 /// Samples per chunk before a new one is started.
 pub const CHUNK_SAMPLES: usize = 240;
-/// Header byte of an integer-delta value.
-const INT_DELTA: u8 = 0x0f;
+/// No decimal exponent / no XOR window yet.
+const NONE: u8 = 0xff;
+/// Largest decimal exponent.
+const MAX_EXP: u8 = 7;
+const POW10: [f64; 8] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7];
+/// Longest residual (bits) a decimal form carries.
+const MAX_RESID: u32 = 15;
 /// Largest magnitude at which every integer is an exact f64.
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
 
-/// Bytes of the zigzag varint of `v`.
-fn varint_len(v: i64) -> usize {
-    let z = ((v << 1) ^ (v >> 63)) as u64;
-    (64 - (z | 1).leading_zeros() as usize).div_ceil(7)
+/// The value of mantissa `m` at exponent `e`.
+fn value_of(m: i64, e: u8) -> f64 {
+    match POW10.get(usize::from(e)) {
+        Some(&p) if e > 0 => m as f64 / p,
+        _ => m as f64,
+    }
 }
 
-/// The integer delta from `prev` to `v` when both are exact integers and
-/// the delta restores `v` bit for bit (so not for -0.0).
-fn int_delta(prev: f64, v: f64) -> Option<i64> {
-    let exact = |x: f64| x.fract() == 0.0 && x.abs() < EXACT_INT;
-    if !(exact(prev) && exact(v)) {
+/// `v` × 10^e rounded to an integer, when finite and below 2^53.
+fn approx(v: f64, e: u8) -> Option<i64> {
+    let p = *POW10.get(usize::from(e))?;
+    let m = (v * p).round();
+    // NaN fails this test too.
+    if m.is_nan() || m.abs() >= EXACT_INT {
         return None;
     }
-    let d = (v as i64).wrapping_sub(prev as i64);
-    (((prev as i64).wrapping_add(d) as f64).to_bits() == v.to_bits()).then_some(d)
+    Some(m as i64)
+}
+
+/// The decimal form of `v` at exponent `e`: its mantissa and the XOR of
+/// `v`'s bits with the mantissa's value, when that residual is short.
+fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
+    let m = approx(v, e)?;
+    let r = v.to_bits() ^ value_of(m, e).to_bits();
+    (bit_len(r) <= MAX_RESID).then_some((m, r))
+}
+
+fn resid_cost(r: u64) -> u32 {
+    if r == 0 { 1 } else { 5 + bit_len(r) }
+}
+
+fn put_resid(buf: &mut Vec<u8>, len: &mut u32, r: u64) {
+    if r == 0 {
+        bits::put(buf, len, 0, 1);
+    } else {
+        let n = bit_len(r);
+        bits::put(buf, len, 0b10000 | u64::from(n), 5);
+        bits::put(buf, len, r, n);
+    }
+}
+
+fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
+    if r.bit()? {
+        let n = r.read(4)? as u32;
+        r.read(n)
+    } else {
+        Some(0)
+    }
+}
+
+/// Bits of a varbit delta of zigzag code `z`.
+fn delta_cost(z: u64) -> u32 {
+    let n = bit_len(z);
+    if n <= 15 { 5 + n } else { 7 + n }
+}
+
+fn put_delta(buf: &mut Vec<u8>, len: &mut u32, z: u64) {
+    let n = bit_len(z);
+    if n <= 15 {
+        bits::put(buf, len, u64::from(n), 5);
+    } else {
+        bits::put(buf, len, 0b100_0000 | u64::from(n - 1), 7);
+    }
+    bits::put(buf, len, z, n);
+}
+
+fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
+    let n = if r.bit()? {
+        r.read(6)? as u32 + 1
+    } else {
+        r.read(4)? as u32
+    };
+    r.read(n)
+}
+
+/// Encoder/decoder state after a sample; both sides update it the same way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct State {
+    ts: i64,
+    delta: i64,
+    bits: u64,
+    /// Mantissa of `bits` at `exp`, when `exp` is not `NONE`.
+    mant: i64,
+    exp: u8,
+    /// The XOR window: leading zeros and significant bits.
+    lead: u8,
+    sig: u8,
+}
+
+impl State {
+    fn first(ts: i64, bits: u64) -> Self {
+        State {
+            ts,
+            delta: 0,
+            bits,
+            mant: 0,
+            exp: NONE,
+            lead: NONE,
+            sig: 0,
+        }
+    }
+}
+
+/// How a changed value is written.
+enum Form {
+    Decimal(u64, u64),
+    Xor {
+        x: u64,
+        lead: u8,
+        sig: u8,
+        new: bool,
+    },
+    NewExp(u8, i64, u64, u64),
+}
+
+impl Form {
+    fn cost(&self) -> u32 {
+        match self {
+            Form::Decimal(z, r) => 2 + delta_cost(*z) + resid_cost(*r),
+            Form::Xor { sig, new, .. } => 4 + u32::from(*sig) + if *new { 12 } else { 0 },
+            Form::NewExp(_, _, z, r) => 6 + delta_cost(*z) + resid_cost(*r),
+        }
+    }
 }
 
 /// A sealed or open chunk of change points.
 #[derive(Clone, Debug, Default)]
 pub struct Chunk {
     bytes: Vec<u8>,
-    count: usize,
+    bit_len: u32,
+    count: u32,
     first_ts: i64,
-    last_ts: i64,
-    last_delta: i64,
-    last_bits: u64,
-}
-
-fn put_varint(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    loop {
-        let b = (z & 0x7f) as u8;
-        z >>= 7;
-        if z == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn get_varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut z: u64 = 0;
-    let mut shift = 0u32;
-    loop {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        if shift >= 64 {
-            return None;
-        }
-        z |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-    }
-    Some(((z >> 1) as i64) ^ -((z & 1) as i64))
+    st: State,
 }
 
 impl Chunk {
     /// Number of samples.
     pub fn len(&self) -> usize {
-        self.count
+        self.count as usize
     }
 
     /// Timestamp of the first sample.
@@ -98,17 +201,30 @@ impl Chunk {
 
     /// Timestamp of the newest sample.
     pub fn last_ts(&self) -> i64 {
-        self.last_ts
+        self.st.ts
     }
 
     /// Value of the newest sample.
     pub fn last_value(&self) -> f64 {
-        f64::from_bits(self.last_bits)
+        f64::from_bits(self.st.bits)
     }
 
     /// True when the chunk should be sealed.
     pub fn is_full(&self) -> bool {
-        self.count >= CHUNK_SAMPLES
+        self.len() >= CHUNK_SAMPLES
+    }
+
+    /// About how many samples fall in `[from, to]`, assuming they are
+    /// spread evenly (to size buffers; never more than the chunk holds).
+    pub fn estimate(&self, from: i64, to: i64) -> usize {
+        let (first, last) = (self.first_ts, self.st.ts);
+        let span = i128::from(last) - i128::from(first);
+        let overlap = i128::from(to.min(last)) - i128::from(from.max(first));
+        if self.count < 2 || span <= 0 || overlap < 0 {
+            return self.len().min(1);
+        }
+        let n = overlap * i128::from(self.count - 1) / span + 2;
+        usize::try_from(n).unwrap_or(0).min(self.len())
     }
 
     /// Encoded size in bytes.
@@ -116,40 +232,39 @@ impl Chunk {
         self.bytes.len()
     }
 
+    fn put(&mut self, v: u64, n: u32) {
+        bits::put(&mut self.bytes, &mut self.bit_len, v, n);
+    }
+
     /// Appends a sample; the caller guarantees `ts >= last_ts`.
     pub fn push(&mut self, ts: i64, v: f64) {
         let bits = v.to_bits();
         if self.count == 0 {
-            put_varint(&mut self.bytes, ts);
-            self.bytes.extend_from_slice(&bits.to_le_bytes());
             self.first_ts = ts;
-            self.last_delta = 0;
-        } else {
-            let delta = ts.wrapping_sub(self.last_ts);
-            put_varint(&mut self.bytes, delta.wrapping_sub(self.last_delta));
-            self.last_delta = delta;
-            let x = bits ^ self.last_bits;
-            if x == 0 {
-                self.bytes.push(0);
-            } else {
-                let lead = x.leading_zeros() / 8;
-                let trail = x.trailing_zeros() / 8;
-                let n = 8 - lead - trail;
-                match int_delta(f64::from_bits(self.last_bits), v) {
-                    Some(d) if varint_len(d) < n as usize => {
-                        self.bytes.push(INT_DELTA);
-                        put_varint(&mut self.bytes, d);
-                    }
-                    _ => {
-                        self.bytes.push(((trail as u8) << 4) | n as u8);
-                        let shifted = (x >> (trail * 8)).to_le_bytes();
-                        self.bytes.extend_from_slice(&shifted[..n as usize]);
-                    }
-                }
+            self.st = State::first(ts, bits);
+            self.put(bits, 64);
+            self.count = 1;
+            return;
+        }
+        let delta = ts.wrapping_sub(self.st.ts);
+        let dod = zigzag(delta.wrapping_sub(self.st.delta));
+        match bit_len(dod) {
+            0 => self.put(0, 1),
+            1..=7 => self.put((0b10 << 7) | dod, 9),
+            8..=12 => self.put((0b110 << 12) | dod, 15),
+            13..=20 => self.put((0b1110 << 20) | dod, 24),
+            _ => {
+                self.put(0b1111, 4);
+                self.put(dod, 64);
             }
         }
-        self.last_ts = ts;
-        self.last_bits = bits;
+        self.st.ts = ts;
+        self.st.delta = delta;
+        if bits == self.st.bits {
+            self.put(0, 1);
+        } else {
+            self.push_value(v);
+        }
         self.count += 1;
         if self.is_full() {
             // Sealed: give back the growth slack.
@@ -157,142 +272,211 @@ impl Chunk {
         }
     }
 
+    /// Writes a value that differs from the previous one.
+    fn push_value(&mut self, v: f64) {
+        let st = self.st;
+        let bits = v.to_bits();
+        let dec = (st.exp != NONE)
+            .then(|| decimal(v, st.exp))
+            .flatten()
+            .and_then(|(m, r)| Some(Form::Decimal(zigzag(m.checked_sub(st.mant)?), r)));
+        let x = bits ^ st.bits;
+        let (lead, trail) = (x.leading_zeros() as u8, x.trailing_zeros() as u8);
+        let xor = if st.lead != NONE && lead >= st.lead && trail >= 64 - st.lead - st.sig {
+            Form::Xor {
+                x,
+                lead: st.lead,
+                sig: st.sig,
+                new: false,
+            }
+        } else {
+            Form::Xor {
+                x,
+                lead,
+                sig: 64 - lead - trail,
+                new: true,
+            }
+        };
+        let mut best = match dec {
+            Some(d) if d.cost() <= xor.cost() => d,
+            _ => xor,
+        };
+        if matches!(best, Form::Xor { sig, .. } if sig > 12) {
+            let prev = f64::from_bits(st.bits);
+            let found = (0..=MAX_EXP).find_map(|e| {
+                let (m, r) = decimal(v, e)?;
+                let d = m.checked_sub(approx(prev, e)?)?;
+                Some(Form::NewExp(e, m, zigzag(d), r))
+            });
+            if let Some(f) = found
+                && f.cost() < best.cost()
+            {
+                best = f;
+            }
+        }
+        match best {
+            Form::Decimal(z, r) => {
+                self.put(0b10, 2);
+                put_delta(&mut self.bytes, &mut self.bit_len, z);
+                put_resid(&mut self.bytes, &mut self.bit_len, r);
+                self.st.mant = self.st.mant.wrapping_add(unzigzag(z));
+            }
+            Form::Xor { x, lead, sig, new } => {
+                if new {
+                    self.put(0b1101, 4);
+                    self.put(u64::from(lead), 6);
+                    self.put(u64::from(sig - 1), 6);
+                    self.st.lead = lead;
+                    self.st.sig = sig;
+                } else {
+                    self.put(0b1100, 4);
+                }
+                self.put(x >> (64 - lead - sig), u32::from(sig));
+                self.st.exp = NONE;
+            }
+            Form::NewExp(e, m, z, r) => {
+                self.put(0b111, 3);
+                self.put(u64::from(e), 3);
+                put_delta(&mut self.bytes, &mut self.bit_len, z);
+                put_resid(&mut self.bytes, &mut self.bit_len, r);
+                self.st.exp = e;
+                self.st.mant = m;
+            }
+        }
+        self.st.bits = bits;
+    }
+
     /// Appends the chunk's full state (for snapshots).
     pub fn write_state(&self, out: &mut Vec<u8>) {
         use super::codec::{put_uvarint, put_varint};
-        put_uvarint(out, self.count as u64);
+        put_uvarint(out, u64::from(self.count));
         put_varint(out, self.first_ts);
-        put_varint(out, self.last_ts);
-        put_varint(out, self.last_delta);
-        out.extend_from_slice(&self.last_bits.to_le_bytes());
-        put_uvarint(out, self.bytes.len() as u64);
+        put_varint(out, self.st.ts);
+        put_varint(out, self.st.delta);
+        out.extend_from_slice(&self.st.bits.to_le_bytes());
+        put_varint(out, self.st.mant);
+        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig]);
+        put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(&self.bytes);
     }
 
     /// Reads a chunk written by [`Chunk::write_state`].
     pub fn read_state(c: &mut super::codec::Cursor<'_>) -> Result<Chunk, super::codec::CodecError> {
-        let count = c.len(CHUNK_SAMPLES)?;
+        use super::codec::CodecError;
+        let count = c.len(CHUNK_SAMPLES)? as u32;
         let first_ts = c.varint()?;
-        let last_ts = c.varint()?;
-        let last_delta = c.varint()?;
-        let last_bits = c.u64_le()?;
-        // At most a 10-byte varint and 11 value bytes per sample.
-        let n = c.len(CHUNK_SAMPLES * 21 + 16)?;
-        let bytes = c.bytes(n)?.to_vec();
+        let ts = c.varint()?;
+        let delta = c.varint()?;
+        let bits = c.u64_le()?;
+        let mant = c.varint()?;
+        let (exp, lead, sig) = (c.u8()?, c.u8()?, c.u8()?);
+        if (exp != NONE && exp > MAX_EXP) || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+        {
+            return Err(CodecError::Malformed("chunk encoder state out of range"));
+        }
+        // At most 4 + 64 timestamp bits and 3 + 3 + 7 + 64 value bits a sample.
+        let bit_len = c.len(CHUNK_SAMPLES * 145 + 64)? as u32;
+        let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.to_vec();
         Ok(Chunk {
             bytes,
+            bit_len,
             count,
             first_ts,
-            last_ts,
-            last_delta,
-            last_bits,
+            st: State {
+                ts,
+                delta,
+                bits,
+                mant,
+                exp,
+                lead,
+                sig,
+            },
         })
     }
 
-    /// Decodes every sample, oldest first.
-    pub fn decode(&self, out: &mut Vec<Sample>) {
-        let buf = &self.bytes;
-        let mut pos = 0usize;
-        let mut ts = 0i64;
-        let mut delta = 0i64;
-        let mut bits = 0u64;
-        for i in 0..self.count {
-            if i == 0 {
-                let Some(t) = get_varint(buf, &mut pos) else {
-                    return;
-                };
-                let Some(raw) = buf.get(pos..pos + 8) else {
-                    return;
-                };
-                let mut b = [0u8; 8];
-                b.copy_from_slice(raw);
-                pos += 8;
-                ts = t;
-                bits = u64::from_le_bytes(b);
-            } else {
-                let Some(dod) = get_varint(buf, &mut pos) else {
-                    return;
-                };
-                delta = delta.wrapping_add(dod);
-                ts = ts.wrapping_add(delta);
-                let Some(&hdr) = buf.get(pos) else { return };
-                pos += 1;
-                if hdr == INT_DELTA {
-                    let Some(d) = get_varint(buf, &mut pos) else {
-                        return;
-                    };
-                    let prev = f64::from_bits(bits) as i64;
-                    bits = (prev.wrapping_add(d) as f64).to_bits();
-                } else if hdr != 0 {
-                    let n = usize::from(hdr & 0x0f);
-                    let trail = u32::from(hdr >> 4);
-                    let Some(raw) = buf.get(pos..pos + n) else {
-                        return;
-                    };
-                    let mut b = [0u8; 8];
-                    b[..n].copy_from_slice(raw);
-                    pos += n;
-                    bits ^= u64::from_le_bytes(b) << (trail * 8);
-                }
+    /// Decodes the samples with `ts_ms >= from`, oldest first, into `out`,
+    /// and stops after the first sample past `to`, which is pushed too
+    /// (callers that imply ticks need the next change point after a
+    /// window). True when it stopped there; false at the end of the chunk
+    /// (or of a damaged stream).
+    pub fn decode_window(&self, from: i64, to: i64, out: &mut Vec<Sample>) -> bool {
+        if self.count == 0 {
+            return false;
+        }
+        let mut r = Reader::new(&self.bytes, self.bit_len);
+        let Some(first) = r.read(64) else {
+            return false;
+        };
+        let mut st = State::first(self.first_ts, first);
+        let emit = |st: &State, out: &mut Vec<Sample>| -> bool {
+            if st.ts >= from {
+                out.push(Sample {
+                    ts_ms: st.ts,
+                    value: f64::from_bits(st.bits),
+                });
             }
-            out.push(Sample {
-                ts_ms: ts,
-                value: f64::from_bits(bits),
-            });
+            st.ts > to
+        };
+        if emit(&st, out) {
+            return true;
+        }
+        for _ in 1..self.count {
+            if next(&mut r, &mut st).is_none() {
+                return false;
+            }
+            if emit(&st, out) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Decodes every sample, oldest first.
+    #[cfg(test)]
+    pub fn decode(&self, out: &mut Vec<Sample>) {
+        self.decode_window(i64::MIN, i64::MAX, out);
+    }
+}
+
+/// Decodes the sample after `st` into `st`; `None` on a damaged stream.
+fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
+    let dod = match r.ones(4)? {
+        0 => 0,
+        1 => r.read(7)?,
+        2 => r.read(12)?,
+        3 => r.read(20)?,
+        _ => r.read(64)?,
+    };
+    st.delta = st.delta.wrapping_add(unzigzag(dod));
+    st.ts = st.ts.wrapping_add(st.delta);
+    match r.ones(3)? {
+        0 => {}
+        1 => {
+            if st.exp == NONE {
+                return None;
+            }
+            st.mant = st.mant.wrapping_add(unzigzag(get_delta(r)?));
+            st.bits = value_of(st.mant, st.exp).to_bits() ^ get_resid(r)?;
+        }
+        2 => {
+            if r.bit()? {
+                st.lead = r.read(6)? as u8;
+                st.sig = r.read(6)? as u8 + 1;
+            }
+            let shift = 64u32.checked_sub(u32::from(st.lead) + u32::from(st.sig))?;
+            st.bits ^= r.read(u32::from(st.sig))? << shift;
+            st.exp = NONE;
+        }
+        _ => {
+            let e = r.read(3)? as u8;
+            let prev = approx(f64::from_bits(st.bits), e)?;
+            st.mant = prev.wrapping_add(unzigzag(get_delta(r)?));
+            st.exp = e;
+            st.bits = value_of(st.mant, e).to_bits() ^ get_resid(r)?;
         }
     }
+    Some(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trip_and_compact() {
-        let mut c = Chunk::default();
-        let vals = [1.0, 1.0, 2.5, -3.0, f64::NAN, 0.0, 1e300, 7.0];
-        for (i, v) in vals.iter().enumerate() {
-            c.push(1_000 + i as i64 * 1_000 + (i as i64 % 3), *v);
-        }
-        let mut out = Vec::new();
-        c.decode(&mut out);
-        assert_eq!(out.len(), vals.len());
-        for (i, s) in out.iter().enumerate() {
-            assert_eq!(s.value.to_bits(), vals[i].to_bits());
-            assert_eq!(s.ts_ms, 1_000 + i as i64 * 1_000 + (i as i64 % 3));
-        }
-        // Integral counters use the integer delta when it is shorter.
-        let mut ints = Chunk::default();
-        let ivals = [
-            0.0,
-            4096.0,
-            1e12,
-            1e12 + 3.0,
-            -0.0,
-            5.0,
-            2.5,
-            3.0,
-            9e15,
-            -9e15,
-        ];
-        for (i, v) in ivals.iter().enumerate() {
-            ints.push(i as i64 * 1000, *v);
-        }
-        let mut back = Vec::new();
-        ints.decode(&mut back);
-        let bits: Vec<u64> = back.iter().map(|s| s.value.to_bits()).collect();
-        let want: Vec<u64> = ivals.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(bits, want);
-        let mut counter = Chunk::default();
-        for i in 0..100i64 {
-            counter.push(i * 1000, (i * 40_960 + i % 7) as f64);
-        }
-        // 1 timestamp byte + 1 header + 3 varint bytes per sample.
-        assert!(counter.byte_len() <= 100 * 5 + 9, "{}", counter.byte_len());
-        let mut steady = Chunk::default();
-        for i in 0..100 {
-            steady.push(i * 1000, 5.0);
-        }
-        assert!(steady.byte_len() < 220, "{}", steady.byte_len());
-    }
-}
+mod tests;

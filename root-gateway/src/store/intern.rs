@@ -36,6 +36,11 @@ impl Interner {
         self.strings.get(id as usize).map_or("", |s| s)
     }
 
+    /// The id of `s` if it is interned.
+    pub(crate) fn id_of(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
+
     fn id(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.ids.get(s) {
             return i;
@@ -86,6 +91,18 @@ impl Interner {
             .map(|p| self.get(p[1]))
     }
 
+    /// Orders two interned label sets as [`Labels`] orders the label sets
+    /// they stand for: pair by pair, name then value. Equal ids are equal
+    /// strings, so only the first differing id is looked up.
+    pub(crate) fn cmp_syms(&self, a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+        for (x, y) in a.iter().zip(b) {
+            if x != y {
+                return self.get(*x).cmp(self.get(*y));
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+
     /// True when every matcher accepts the series `syms`.
     pub(crate) fn all_match(&self, matchers: &[Matcher], syms: &[u32]) -> bool {
         matchers
@@ -126,5 +143,26 @@ mod tests {
         ];
         assert!(!i.all_match(&m, &sa));
         assert!(i.all_match(&m, &sb));
+    }
+
+    #[test]
+    fn interned_order_is_label_order() {
+        let mut i = Interner::default();
+        let sets = [
+            Labels::metric("b", [("x", "1")]),
+            Labels::metric("a", [("x", "2"), ("y", "0")]),
+            Labels::metric("a", [("x", "2")]),
+            Labels::metric("a", [("x", "10")]),
+            Labels::metric("a", [("w", "9")]),
+            Labels::from_pairs([("x", "1")]),
+            Labels::from_pairs([("__name__", "a")]),
+        ];
+        // Interned in an order unlike the strings' order.
+        let syms: Vec<SymLabels> = sets.iter().map(|l| i.intern(l)).collect();
+        for (a, sa) in sets.iter().zip(&syms) {
+            for (b, sb) in sets.iter().zip(&syms) {
+                assert_eq!(i.cmp_syms(sa, sb), a.cmp(b), "{a} vs {b}");
+            }
+        }
     }
 }

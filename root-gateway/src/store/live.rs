@@ -9,12 +9,13 @@
 //! tick. Deadlines are checked in [`LiveStore::maintain`], with a `now` the
 //! caller passes in.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
 use super::chunk::Chunk;
+use super::index::SeriesIndex;
 use super::intern::{Interner, SymLabels};
 use super::{Appender, Labels, Matcher, Querier, Sample, Series, StoreError};
 
@@ -87,7 +88,8 @@ impl Source {
 struct Entry {
     /// Interned labels (see [`Interner`]).
     labels: SymLabels,
-    source: Option<usize>,
+    /// Index into `sources` (u32: series outnumber sources by far).
+    source: Option<u32>,
     /// Shared so a snapshot cut can hold them while the store moves on:
     /// sealed chunks are never written again, and the open one is copied
     /// on its next write if a cut still holds it.
@@ -109,11 +111,13 @@ pub struct LiveStore {
     cfg: LiveStoreConfig,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
-    by_labels: HashMap<SymLabels, usize>,
+    /// Series currently held.
+    live: usize,
+    /// Label sets and postings of the held series.
+    index: SeriesIndex,
     strings: Interner,
     /// Reused buffer for label lookups.
     lookup: Vec<u32>,
-    by_name: HashMap<String, HashSet<usize>>,
     sources: Vec<Source>,
     source_ids: HashMap<String, usize>,
     now_ms: i64,
@@ -142,7 +146,7 @@ impl LiveStore {
     /// The store's counters.
     pub fn stats(&self) -> StoreStats {
         let mut s = self.stats;
-        s.series = self.by_labels.len();
+        s.series = self.live;
         s.change_points = 0;
         s.chunk_bytes = 0;
         for e in self.entries.iter().flatten() {
@@ -208,7 +212,7 @@ impl LiveStore {
             let live_until = if is_stale_nan(last_v) {
                 last_ts
             } else {
-                match e.source.and_then(|s| self.sources.get(s)) {
+                match e.source.and_then(|s| self.sources.get(s as usize)) {
                     Some(src) => match src.alive.last() {
                         Some(a) if !a.closed => i64::MAX,
                         Some(a) => a.end.max(last_ts),
@@ -221,25 +225,32 @@ impl LiveStore {
                 dead.push(id);
             }
         }
+        let mut gone = Vec::with_capacity(dead.len());
         for id in dead {
             if let Some(e) = self.entries[id].take() {
-                self.by_labels.remove(&e.labels);
-                let name = self.strings.value(&e.labels, METRIC_NAME).unwrap_or("");
-                if let Some(set) = self.by_name.get_mut(name) {
-                    set.remove(&id);
-                    if set.is_empty() {
-                        self.by_name.remove(name);
-                    }
-                }
+                gone.push((id as u32, e.labels));
                 self.free.push(id);
+                self.live -= 1;
             }
+        }
+        if !gone.is_empty() {
+            self.index.remove_all(&mut gone);
         }
     }
 
     fn entry_id(&mut self, labels: &Labels, create: bool) -> Result<Option<usize>, StoreError> {
         let known = self.strings.lookup(labels, &mut self.lookup);
-        if known && let Some(&id) = self.by_labels.get(&self.lookup[..]) {
-            return Ok(Some(id));
+        if known {
+            let entries = &self.entries;
+            let labels_of = |i: u32| {
+                entries
+                    .get(i as usize)
+                    .and_then(Option::as_ref)
+                    .map(|e| &e.labels[..])
+            };
+            if let Some(id) = self.index.find(&self.lookup, labels_of) {
+                return Ok(Some(id as usize));
+            }
         }
         if !create {
             return Ok(None);
@@ -249,7 +260,7 @@ impl LiveStore {
                 labels: labels.to_string(),
             });
         }
-        if self.by_labels.len() >= self.cfg.max_series {
+        if self.live >= self.cfg.max_series || self.entries.len() >= u32::MAX as usize {
             self.stats.rejected_series += 1;
             tracing::warn!(
                 limit = self.cfg.max_series,
@@ -262,7 +273,7 @@ impl LiveStore {
         }
         let syms = self.strings.intern(labels);
         let e = Entry {
-            labels: syms.clone(),
+            labels: syms,
             source: None,
             chunks: Vec::new(),
         };
@@ -276,11 +287,10 @@ impl LiveStore {
                 self.entries.len() - 1
             }
         };
-        self.by_labels.insert(syms, id);
-        self.by_name
-            .entry(labels.name().to_string())
-            .or_default()
-            .insert(id);
+        self.live += 1;
+        if let Some(e) = &self.entries[id] {
+            self.index.insert(&e.labels, id as u32);
+        }
         Ok(Some(id))
     }
 
@@ -300,7 +310,7 @@ impl LiveStore {
             return Ok(());
         };
         if src.is_some() {
-            e.source = src;
+            e.source = src.and_then(|s| u32::try_from(s).ok());
         }
         if let Some((last_ts, last_v)) = e.last() {
             let same = last_v.to_bits() == v.to_bits();
@@ -326,6 +336,8 @@ impl LiveStore {
             }
         }
         if e.chunks.last().is_none_or(|c| c.is_full()) {
+            // One chunk at a time: a series holds few, so no growth slack.
+            e.chunks.reserve_exact(1);
             e.chunks.push(Arc::new(Chunk::default()));
         }
         if let Some(c) = e.chunks.last_mut() {
@@ -358,20 +370,37 @@ impl LiveStore {
     }
 
     fn materialise(&self, e: &Entry, mint: i64, maxt: i64) -> Vec<Sample> {
-        let mut cps = Vec::new();
         // Start at the last chunk that begins at or before mint: its points
         // may imply samples inside the window.
         let first = e
             .chunks
             .partition_point(|c| c.first_ts() <= mint)
             .saturating_sub(1);
+        let src = e.source.and_then(|s| self.sources.get(s as usize));
+        let Some(src) = src else {
+            // Explicit samples only: decode just the window.
+            let est: usize = e.chunks[first..]
+                .iter()
+                .take_while(|c| c.first_ts() <= maxt)
+                .map(|c| c.estimate(mint, maxt))
+                .sum();
+            let mut out = Vec::with_capacity(est + 1);
+            for c in &e.chunks[first..] {
+                if c.first_ts() > maxt || c.decode_window(mint, maxt, &mut out) {
+                    break;
+                }
+            }
+            if out.last().is_some_and(|s| s.ts_ms > maxt) {
+                out.pop();
+            }
+            return out;
+        };
+        let mut cps = Vec::new();
         for c in &e.chunks[first..] {
-            if c.first_ts() > maxt {
+            if c.first_ts() > maxt || c.decode_window(i64::MIN, maxt, &mut cps) {
                 break;
             }
-            c.decode(&mut cps);
         }
-        let src = e.source.and_then(|s| self.sources.get(s));
         let mut out = Vec::new();
         for (i, cp) in cps.iter().enumerate() {
             if cp.ts_ms > maxt {
@@ -384,7 +413,6 @@ impl LiveStore {
             if is_stale_nan(cp.value) || next <= mint {
                 continue;
             }
-            let Some(src) = src else { continue };
             let Some(period) = src.period_from(cp.ts_ms) else {
                 continue;
             };
@@ -502,46 +530,65 @@ impl Querier for LiveStore {
         limit: usize,
     ) -> Result<Vec<Series>, StoreError> {
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
-        let mut out = Vec::new();
-        let mut push = |labels: &Labels, samples: Vec<Sample>| -> Result<(), StoreError> {
+        let ids = self.index.candidates(matchers, &self.strings);
+        let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref)),
+            ),
+            None => Box::new(self.entries.iter().flatten()),
+        };
+        let mut hits = Vec::new();
+        for e in candidates {
+            if !self.strings.all_match(matchers, &e.labels) {
+                continue;
+            }
+            let samples = self.materialise(e, mint, maxt);
             if samples.is_empty() {
-                return Ok(());
+                continue;
+            }
+            if hits.len() >= limit {
+                return Err(StoreError::SelectLimit { limit });
+            }
+            hits.push((e, samples));
+        }
+        // In label order, compared on the interned ids: only the first
+        // differing id costs a string comparison. Label sets are built
+        // only for the series returned.
+        hits.sort_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
+        let mut out: Vec<Series> = hits
+            .into_iter()
+            .map(|(e, samples)| Series {
+                labels: self.strings.labels(&e.labels),
+                samples,
+                start_ms: None,
+            })
+            .collect();
+        // `up{node}` of every source, unless the selector names another metric.
+        let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
+        let mut ups = false;
+        for src in self.sources.iter().filter(|_| up) {
+            let labels = Labels::from_pairs([(METRIC_NAME, "up"), ("node", src.name.as_str())]);
+            if !Matcher::all_match(matchers, &labels) {
+                continue;
+            }
+            let samples = self.up_samples(src, mint, maxt);
+            if samples.is_empty() {
+                continue;
             }
             if out.len() >= limit {
                 return Err(StoreError::SelectLimit { limit });
             }
             out.push(Series {
-                labels: labels.clone(),
+                labels,
                 samples,
                 start_ms: None,
             });
-            Ok(())
-        };
-        let candidates: Box<dyn Iterator<Item = &Entry>> = match Matcher::metric_name(matchers) {
-            Some(name) => Box::new(
-                self.by_name
-                    .get(name)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|&id| self.entries.get(id).and_then(Option::as_ref)),
-            ),
-            None => Box::new(self.entries.iter().flatten()),
-        };
-        for e in candidates {
-            if self.strings.all_match(matchers, &e.labels) {
-                push(
-                    &self.strings.labels(&e.labels),
-                    self.materialise(e, mint, maxt),
-                )?;
-            }
+            ups = true;
         }
-        for src in &self.sources {
-            let labels = Labels::from_pairs([(METRIC_NAME, "up"), ("node", src.name.as_str())]);
-            if Matcher::all_match(matchers, &labels) {
-                push(&labels, self.up_samples(src, mint, maxt))?;
-            }
+        if ups {
+            out.sort_by(|a, b| a.labels.cmp(&b.labels));
         }
-        out.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
     }
 }

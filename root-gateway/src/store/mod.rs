@@ -6,8 +6,10 @@
 //! [`LiveStore`] (change-only fabric data plus explicit remote_write samples)
 //! and [`MemStore`] (a plain map of explicit samples, used by the test runner).
 
+mod bits;
 mod chunk;
 pub mod codec;
+mod index;
 mod intern;
 mod live;
 mod mem;

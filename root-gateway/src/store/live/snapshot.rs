@@ -3,14 +3,13 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v1"
+//! magic  "canopy-snapshot-v2"
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
 //! series 0x03 labels | source+1 (0 none) | n_chunks | chunk state*
 //! end    0x04 n_sources | n_series
 //! ```
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 
 use std::sync::Arc;
@@ -22,7 +21,8 @@ use crate::store::codec::{
 };
 use crate::store::intern::SymLabels;
 
-const MAGIC: &[u8] = b"canopy-snapshot-v1";
+/// v2: bit-packed chunks (v1 held byte-aligned ones and is not read).
+const MAGIC: &[u8] = b"canopy-snapshot-v2";
 /// Largest record accepted when reading (one series' chunks).
 const MAX_RECORD: usize = 64 << 20;
 
@@ -35,7 +35,7 @@ pub struct SnapshotCut {
     stats: StoreStats,
     sources: Vec<Source>,
     strings: Vec<Arc<str>>,
-    series: Vec<(SymLabels, Option<usize>, Vec<Arc<Chunk>>)>,
+    series: Vec<(SymLabels, Option<u32>, Vec<Arc<Chunk>>)>,
 }
 
 impl SnapshotCut {
@@ -76,7 +76,7 @@ impl SnapshotCut {
             for id in labels.iter() {
                 put_str(&mut p, str_of(*id));
             }
-            put_uvarint(&mut p, source.map_or(0, |s| s as u64 + 1));
+            put_uvarint(&mut p, source.map_or(0, |s| u64::from(s) + 1));
             put_uvarint(&mut p, chunks.len() as u64);
             for c in chunks {
                 c.write_state(&mut p);
@@ -166,7 +166,6 @@ impl LiveStore {
                 alive,
             });
         }
-        let mut by_name: HashMap<String, std::collections::HashSet<usize>> = HashMap::new();
         for id in 0..n_series {
             next(&mut buf)?;
             let mut c = Cursor::new(&buf);
@@ -176,7 +175,10 @@ impl LiveStore {
             let labels = c.labels()?;
             let source = match c.len(s.sources.len())? {
                 0 => None,
-                i => Some(i - 1),
+                i => Some(
+                    u32::try_from(i - 1)
+                        .map_err(|_| CodecError::Malformed("source index out of range"))?,
+                ),
             };
             let n = c.len(buf.len())?;
             let mut chunks = Vec::with_capacity(n);
@@ -184,20 +186,26 @@ impl LiveStore {
                 chunks.push(Arc::new(Chunk::read_state(&mut c)?));
             }
             let syms = s.strings.intern(&labels);
-            if s.by_labels.insert(syms.clone(), id).is_some() {
+            let entries = &s.entries;
+            let labels_of = |i: u32| {
+                entries
+                    .get(i as usize)
+                    .and_then(Option::as_ref)
+                    .map(|e| &e.labels[..])
+            };
+            let id =
+                u32::try_from(id).map_err(|_| CodecError::Malformed("more series than ids"))?;
+            if s.index.find(&syms, labels_of).is_some() {
                 return Err(CodecError::Malformed("a series appears twice"));
             }
-            by_name
-                .entry(labels.name().to_string())
-                .or_default()
-                .insert(id);
+            s.index.insert(&syms, id);
+            s.live += 1;
             s.entries.push(Some(Entry {
                 labels: syms,
                 source,
                 chunks,
             }));
         }
-        s.by_name = by_name;
         next(&mut buf)?;
         let mut c = Cursor::new(&buf);
         if c.u8()? != 0x04 || c.len(usize::MAX)? != n_sources || c.len(usize::MAX)? != n_series {

@@ -1,0 +1,274 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::store::codec::Cursor;
+
+fn encode(samples: &[(i64, f64)]) -> Chunk {
+    let mut c = Chunk::default();
+    for &(t, v) in samples {
+        c.push(t, v);
+    }
+    c
+}
+
+/// Decodes `c` and checks every timestamp and value bit for bit, also after
+/// a snapshot round trip of the chunk's state.
+fn assert_round_trip(c: &Chunk, samples: &[(i64, f64)]) {
+    let mut state = Vec::new();
+    c.write_state(&mut state);
+    let mut cur = Cursor::new(&state);
+    let back = Chunk::read_state(&mut cur).expect("read_state");
+    assert!(cur.is_empty());
+    for chunk in [c, &back] {
+        let mut out = Vec::new();
+        chunk.decode(&mut out);
+        let got: Vec<(i64, u64)> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
+        let want: Vec<(i64, u64)> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
+        assert_eq!(got, want);
+        assert_eq!(chunk.len(), samples.len());
+        if let Some(&(t, v)) = samples.last() {
+            assert_eq!(chunk.last_ts(), t);
+            assert_eq!(chunk.last_value().to_bits(), v.to_bits());
+        }
+    }
+}
+
+#[test]
+fn special_values_round_trip() {
+    let vals = [
+        1.0,
+        1.0,
+        2.5,
+        -3.0,
+        f64::NAN,
+        canopy_proto::model::stale_nan(),
+        0.0,
+        -0.0,
+        0.0,
+        1e300,
+        -1e-300,
+        f64::MIN_POSITIVE,
+        5e-324,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        7.0,
+        9_007_199_254_740_993.0,
+        -9e15,
+        0.001,
+        10.523,
+        10.524,
+        12.5,
+    ];
+    let samples: Vec<(i64, f64)> = vals
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (1_000 + i as i64 * 1_000 + (i as i64 % 3), v))
+        .collect();
+    assert_round_trip(&encode(&samples), &samples);
+}
+
+#[test]
+fn irregular_and_extreme_timestamps_round_trip() {
+    let ts = [
+        i64::MIN,
+        -5,
+        0,
+        0,
+        1,
+        15_000,
+        15_001,
+        i64::MAX / 2,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+    let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, 1.5)).collect();
+    assert_round_trip(&encode(&samples), &samples);
+}
+
+#[test]
+fn regular_series_are_compact() {
+    // A counter of whole bytes on a 15 s grid: one timestamp bit and the
+    // increase's bits plus 7 bits of header.
+    let s: Vec<(i64, f64)> = (0..240i64)
+        .map(|i| (i * 15_000, (i * 40_960 + i % 7) as f64))
+        .collect();
+    let c = encode(&s);
+    assert_round_trip(&c, &s);
+    assert!(
+        c.byte_len() <= 8 + 239 * (1 + 2 + 7 + 20) / 8,
+        "{}",
+        c.byte_len()
+    );
+    // CPU seconds rounded to the ms: decimal mantissas.
+    let s: Vec<(i64, f64)> = (0..240i64)
+        .map(|i| (i * 15_000 + 3, ((i * 10_517 + i % 13) as f64) / 1e3))
+        .collect();
+    let c = encode(&s);
+    assert_round_trip(&c, &s);
+    assert!(c.byte_len() <= 8 + 239 * 25 / 8, "{}", c.byte_len());
+    // A flat series: two bits a sample.
+    let s: Vec<(i64, f64)> = (0..240i64).map(|i| (i * 1000, 5.0)).collect();
+    let c = encode(&s);
+    assert_round_trip(&c, &s);
+    assert!(c.byte_len() <= 8 + 2 + 60, "{}", c.byte_len());
+}
+
+#[test]
+fn window_decoding_stops_after_the_window() {
+    let s: Vec<(i64, f64)> = (0..100i64).map(|i| (i * 10, i as f64)).collect();
+    let c = encode(&s);
+    let mut out = Vec::new();
+    assert!(c.decode_window(205, 300, &mut out));
+    let ts: Vec<i64> = out.iter().map(|p| p.ts_ms).collect();
+    assert_eq!(ts, (21..=31).map(|i| i * 10).collect::<Vec<_>>());
+    out.clear();
+    assert!(!c.decode_window(950, 5000, &mut out));
+    assert_eq!(out.len(), 5);
+}
+
+#[test]
+fn damaged_state_is_refused_or_decodes_short() {
+    let s: Vec<(i64, f64)> = (0..50i64).map(|i| (i * 1000, i as f64 * 0.37)).collect();
+    let c = encode(&s);
+    let mut state = Vec::new();
+    c.write_state(&mut state);
+    for cut in 0..state.len() {
+        let mut cur = Cursor::new(&state[..cut]);
+        assert!(Chunk::read_state(&mut cur).is_err(), "cut at {cut}");
+    }
+    // Flipped bits decode to something, never panic.
+    for i in 0..state.len() {
+        let mut bad = state.clone();
+        bad[i] ^= 0x5a;
+        if let Ok(ch) = Chunk::read_state(&mut Cursor::new(&bad)) {
+            let mut out = Vec::new();
+            ch.decode(&mut out);
+            assert!(out.len() <= CHUNK_SAMPLES);
+        }
+    }
+}
+
+fn value() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        any::<f64>(),
+        (-1_000_000i64..1_000_000).prop_map(|i| i as f64),
+        (-1_000_000i64..1_000_000, 0u32..8).prop_map(|(m, e)| m as f64 / 10f64.powi(e as i32)),
+        Just(f64::NAN),
+        Just(canopy_proto::model::stale_nan()),
+        Just(0.0),
+        Just(-0.0),
+        Just(f64::INFINITY),
+        Just(1e308),
+        Just(-4.9e-324),
+    ]
+}
+
+fn step() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        Just(15_000i64),
+        14_990i64..15_010,
+        0i64..3,
+        0i64..10_000_000,
+        0i64..i64::MAX / 4,
+    ]
+}
+
+proptest! {
+    #[test]
+    fn any_series_round_trips(
+        start in any::<i64>(),
+        pts in proptest::collection::vec((step(), value(), any::<bool>()), 1..CHUNK_SAMPLES),
+    ) {
+        let mut t = start / 2;
+        let mut samples = Vec::new();
+        let mut prev = 0.0;
+        for (dt, v, repeat) in pts {
+            t = t.saturating_add(dt);
+            let v = if repeat { prev } else { v };
+            samples.push((t, v));
+            prev = v;
+        }
+        let c = encode(&samples);
+        assert_round_trip(&c, &samples);
+    }
+
+    #[test]
+    fn counters_round_trip(
+        start in -1_000_000_000i64..1_000_000_000,
+        incs in proptest::collection::vec(0u64..1 << 40, 1..CHUNK_SAMPLES),
+        scale in 0u32..8,
+    ) {
+        let mut m: i64 = 0;
+        let samples: Vec<(i64, f64)> = incs
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| {
+                m = m.saturating_add(d as i64);
+                (start + i as i64 * 15_000, m as f64 / 10f64.powi(scale as i32))
+            })
+            .collect();
+        assert_round_trip(&encode(&samples), &samples);
+    }
+
+    #[test]
+    fn garbage_state_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        if let Ok(c) = Chunk::read_state(&mut Cursor::new(&bytes)) {
+            let mut out = Vec::new();
+            c.decode(&mut out);
+            prop_assert!(out.len() <= CHUNK_SAMPLES);
+        }
+    }
+}
+
+#[test]
+fn estimate_is_close_and_bounded() {
+    let s: Vec<(i64, f64)> = (0..240i64).map(|i| (i * 1000, i as f64)).collect();
+    let c = encode(&s);
+    let e = c.estimate(100_000, 159_000);
+    assert!((60..=62).contains(&e), "{e}");
+    assert_eq!(c.estimate(500_000, 600_000), 1);
+    assert_eq!(c.estimate(i64::MIN, i64::MAX), 240);
+    assert_eq!(Chunk::default().estimate(0, 10), 0);
+}
+
+#[test]
+fn sums_of_rounded_increments_stay_decimal() {
+    // A CPU-seconds counter summed from increments rounded to the ms: the
+    // sums drift a few ulps off their decimals, which a short residual
+    // covers instead of a 40-bit XOR.
+    let mut v = 0.0f64;
+    let mut drifted = 0;
+    let s: Vec<(i64, f64)> = (0..240i64)
+        .map(|i| {
+            v += ((i * 7919) % 3000 + 9000) as f64 / 1e3;
+            if approx(v, 3).is_some_and(|m| value_of(m, 3).to_bits() != v.to_bits()) {
+                drifted += 1;
+            }
+            (i * 15_000, v)
+        })
+        .collect();
+    assert!(drifted > 10, "the test needs drifted values: {drifted}");
+    let c = encode(&s);
+    assert_round_trip(&c, &s);
+    // Timestamp bit, 2 header bits, ~12 delta bits + 5, residual <= 16.
+    assert!(c.byte_len() <= 8 + 239 * 36 / 8, "{}", c.byte_len());
+}
+
+proptest! {
+    #[test]
+    fn drifting_sums_round_trip(
+        incs in proptest::collection::vec((0i64..100_000, 0u32..8), 1..CHUNK_SAMPLES),
+    ) {
+        let mut v = 0.0f64;
+        let samples: Vec<(i64, f64)> = incs
+            .iter()
+            .enumerate()
+            .map(|(i, &(d, e))| {
+                v += d as f64 / 10f64.powi(e as i32);
+                (i as i64 * 1000, v)
+            })
+            .collect();
+        assert_round_trip(&encode(&samples), &samples);
+    }
+}

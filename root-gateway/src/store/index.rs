@@ -1,0 +1,275 @@
+//! The series index of a [`LiveStore`](super::LiveStore): label set to
+//! series id, and postings (label name=value to the sorted ids of the series
+//! that carry it) so a selector reads only the series it can match.
+//!
+//! Label sets are found by a keyed 64-bit hash of their interned ids, so the
+//! index does not hold a second copy of every label set; the rare second
+//! label set with the same hash goes to a small overflow list. The hash key
+//! is random per store, so crafted label sets cannot force collisions.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
+use super::intern::Interner;
+use super::{MatchOp, Matcher};
+
+/// Passes a `u64` key through: the keys are already keyed hashes (or
+/// packed ids), so hashing them again is wasted work.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        // Spread packed (name, value) ids over the whole word.
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type U64Map<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
+
+fn pair(name: u32, value: u32) -> u64 {
+    (u64::from(name) << 32) | u64::from(value)
+}
+
+/// Label sets and postings of the live series.
+#[derive(Debug, Default)]
+pub(crate) struct SeriesIndex {
+    hasher: RandomState,
+    by_hash: U64Map<u32>,
+    /// Series whose label-set hash is already taken by another series.
+    overflow: U64Map<Vec<u32>>,
+    /// (name id, value id) to sorted series ids.
+    postings: U64Map<Vec<u32>>,
+    /// Name id to the value ids it has postings for.
+    values: HashMap<u32, Vec<u32>>,
+}
+
+impl SeriesIndex {
+    fn hash(&self, syms: &[u32]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        for s in syms {
+            h.write_u32(*s);
+        }
+        h.finish()
+    }
+
+    /// The id of the series with interned labels `syms`; `labels_of` gives
+    /// the labels of a held id.
+    pub(crate) fn find<'a>(
+        &self,
+        syms: &[u32],
+        labels_of: impl Fn(u32) -> Option<&'a [u32]>,
+    ) -> Option<u32> {
+        let h = self.hash(syms);
+        let id = *self.by_hash.get(&h)?;
+        if labels_of(id) == Some(syms) {
+            return Some(id);
+        }
+        self.overflow
+            .get(&h)?
+            .iter()
+            .copied()
+            .find(|&i| labels_of(i) == Some(syms))
+    }
+
+    /// Adds series `id` with labels `syms` (not already held).
+    pub(crate) fn insert(&mut self, syms: &[u32], id: u32) {
+        let h = self.hash(syms);
+        match self.by_hash.entry(h) {
+            Entry::Occupied(_) => self.overflow.entry(h).or_default().push(id),
+            Entry::Vacant(v) => {
+                v.insert(id);
+            }
+        }
+        for p in syms.chunks_exact(2) {
+            let list = self.postings.entry(pair(p[0], p[1])).or_default();
+            if list.is_empty() {
+                self.values.entry(p[0]).or_default().push(p[1]);
+            }
+            // Ids grow, except when a freed one is reused.
+            match list.last() {
+                Some(&last) if last > id => {
+                    if let Err(at) = list.binary_search(&id) {
+                        list.insert(at, id);
+                    }
+                }
+                _ => list.push(id),
+            }
+        }
+    }
+
+    /// Removes the series `dead` (id and labels), in one pass per
+    /// posting list they touch.
+    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, Box<[u32]>)]) {
+        dead.sort_unstable_by_key(|d| d.0);
+        let mut touched = Vec::new();
+        for (id, syms) in dead.iter() {
+            let h = self.hash(syms);
+            if self.by_hash.get(&h) == Some(id) {
+                self.by_hash.remove(&h);
+                if let Some(more) = self.overflow.get_mut(&h)
+                    && let Some(next) = more.pop()
+                {
+                    self.by_hash.insert(h, next);
+                }
+            } else if let Some(more) = self.overflow.get_mut(&h) {
+                more.retain(|i| i != id);
+            }
+            if self.overflow.get(&h).is_some_and(Vec::is_empty) {
+                self.overflow.remove(&h);
+            }
+            touched.extend(syms.chunks_exact(2).map(|p| pair(p[0], p[1])));
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let is_dead = |i: &u32| dead.binary_search_by_key(i, |d| d.0).is_ok();
+        for key in touched {
+            let Some(list) = self.postings.get_mut(&key) else {
+                continue;
+            };
+            list.retain(|i| !is_dead(i));
+            if list.is_empty() {
+                self.postings.remove(&key);
+                let (name, value) = ((key >> 32) as u32, key as u32);
+                if let Some(vs) = self.values.get_mut(&name) {
+                    vs.retain(|v| *v != value);
+                    if vs.is_empty() {
+                        self.values.remove(&name);
+                    }
+                }
+            } else if list.capacity() > 2 * list.len() + 16 {
+                list.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Sorted ids of the series that can match `matchers`, from the
+    /// postings of every matcher that rejects the empty value (an absent
+    /// label); `None` when no matcher narrows the search (scan them all).
+    /// Every candidate must still be checked against all the matchers.
+    pub(crate) fn candidates(&self, matchers: &[Matcher], strings: &Interner) -> Option<Vec<u32>> {
+        let mut sets: Vec<Vec<u32>> = Vec::new();
+        let mut single: Vec<&[u32]> = Vec::new();
+        for m in matchers {
+            if m.matches("") {
+                continue;
+            }
+            let Some(name) = strings.id_of(&m.name) else {
+                return Some(Vec::new());
+            };
+            match &m.op {
+                MatchOp::Equal(v) => {
+                    let list = strings
+                        .id_of(v)
+                        .and_then(|v| self.postings.get(&pair(name, v)));
+                    match list {
+                        Some(l) => single.push(l),
+                        None => return Some(Vec::new()),
+                    }
+                }
+                _ => {
+                    let mut lists: Vec<&[u32]> = self
+                        .values
+                        .get(&name)
+                        .into_iter()
+                        .flatten()
+                        .filter(|&&v| m.matches(strings.get(v)))
+                        .filter_map(|&v| self.postings.get(&pair(name, v)).map(Vec::as_slice))
+                        .collect();
+                    if lists.len() == 1 {
+                        single.extend(lists.pop());
+                    } else {
+                        let mut u: Vec<u32> = lists.concat();
+                        u.sort_unstable();
+                        u.dedup();
+                        sets.push(u);
+                    }
+                }
+            }
+        }
+        let mut all: Vec<&[u32]> = single;
+        all.extend(sets.iter().map(Vec::as_slice));
+        all.sort_by_key(|l| l.len());
+        let (first, rest) = all.split_first()?;
+        let mut out = first.to_vec();
+        for l in rest {
+            if out.is_empty() {
+                break;
+            }
+            out.retain(|i| l.binary_search(i).is_ok());
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::Labels;
+
+    fn re(f: fn(&str) -> bool) -> MatchOp {
+        MatchOp::Regex(Arc::new(f))
+    }
+
+    #[test]
+    fn postings_narrow_and_removal_keeps_them_sorted() {
+        let mut strings = Interner::default();
+        let mut idx = SeriesIndex::default();
+        let mut held: Vec<Box<[u32]>> = Vec::new();
+        for i in 0..20u32 {
+            let l = Labels::metric(
+                if i % 2 == 0 { "a" } else { "b" },
+                [
+                    ("node", format!("n{}", i % 5)),
+                    ("job", format!("{}", i % 3)),
+                ],
+            );
+            let syms = strings.intern(&l);
+            idx.insert(&syms, i);
+            held.push(syms);
+        }
+        let labels_of = |i: u32| held.get(i as usize).map(|s| &s[..]);
+        for (i, s) in held.iter().enumerate() {
+            assert_eq!(idx.find(s, labels_of), Some(i as u32));
+        }
+        let m = |name: &str, op| Matcher {
+            name: name.into(),
+            op,
+        };
+        let q = [
+            Matcher::equal("__name__", "a"),
+            m("node", re(|v| v == "n0" || v == "n2")),
+        ];
+        // a: even ids; node n0 or n2: i % 5 in {0, 2}.
+        assert_eq!(idx.candidates(&q, &strings), Some(vec![0, 2, 10, 12]));
+        assert_eq!(
+            idx.candidates(&[Matcher::equal("node", "nope")], &strings),
+            Some(vec![])
+        );
+        assert_eq!(
+            idx.candidates(&[m("x", MatchOp::NotEqual("1".into()))], &strings),
+            None
+        );
+        let mut dead = vec![(12, held[12].clone()), (0, held[0].clone())];
+        idx.remove_all(&mut dead);
+        assert_eq!(idx.candidates(&q, &strings), Some(vec![2, 10]));
+        assert_eq!(idx.find(&held[0], labels_of), None);
+        // A freed id comes back in order.
+        idx.insert(&held[0], 0);
+        assert_eq!(idx.candidates(&q, &strings), Some(vec![0, 2, 10]));
+    }
+}
