@@ -11,11 +11,7 @@ use super::wire::{self, WireLimits};
 use crate::store::{LiveStore, LiveStoreConfig, Matcher, Querier, SharedStore};
 
 fn app(store: &SharedStore, limits: WireLimits) -> axum::Router {
-    router(ReceiverState {
-        store: store.clone(),
-        tap: None,
-        limits,
-    })
+    router(ReceiverState::new(store.clone(), None, limits))
 }
 
 async fn post(app: &axum::Router, body: Vec<u8>) -> (StatusCode, String) {
