@@ -20,7 +20,7 @@ use super::resolve::SeriesCache;
 use super::sender::Tap;
 use super::tracker::TapEvent;
 use super::wire::{self, WireLimits};
-use crate::store::{Labels, Op, SharedStore};
+use crate::store::{Labels, Op, Sample, SharedStore};
 
 /// What the receiver needs.
 #[derive(Clone, Debug)]
@@ -117,18 +117,29 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
 /// long one request holds the write lock).
 const SAMPLES_PER_APPLY: usize = 64 * 1024;
 
-/// Bodies decompressed per thread are kept in a buffer of at most this
-/// many bytes between requests (a larger one is freed after use).
-const KEEP_BUFFER_BYTES: usize = 8 << 20;
+/// Per-thread scratch space is kept between requests only while its
+/// decompression buffer is at most this many bytes...
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+/// ...and the last request held at most this many samples.
+const KEEP_SAMPLES: usize = 256 << 10;
 
-/// Per-thread scratch space of [`ingest`]: the decompressed body and the
-/// decoded request, reused across requests (no allocation per label).
+/// Per-thread scratch space of [`ingest`], reused across requests: the
+/// decompressed body, the decoded request, and the ops handed to the store
+/// (their sample vectors are refilled, not reallocated).
 #[derive(Default)]
 struct Scratch {
     raw: Vec<u8>,
     batch: WriteBatch,
     labels: Vec<Labels>,
+    ops: Vec<Op>,
+    /// Sample vectors of the previous request's ops, to refill.
+    spare: Vec<Vec<Sample>>,
 }
+
+/// Sample vectors kept for reuse: at most this many...
+const SPARE_VECS: usize = 16 << 10;
+/// ...of at most this capacity (a per-thread bound of 4 MiB).
+const SPARE_CAPACITY: usize = 16;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
@@ -138,8 +149,7 @@ thread_local! {
 /// journal); `Err` is the HTTP status and reason to answer. Public for the
 /// ingest benchmark (`examples/ingest_bench.rs`).
 pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
-    let bad_data = |e: RemoteWriteError| (StatusCode::BAD_REQUEST, e.to_string());
-    let ops = SCRATCH.with(|cell| {
+    SCRATCH.with(|cell| {
         // A fresh scratch if re-entered (never, but not a panic either).
         let mut fresh = Scratch::default();
         let mut guard = cell.try_borrow_mut();
@@ -147,13 +157,20 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
             Ok(sc) => sc,
             Err(_) => &mut fresh,
         };
-        let res = decode_ops(st, body, sc);
-        if sc.raw.capacity() > KEEP_BUFFER_BYTES {
+        let res = match decode_ops(st, body, sc) {
+            Ok(()) => store_ops(st, &sc.ops),
+            Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+        };
+        if sc.raw.capacity() > KEEP_BUFFER_BYTES || sc.batch.sample_count() > KEEP_SAMPLES {
             *sc = Scratch::default();
         }
         res
-    });
-    let ops = ops.map_err(bad_data)?;
+    })
+}
+
+/// Applies `ops` to the store in slices of about [`SAMPLES_PER_APPLY`]
+/// samples; refused samples make a 400 naming the first reason.
+fn store_ops(st: &ReceiverState, ops: &[Op]) -> Result<(), (StatusCode, String)> {
     let (mut refused, mut total, mut first) = (0usize, 0usize, None::<String>);
     let mut apply = |batch: &[Op]| -> Result<(), (StatusCode, String)> {
         st.store
@@ -204,13 +221,17 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
     }
 }
 
-/// Decodes `body` into one op per series with samples. Every series is
-/// validated before any op is returned, so a bad request stores nothing.
-fn decode_ops(
-    st: &ReceiverState,
-    body: &[u8],
-    sc: &mut Scratch,
-) -> Result<Vec<Op>, RemoteWriteError> {
+/// Decodes `body` into `sc.ops`, one op per series with samples. Every
+/// series is validated before any op is made, so a bad request stores nothing.
+fn decode_ops(st: &ReceiverState, body: &[u8], sc: &mut Scratch) -> Result<(), RemoteWriteError> {
+    for op in sc.ops.drain(..) {
+        if let Op::Samples { samples, .. } = op
+            && samples.capacity() <= SPARE_CAPACITY
+            && sc.spare.len() < SPARE_VECS
+        {
+            sc.spare.push(samples);
+        }
+    }
     let n = wire::decompress_into(body, &st.limits, &mut sc.raw)?;
     let raw = sc.raw.get(..n).unwrap_or_default();
     sc.batch
@@ -218,15 +239,16 @@ fn decode_ops(
         .map_err(|e| RemoteWriteError::Protobuf(e.to_string()))?;
     st.series.resolve(raw, &sc.batch, &mut sc.labels)?;
     let views = sc.batch.series_views();
-    let mut ops = Vec::with_capacity(views.len());
     for (s, labels) in views.iter().zip(sc.labels.drain(..)) {
         let samples = sc.batch.samples(s);
-        if !samples.is_empty() {
-            ops.push(Op::Samples {
-                labels,
-                samples: samples.to_vec(),
-            });
+        if samples.is_empty() {
+            continue;
         }
+        // Reuse the sample vector of a previous request's op when there is one.
+        let mut v = sc.spare.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(samples);
+        sc.ops.push(Op::Samples { labels, samples: v });
     }
-    Ok(ops)
+    Ok(())
 }
