@@ -144,7 +144,21 @@ impl<'a> Reader<'a> {
     }
 
     /// A varint with prost's overflow rule (the 10th byte must be 0 or 1).
+    #[inline]
     fn varint(&mut self) -> Result<u64, PbError> {
+        // Keys, lengths and small values: one byte.
+        if self.pos < self.end
+            && let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.varint_long()
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self) -> Result<u64, PbError> {
         let at = self.pos;
         let mut v = 0u64;
         for i in 0..10 {
@@ -345,6 +359,28 @@ impl WriteBatch {
 }
 
 fn sample(buf: &[u8], span: Span) -> Result<Sample, PbError> {
+    // What every sender writes: value (key 0x09, 8 bytes) then timestamp
+    // (key 0x10, a varint ending the message). Anything else, the loop below.
+    if span.end.saturating_sub(span.start) > 10
+        && let Some([0x09, v @ .., 0x10]) = buf.get(span.start as usize..span.start as usize + 10)
+        && let Ok(le) = <[u8; 8]>::try_from(v)
+    {
+        let mut r = Reader::new(
+            buf,
+            Span {
+                start: span.start + 10,
+                end: span.end,
+            },
+        );
+        if let Ok(ts) = r.varint()
+            && r.done()
+        {
+            return Ok(Sample {
+                ts_ms: ts as i64,
+                value: f64::from_le_bytes(le),
+            });
+        }
+    }
     let mut r = Reader::new(buf, span);
     let mut out = Sample {
         ts_ms: 0,

@@ -293,3 +293,27 @@ fn a_cached_series_still_refuses_other_bytes() {
     assert!(cache.resolve(&buf, &b, &mut out).is_err());
     assert!(parse(&buf, &b, &b.series_views()[0]).is_err());
 }
+
+/// Guards the canonical-sample fast path: a repeated timestamp (last wins),
+/// a value given twice, and a short sample followed by bytes that look
+/// like one all decode as prost decodes them.
+#[test]
+fn sample_fast_path_falls_back_on_anything_unusual() {
+    let v = 2.5f64.to_le_bytes();
+    let mut twice_ts = vec![key(1, 1)];
+    twice_ts.extend(v);
+    twice_ts.extend([key(2, 0), 0x80, 0x01, key(2, 0), 7]);
+    let mut twice_value = twice_ts.clone();
+    twice_value.push(key(1, 1));
+    twice_value.extend(1.0f64.to_le_bytes());
+    let short = vec![key(2, 0), 5];
+    for sample in [twice_ts, twice_value, short] {
+        let mut series = len_field(1, &len_field(1, b"\x0a\x08__name__\x12\x01m"));
+        series.extend(len_field(2, &sample));
+        // Trailing bytes shaped like a sample, outside the short one.
+        series.extend([key(9, 1), 0, 0, 0, 0, 0, 0, 0, 0]);
+        let buf = len_field(1, &series);
+        assert!(plain_ours(&buf).is_some(), "{buf:02x?}");
+        same_as_prost(&buf);
+    }
+}
