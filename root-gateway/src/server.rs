@@ -342,11 +342,11 @@ pub async fn start(
     // The API router guards its own routes; the rest (dashboard files:
     // open, remote_write in: admin) go through the same guard here.
     let rest = crate::dashboard::router()
-        .merge(remote_write::router(remote_write::ReceiverState {
-            store: store.clone(),
+        .merge(remote_write::router(remote_write::ReceiverState::new(
+            store.clone(),
             tap,
-            limits: remote_write::wire::WireLimits::default(),
-        }))
+            remote_write::wire::WireLimits::default(),
+        )))
         .layer(axum::middleware::from_fn_with_state(
             opts.auth.clone(),
             crate::auth::http::guard,

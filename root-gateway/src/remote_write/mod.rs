@@ -1,8 +1,10 @@
 //! Prometheus remote_write v1, both directions.
 //!
-//! In: `POST /api/v1/write` ([`receiver`]) decodes snappy protobuf within
-//! size limits checked before decompression and appends the samples to the
-//! live store as explicit samples (labels as sent).
+//! In: `POST /api/v1/write` ([`receiver`]) decompresses snappy within size
+//! limits checked before decompression into a reused buffer, reads the
+//! protobuf in place ([`pb`]), finds each series' labels by their bytes
+//! ([`resolve`]: no parse for a series seen before) and appends the samples
+//! to the live store as explicit samples (labels as sent).
 //!
 //! Out: the store's append path feeds a [`Tap`] (a bounded channel); the
 //! [`tracker`] turns change-only fabric data into the samples a Prometheus
@@ -12,8 +14,10 @@
 //! thin async shell around both.
 
 pub mod endpoint;
+pub mod pb;
 pub mod queue;
 pub mod receiver;
+pub mod resolve;
 pub mod sender;
 pub mod tracker;
 pub mod wire;
@@ -73,6 +77,8 @@ pub enum RemoteWriteError {
     },
 }
 
+#[cfg(test)]
+mod pb_tests;
 #[cfg(test)]
 mod receiver_tests;
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! 400 with a plain-text reason (as Prometheus answers); the gateway keeps
 //! serving.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use axum::Router;
@@ -14,10 +15,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 
 use super::RemoteWriteError;
+use super::pb::WriteBatch;
+use super::resolve::SeriesCache;
 use super::sender::Tap;
 use super::tracker::TapEvent;
 use super::wire::{self, WireLimits};
-use crate::store::{Op, Sample, SharedStore};
+use crate::store::{Labels, Op, Sample, SharedStore};
 
 /// What the receiver needs.
 #[derive(Clone, Debug)]
@@ -28,6 +31,20 @@ pub struct ReceiverState {
     pub tap: Option<Tap>,
     /// Body size limits.
     pub limits: WireLimits,
+    /// Series already seen, by their label bytes (shared by all requests).
+    pub series: Arc<SeriesCache>,
+}
+
+impl ReceiverState {
+    /// A receiver storing into `store`, forwarding to `tap`, within `limits`.
+    pub fn new(store: SharedStore, tap: Option<Tap>, limits: WireLimits) -> Self {
+        ReceiverState {
+            store,
+            tap,
+            limits,
+            series: Arc::default(),
+        }
+    }
 }
 
 /// The router holding `POST /api/v1/write`; merge it into the API.
@@ -100,36 +117,60 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
 /// long one request holds the write lock).
 const SAMPLES_PER_APPLY: usize = 64 * 1024;
 
+/// Per-thread scratch space is kept between requests only while its
+/// decompression buffer is at most this many bytes...
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+/// ...and the last request held at most this many samples.
+const KEEP_SAMPLES: usize = 256 << 10;
+
+/// Per-thread scratch space of [`ingest`], reused across requests: the
+/// decompressed body, the decoded request, and the ops handed to the store
+/// (their sample vectors are refilled, not reallocated).
+#[derive(Default)]
+struct Scratch {
+    raw: Vec<u8>,
+    batch: WriteBatch,
+    labels: Vec<Labels>,
+    ops: Vec<Op>,
+    /// Sample vectors of the previous request's ops, to refill.
+    spare: Vec<Vec<Sample>>,
+}
+
+/// Sample vectors kept for reuse: at most this many...
+const SPARE_VECS: usize = 16 << 10;
+/// ...of at most this capacity (a per-thread bound of 4 MiB).
+const SPARE_CAPACITY: usize = 16;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
 /// Decodes and stores one remote_write body (blocking: it may write the
 /// journal); `Err` is the HTTP status and reason to answer. Public for the
 /// ingest benchmark (`examples/ingest_bench.rs`).
 pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
-    let bad_data = |e: RemoteWriteError| (StatusCode::BAD_REQUEST, e.to_string());
-    let req = wire::decode(body, &st.limits).map_err(bad_data)?;
-    // Validate every series before storing any, so a bad request stores
-    // nothing. One op per series: its labels are resolved once, not per sample.
-    let mut ops: Vec<Op> = Vec::with_capacity(req.timeseries.len());
-    for ts in &req.timeseries {
-        let labels = wire::labels_of(ts).map_err(bad_data)?;
-        if labels.name().is_empty() {
-            return Err(bad_data(RemoteWriteError::BadLabels(format!(
-                "series {labels} has no metric name (__name__)"
-            ))));
+    SCRATCH.with(|cell| {
+        // A fresh scratch if re-entered (never, but not a panic either).
+        let mut fresh = Scratch::default();
+        let mut guard = cell.try_borrow_mut();
+        let sc = match guard.as_deref_mut() {
+            Ok(sc) => sc,
+            Err(_) => &mut fresh,
+        };
+        let res = match decode_ops(st, body, sc) {
+            Ok(()) => store_ops(st, &sc.ops),
+            Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+        };
+        if sc.raw.capacity() > KEEP_BUFFER_BYTES || sc.batch.sample_count() > KEEP_SAMPLES {
+            *sc = Scratch::default();
         }
-        if ts.samples.is_empty() {
-            continue;
-        }
-        let samples = ts
-            .samples
-            .iter()
-            .map(|s| Sample {
-                ts_ms: s.timestamp,
-                value: s.value,
-            })
-            .collect();
-        ops.push(Op::Samples { labels, samples });
-    }
-    drop(req);
+        res
+    })
+}
+
+/// Applies `ops` to the store in slices of about [`SAMPLES_PER_APPLY`]
+/// samples; refused samples make a 400 naming the first reason.
+fn store_ops(st: &ReceiverState, ops: &[Op]) -> Result<(), (StatusCode, String)> {
     let (mut refused, mut total, mut first) = (0usize, 0usize, None::<String>);
     let mut apply = |batch: &[Op]| -> Result<(), (StatusCode, String)> {
         st.store
@@ -178,4 +219,36 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
             format!("{refused} of {total} samples refused (the others were stored); first: {e}"),
         )),
     }
+}
+
+/// Decodes `body` into `sc.ops`, one op per series with samples. Every
+/// series is validated before any op is made, so a bad request stores nothing.
+fn decode_ops(st: &ReceiverState, body: &[u8], sc: &mut Scratch) -> Result<(), RemoteWriteError> {
+    for op in sc.ops.drain(..) {
+        if let Op::Samples { samples, .. } = op
+            && samples.capacity() <= SPARE_CAPACITY
+            && sc.spare.len() < SPARE_VECS
+        {
+            sc.spare.push(samples);
+        }
+    }
+    let n = wire::decompress_into(body, &st.limits, &mut sc.raw)?;
+    let raw = sc.raw.get(..n).unwrap_or_default();
+    sc.batch
+        .decode(raw)
+        .map_err(|e| RemoteWriteError::Protobuf(e.to_string()))?;
+    st.series.resolve(raw, &sc.batch, &mut sc.labels)?;
+    let views = sc.batch.series_views();
+    for (s, labels) in views.iter().zip(sc.labels.drain(..)) {
+        let samples = sc.batch.samples(s);
+        if samples.is_empty() {
+            continue;
+        }
+        // Reuse the sample vector of a previous request's op when there is one.
+        let mut v = sc.spare.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(samples);
+        sc.ops.push(Op::Samples { labels, samples: v });
+    }
+    Ok(())
 }

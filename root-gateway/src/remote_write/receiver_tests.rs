@@ -11,11 +11,7 @@ use super::wire::{self, WireLimits};
 use crate::store::{LiveStore, LiveStoreConfig, Matcher, Querier, SharedStore};
 
 fn app(store: &SharedStore, limits: WireLimits) -> axum::Router {
-    router(ReceiverState {
-        store: store.clone(),
-        tap: None,
-        limits,
-    })
+    router(ReceiverState::new(store.clone(), None, limits))
 }
 
 async fn post(app: &axum::Router, body: Vec<u8>) -> (StatusCode, String) {
@@ -164,4 +160,37 @@ async fn series_without_a_name_or_with_repeated_labels_store_nothing() {
         .expect("request");
     let resp = app.clone().oneshot(v2).await.expect("answered");
     assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+/// Guards the per-thread scratch reuse: a request with fewer series, or
+/// more samples per series, than the one before it on the same thread
+/// stores exactly its own samples, and a bad one in between stores nothing.
+#[test]
+fn reused_scratch_stores_each_request_exactly() {
+    use super::receiver::ingest;
+    let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+    let st = ReceiverState::new(store.clone(), None, WireLimits::default());
+    let la = Labels::from_pairs([("__name__", "rw_metric"), ("node", "a"), ("job", "t")]);
+    let lb = Labels::from_pairs([("__name__", "rw_metric"), ("node", "b"), ("job", "t")]);
+    let two = wire::request_of([(&la, 1000, 1.0), (&lb, 1000, 10.0), (&lb, 2000, 20.0)]);
+    ingest(&st, &wire::encode(&two).expect("encode")).expect("first");
+    let bad = snap::raw::Encoder::new()
+        .compress_vec(&[0x0a, 0x05, 0x0a])
+        .expect("compress");
+    assert_eq!(
+        ingest(&st, &bad).map_err(|e| e.0),
+        Err(StatusCode::BAD_REQUEST)
+    );
+    let one = wire::request_of([(&la, 3000, 3.0), (&la, 4000, 4.0), (&la, 5000, 5.0)]);
+    ingest(&st, &wire::encode(&one).expect("encode")).expect("second");
+    assert_eq!(
+        stored(&store, "a"),
+        vec![(1000, 1.0), (3000, 3.0), (4000, 4.0), (5000, 5.0)]
+    );
+    assert_eq!(stored(&store, "b"), vec![(1000, 10.0), (2000, 20.0)]);
+    assert_eq!(
+        st.series.len(),
+        2,
+        "both series cached by their label bytes"
+    );
 }

@@ -28,8 +28,22 @@ impl Default for WireLimits {
     }
 }
 
-/// Decodes a snappy-compressed protobuf `WriteRequest` within `limits`.
+/// Decodes a snappy-compressed protobuf `WriteRequest` within `limits`
+/// (with prost: the reference the receiver's own reader is tested against).
 pub fn decode(body: &[u8], limits: &WireLimits) -> Result<WriteRequest, RemoteWriteError> {
+    let mut raw = Vec::new();
+    let n = decompress_into(body, limits, &mut raw)?;
+    WriteRequest::decode(raw.get(..n).unwrap_or_default())
+        .map_err(|e| RemoteWriteError::Protobuf(e.to_string()))
+}
+
+/// Decompresses a snappy block body within `limits` into `buf` (reused:
+/// it only grows) and returns the decompressed length, `buf[..len]`.
+pub fn decompress_into(
+    body: &[u8],
+    limits: &WireLimits,
+    buf: &mut Vec<u8>,
+) -> Result<usize, RemoteWriteError> {
     if body.len() > limits.max_body_bytes {
         return Err(RemoteWriteError::BodyTooLarge {
             limit: limits.max_body_bytes,
@@ -43,10 +57,13 @@ pub fn decode(body: &[u8], limits: &WireLimits) -> Result<WriteRequest, RemoteWr
             limit: limits.max_decoded_bytes,
         });
     }
-    let raw = snap::raw::Decoder::new()
-        .decompress_vec(body)
-        .map_err(|e| RemoteWriteError::Snappy(e.to_string()))?;
-    WriteRequest::decode(raw.as_slice()).map_err(|e| RemoteWriteError::Protobuf(e.to_string()))
+    if buf.len() < claimed {
+        buf.resize(claimed, 0);
+    }
+    let out = buf.get_mut(..claimed).unwrap_or_default();
+    snap::raw::Decoder::new()
+        .decompress(body, out)
+        .map_err(|e| RemoteWriteError::Snappy(e.to_string()))
 }
 
 /// Protobuf-encodes and snappy-compresses `req` (a request body).

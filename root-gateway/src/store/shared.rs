@@ -95,19 +95,21 @@ impl SharedStore {
         if let Some(j) = j.as_mut() {
             j.log(ops)?;
         }
-        let mut out = ApplyOutcome::default();
-        self.write(|s| {
-            for (i, op) in ops.iter().enumerate() {
-                out.applied += 1;
-                op.apply_each(s, &mut |k, r| {
-                    if r.is_err() {
-                        out.rejected += 1;
-                    }
-                    f(i, k, r);
-                });
-            }
-        });
+        // Lock hand-off: the store lock is taken before the journal lock is
+        // released, so ops apply in the order they were logged, while the
+        // next batch can already be logged during this one's apply.
+        let mut s = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         drop(j);
+        let mut out = ApplyOutcome::default();
+        for (i, op) in ops.iter().enumerate() {
+            out.applied += 1;
+            op.apply_each(&mut s, &mut |k, r| {
+                if r.is_err() {
+                    out.rejected += 1;
+                }
+                f(i, k, r);
+            });
+        }
         Ok(out)
     }
 

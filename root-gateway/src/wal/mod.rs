@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::store::codec::{CodecError, push_frame, read_frame};
+use crate::store::codec::{CodecError, crc32c, read_frame};
 use crate::store::{
     Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SnapshotCut, StoreError,
 };
@@ -158,7 +158,6 @@ pub struct Wal {
     dirty: bool,
     broken: bool,
     encoder: Encoder,
-    payload: Vec<u8>,
     frame: Vec<u8>,
     stats: Arc<WalStats>,
     /// When a failure was last logged (one line per minute, not a flood).
@@ -326,7 +325,6 @@ impl Wal {
             dirty: false,
             broken: false,
             encoder: Encoder::default(),
-            payload: Vec::new(),
             frame: Vec::new(),
             stats,
             last_error_log: None,
@@ -469,10 +467,18 @@ impl Journal for Wal {
             // A failed write may have left dictionary entries unwritten.
             self.rotate()?;
         }
-        self.payload.clear();
-        self.encoder.encode(ops, &mut self.payload);
+        // The record is encoded straight after its 8-byte header (length,
+        // CRC-32C), filled in once the payload is known: no second buffer.
         self.frame.clear();
-        push_frame(&mut self.frame, &self.payload);
+        self.frame.extend_from_slice(&[0; 8]);
+        self.encoder.encode(ops, &mut self.frame);
+        let payload = self.frame.get(8..).unwrap_or_default();
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let crc = crc32c(payload);
+        if let Some(head) = self.frame.get_mut(..8) {
+            head[..4].copy_from_slice(&len.to_le_bytes());
+            head[4..].copy_from_slice(&crc.to_le_bytes());
+        }
         if let Err(e) = self.file.write_all(&self.frame) {
             return Err(self.fail("write to", e));
         }

@@ -19,6 +19,9 @@
 //! ```
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use rustc_hash::FxHasher;
 
 use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
 use crate::store::{Labels, Op, Sample};
@@ -36,8 +39,10 @@ const MAX_BATCH: usize = 1 << 20;
 /// Encodes op batches for one segment (keeps the segment's dictionaries).
 #[derive(Debug, Default)]
 pub struct Encoder {
-    series: HashMap<Labels, u64>,
-    sources: HashMap<String, u64>,
+    /// Series defined in this segment. Fx, not SipHash: hashed once per
+    /// series per batch on the ingest path; keys are validated label sets.
+    series: HashMap<Labels, u64, BuildHasherDefault<FxHasher>>,
+    sources: HashMap<String, u64, BuildHasherDefault<FxHasher>>,
 }
 
 impl Encoder {
