@@ -402,7 +402,10 @@ impl Addressing {
             .collect()
     }
 
-    /// QUIC address of a plan peer.
+    /// QUIC address of a plan peer; for the gateway, the first one. (A link
+    /// whose backup is the gateway fails over to that one only, so with
+    /// several gateways the others miss what it sends while on the backup:
+    /// see "What is not done yet" in the README.)
     pub fn of(&self, plan: &Plan, peer: &Peer) -> Result<String> {
         match peer {
             Peer::Gateway => self
