@@ -402,10 +402,9 @@ impl Addressing {
             .collect()
     }
 
-    /// QUIC address of a plan peer; for the gateway, the first one. (A link
-    /// whose backup is the gateway fails over to that one only, so with
-    /// several gateways the others miss what it sends while on the backup:
-    /// see "What is not done yet" in the README.)
+    /// QUIC address of a plan peer; for the gateway, the first one (a node
+    /// whose backup is the gateway fails over to every address in its
+    /// config's `gateways`, this one first).
     pub fn of(&self, plan: &Plan, peer: &Peer) -> Result<String> {
         match peer {
             Peer::Gateway => self
