@@ -402,7 +402,9 @@ impl Addressing {
             .collect()
     }
 
-    /// QUIC address of a plan peer.
+    /// QUIC address of a plan peer; for the gateway, the first one (a node
+    /// whose backup is the gateway fails over to every address in its
+    /// config's `gateways`, this one first).
     pub fn of(&self, plan: &Plan, peer: &Peer) -> Result<String> {
         match peer {
             Peer::Gateway => self

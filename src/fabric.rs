@@ -183,6 +183,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
                 interior: l.role == Role::Interior && !l.children.is_empty(),
                 primary,
                 backup: target(&l.backup),
+                backup_group: Vec::new(),
                 ack_timeout: Some(Duration::from_millis(config::ack_timeout_ms(l.depth))),
             });
         }

@@ -139,6 +139,9 @@ pub struct PlannedUplink {
     pub primary: UplinkTarget,
     /// The planned backup parent.
     pub backup: Option<UplinkTarget>,
+    /// Reached together with `backup` on a failover (the other gateways,
+    /// when the backup is the gateway and there are several).
+    pub backup_group: Vec<UplinkTarget>,
     /// Ack timeout (none: the uplink's default).
     pub ack_timeout: Option<Duration>,
 }
@@ -200,6 +203,7 @@ pub async fn spawn_node(
             UplinkConfig {
                 buffer: buffer.clone(),
                 ack_timeout: u.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT),
+                backup_group: u.backup_group,
                 ..UplinkConfig::new(u.primary, u.backup)
             },
         );
@@ -329,10 +333,27 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                         addr: config::addr("gateways", g)?,
                     },
                     backup: None,
+                    backup_group: Vec::new(),
                     ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
                 });
             }
             continue;
+        }
+        let backup_addr = config::addr("backup_addr", &u.backup_addr)?;
+        // A backup that is the gateway, when there are several, is all of
+        // them: the child then stands in for its subtree top, which sends
+        // to every gateway, so none misses what goes up the backup.
+        let mut backup_group = Vec::new();
+        if u.backup == GATEWAY_NAME {
+            for g in &f.gateways {
+                let addr = config::addr("gateways", g)?;
+                if addr != backup_addr {
+                    backup_group.push(UplinkTarget {
+                        name: GATEWAY_NAME.into(),
+                        addr,
+                    });
+                }
+            }
         }
         ups.push(PlannedUplink {
             subtree: u.subtree,
@@ -343,8 +364,9 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
             },
             backup: Some(UplinkTarget {
                 name: u.backup.clone(),
-                addr: config::addr("backup_addr", &u.backup_addr)?,
+                addr: backup_addr,
             }),
+            backup_group,
             ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
         });
     }

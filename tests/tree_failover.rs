@@ -30,6 +30,17 @@ struct Fabric {
 
 /// Starts the nodes, then, `gateway_delay` later, the gateways.
 fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
+    start_with(gateways, spread, gateway_delay, &[], Duration::ZERO)
+}
+
+/// [`start`], but the hosts in `late` start `late_delay` after the gateways.
+fn start_with(
+    gateways: usize,
+    spread: u32,
+    gateway_delay: Duration,
+    late: &[&str],
+    late_delay: Duration,
+) -> Fabric {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path().to_str().expect("utf-8 path").to_string();
     let base = port_base(spread).to_string();
@@ -43,7 +54,7 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
     let mut hosts = BTreeMap::new();
     let metrics_port = free_port();
     let metrics = format!("127.0.0.1:{metrics_port}");
-    for i in 1..=16 {
+    let mut spawn_node = |procs: &mut Procs, i: usize| {
         let h = format!("h{i:02}");
         let file = format!("{d}/{h}.toml");
         let mut args = vec!["node", "--config", &file, "--synthetic"];
@@ -51,6 +62,10 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
             args.extend(["--metrics", &metrics]);
         }
         hosts.insert(h, procs.spawn(&args));
+    };
+    let is_late = |i: usize| late.contains(&format!("h{i:02}").as_str());
+    for i in (1..=16).filter(|&i| !is_late(i)) {
+        spawn_node(&mut procs, i);
     }
     std::thread::sleep(gateway_delay);
     let mut gws = Vec::new();
@@ -71,6 +86,12 @@ fn start(gateways: usize, spread: u32, gateway_delay: Duration) -> Fabric {
             &grpc,
         ]);
         gws.push((http, i));
+    }
+    if !late.is_empty() {
+        std::thread::sleep(late_delay);
+        for i in (1..=16).filter(|&i| is_late(i)) {
+            spawn_node(&mut procs, i);
+        }
     }
     for &(http, _) in &gws {
         wait_for("16 nodes up with ticks", Duration::from_secs(60), || {
@@ -232,4 +253,29 @@ fn ticks_made_before_any_parent_answers_are_buffered_and_sent() {
         "ticks lost before the gateway came up:\n{}",
         faults.join("\n")
     );
+}
+
+#[test]
+fn a_failover_to_the_gateway_reaches_every_gateway() {
+    // Tops h01 and h02 start 5 s after the rest: their children fail over
+    // to their backup, the gateway. h05 then has both paths there (its own
+    // link under h01, and h10's under h02, which carries its leaf link), so
+    // a gateway that the backup did not reach would miss its first ticks.
+    let f = start_with(
+        2,
+        21_000,
+        Duration::ZERO,
+        &["h01", "h02"],
+        Duration::from_secs(5),
+    );
+    let now = now_ms();
+    for (k, &(http, _)) in f.gateways.iter().enumerate() {
+        arrived_past(http, None, now);
+        let faults = faults(http, None, now - 4_000);
+        assert!(
+            faults.is_empty(),
+            "gateway {k}: ticks lost while the tops were not up:\n{}",
+            faults.join("\n")
+        );
+    }
 }

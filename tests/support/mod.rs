@@ -22,7 +22,26 @@ pub struct Procs(pub Vec<Child>);
 
 impl Procs {
     /// Starts `canopy ARGS` with its output discarded; returns its index.
+    ///
+    /// With `CANOPY_TEST_LOGS=DIR` in the environment, its log (stderr) is
+    /// kept in `DIR/<test pid>-<test>/<n>-<config or role>.log` instead, to
+    /// see what each process did in a failed run.
     pub fn spawn(&mut self, args: &[&str]) -> usize {
+        if let Some(dir) = std::env::var_os("CANOPY_TEST_LOGS") {
+            let what = args
+                .iter()
+                .position(|a| *a == "--config")
+                .and_then(|i| args.get(i + 1))
+                .and_then(|f| std::path::Path::new(f).file_stem())
+                .and_then(|s| s.to_str())
+                .or(args.first().copied())
+                .unwrap_or("canopy");
+            let test = std::thread::current().name().unwrap_or("test").to_string();
+            let dir = std::path::PathBuf::from(dir).join(format!("{}-{test}", std::process::id()));
+            let name = format!("{:02}-{what}.log", self.0.len());
+            std::fs::create_dir_all(&dir).expect("CANOPY_TEST_LOGS directory");
+            return self.spawn_logged(args, &dir.join(name));
+        }
         let child = Command::new(BIN)
             .args(args)
             .stdout(Stdio::null())

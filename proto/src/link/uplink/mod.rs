@@ -24,6 +24,7 @@
 #[cfg(test)]
 mod ack_tests;
 mod outbox;
+mod parents;
 mod rebuild;
 mod stall;
 
@@ -38,6 +39,7 @@ pub use outbox::{AckError, BufferLimits, Outbox, OutboxStats};
 
 use super::{Control, Dialer, OutboundLink, unix_now_ms};
 use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
+use parents::Parents;
 use stall::{AckClock, AckHold, sleep_until_due};
 
 /// Where one parent listens.
@@ -56,6 +58,12 @@ pub struct UplinkConfig {
     pub primary: UplinkTarget,
     /// Planned backup parent, if any.
     pub backup: Option<UplinkTarget>,
+    /// Parents reached together with `backup` on a failover: each record
+    /// then goes to every one that answers, and counts as acknowledged
+    /// once all of them acknowledged it. For a backup that is "the
+    /// gateway" when there are several: the failed-over child stands in
+    /// for its subtree top, which sends to every gateway. Empty: none.
+    pub backup_group: Vec<UplinkTarget>,
     /// Limits of the replay buffer.
     pub buffer: BufferLimits,
     /// Pause between failed connection attempts.
@@ -84,6 +92,7 @@ impl UplinkConfig {
         Self {
             primary,
             backup,
+            backup_group: Vec::new(),
             buffer: BufferLimits::default(),
             retry: Duration::from_millis(250),
             probe_interval: Duration::from_secs(2),
@@ -342,6 +351,34 @@ async fn connect(dialer: &Dialer, t: &UplinkTarget) -> Option<OutboundLink> {
     }
 }
 
+/// Connects to `first` and every member of `also` at once; the links of
+/// those that answered (none: `None`).
+async fn connect_all(
+    dialer: &Arc<Dialer>,
+    first: &UplinkTarget,
+    also: &[UplinkTarget],
+) -> Option<Parents> {
+    if also.is_empty() {
+        return connect(dialer, first)
+            .await
+            .and_then(|l| Parents::new(vec![l]));
+    }
+    let dials: Vec<_> = std::iter::once(first)
+        .chain(also)
+        .map(|t| {
+            let (d, t) = (dialer.clone(), t.clone());
+            tokio::spawn(async move { connect(&d, &t).await })
+        })
+        .collect();
+    let mut links = Vec::new();
+    for d in dials {
+        if let Ok(Some(l)) = d.await {
+            links.push(l);
+        }
+    }
+    Parents::new(links)
+}
+
 /// How one connection ended.
 enum End {
     /// Every handle dropped: stop.
@@ -373,7 +410,7 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
             primary_lost |= held;
             None
         } else {
-            connect(&dialer, &cfg.primary).await
+            connect_all(&dialer, &cfg.primary, &[]).await
         };
         if link.is_none() {
             stats
@@ -381,11 +418,11 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
                 .fetch_add(u64::from(!primary_lost), Ordering::Relaxed);
             primary_lost = false;
             if let Some(b) = &cfg.backup {
-                link = connect(&dialer, b).await;
+                link = connect_all(&dialer, b, &cfg.backup_group).await;
                 on_backup = link.is_some();
-                if on_backup {
+                if let Some(l) = &link {
                     stats.failovers.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(primary = %cfg.primary.name, backup = %b.name, "uplink failed over to backup parent");
+                    tracing::warn!(primary = %cfg.primary.name, backup = %b.name, links = l.len(), "uplink failed over to backup parent");
                 }
             }
         }
@@ -436,10 +473,10 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
 /// Replays the backlog (each finished segment on a link of its own), then
 /// streams the live segment until the link ends.
 async fn serve(
-    dialer: &Dialer,
+    dialer: &Arc<Dialer>,
     cfg: &UplinkConfig,
     shared: &Shared,
-    mut link: OutboundLink,
+    mut link: Parents,
     target: &UplinkTarget,
     on_backup: bool,
     hold: &AckHold,
@@ -487,7 +524,12 @@ async fn serve(
         link.close().await;
         shared.outbox().backlog_done();
         stats.segments_replayed.fetch_add(1, Ordering::Relaxed);
-        match connect(dialer, target).await {
+        let also = if on_backup {
+            &cfg.backup_group[..]
+        } else {
+            &[]
+        };
+        match connect_all(dialer, target, also).await {
             Some(l) => link = l,
             None => return End::Lost,
         }
@@ -648,7 +690,7 @@ enum Replayed {
 }
 
 /// Waits, at most `wait`, until the parent acks `n` records of `link`.
-async fn replay_acked(link: &OutboundLink, n: u64, wait: Duration) -> Replayed {
+async fn replay_acked(link: &Parents, n: u64, wait: Duration) -> Replayed {
     let acked = async {
         loop {
             match link.recv_control().await {
