@@ -480,3 +480,4 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 
 #[cfg(test)]
 mod tests;
+pub(in crate::store) mod v1;
