@@ -6,33 +6,27 @@
 //! panicking.
 
 /// Appends `n` (0..=64) low bits of `v` to `buf`, whose first `*len` bits
-/// are in use (`buf` holds exactly `len.div_ceil(8)` bytes). The buffer
-/// grows by small steps so an open chunk keeps little slack.
+/// are in use. The buffer grows by small steps so an open chunk keeps
+/// little slack.
 pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
-    let n = n.min(64);
-    if n == 0 {
-        return;
+    let mut n = n.min(64);
+    while n > 0 {
+        let used = *len % 8;
+        if used == 0 {
+            if buf.len() == buf.capacity() {
+                buf.reserve_exact((buf.len() / 8).max(16));
+            }
+            buf.push(0);
+        }
+        let free = 8 - used;
+        let take = free.min(n);
+        let part = (v >> (n - take)) & ((1u64 << take) - 1);
+        if let Some(last) = buf.last_mut() {
+            *last |= (part as u8) << (free - take);
+        }
+        *len += take;
+        n -= take;
     }
-    let v = if n == 64 { v } else { v & ((1u64 << n) - 1) };
-    let used = *len % 8;
-    // The bits top-aligned after the `used` bits of the last byte: at most
-    // 7 + 64 bits, so they fit a u128 and take at most 9 bytes.
-    let total = used + n;
-    let word = (u128::from(v) << (128 - total)).to_be_bytes();
-    let nbytes = total.div_ceil(8) as usize;
-    let (head, new) = if used > 0 {
-        (word[0], word.get(1..nbytes).unwrap_or(&[]))
-    } else {
-        (0, word.get(..nbytes).unwrap_or(&[]))
-    };
-    if let Some(last) = buf.last_mut().filter(|_| used > 0) {
-        *last |= head;
-    }
-    if buf.len() + new.len() > buf.capacity() {
-        buf.reserve_exact((buf.len() / 8).max(16).max(new.len()));
-    }
-    buf.extend_from_slice(new);
-    *len += n;
 }
 
 /// Number of significant bits of `v` (0 for 0).
