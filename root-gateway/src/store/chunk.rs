@@ -32,9 +32,11 @@
 //! values rounded to a few decimals (CPU seconds to the ms, ratios to 0.01,
 //! and sums of such values, a few ulps off the decimal) then cost the bits
 //! of their mantissa's change. Any other value (NaN, staleness markers, -0.0,
-//! infinities, noisy floats) takes the XOR form. The encoder picks the
-//! shorter of the forms that apply; both sides keep the same state, so the
-//! decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
+//! infinities, noisy floats) takes the XOR form. The encoder takes an exact
+//! decimal at the current exponent at once, else the shorter of decimal and
+//! XOR, and searches for a new exponent only when XOR is long (waiting a
+//! while after searches that found none); both sides keep the same state,
+//! so the decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
 //! samples so retention can drop whole chunks.
 
 use canopy_proto::model::Sample;
