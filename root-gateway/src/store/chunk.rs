@@ -32,9 +32,11 @@
 //! values rounded to a few decimals (CPU seconds to the ms, ratios to 0.01,
 //! and sums of such values, a few ulps off the decimal) then cost the bits
 //! of their mantissa's change. Any other value (NaN, staleness markers, -0.0,
-//! infinities, noisy floats) takes the XOR form. The encoder picks the
-//! shorter of the forms that apply; both sides keep the same state, so the
-//! decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
+//! infinities, noisy floats) takes the XOR form. The encoder takes an exact
+//! decimal at the current exponent at once, else the shorter of decimal and
+//! XOR, and searches for a new exponent only when XOR is long (waiting a
+//! while after searches that found none); both sides keep the same state,
+//! so the decoder needs no hints. Chunks are sealed after [`CHUNK_SAMPLES`]
 //! samples so retention can drop whole chunks.
 
 use canopy_proto::model::Sample;
@@ -48,6 +50,8 @@ const NONE: u8 = 0xff;
 /// Largest decimal exponent.
 const MAX_EXP: u8 = 7;
 const POW10: [f64; 8] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7];
+/// Longest wait (changed values) between searches for a decimal exponent.
+const MAX_SKIP: u8 = 32;
 /// Longest residual (bits) a decimal form carries.
 const MAX_RESID: u32 = 15;
 /// Largest magnitude at which every integer is an exact f64.
@@ -140,6 +144,13 @@ struct State {
     /// The XOR window: leading zeros and significant bits.
     lead: u8,
     sig: u8,
+    /// Encoder only (the decoder leaves it 0, snapshots drop it): changed
+    /// values still to write before the next search for a decimal
+    /// exponent, after searches that found none (noisy floats).
+    skip: u8,
+    /// Encoder only: the wait after the last fruitless search (doubles up
+    /// to [`MAX_SKIP`], back to 0 when a search succeeds).
+    backoff: u8,
 }
 
 impl State {
@@ -152,6 +163,8 @@ impl State {
             exp: NONE,
             lead: NONE,
             sig: 0,
+            skip: 0,
+            backoff: 0,
         }
     }
 }
@@ -272,7 +285,12 @@ impl Chunk {
         }
     }
 
-    /// Writes a value that differs from the previous one.
+    /// Writes a value that differs from the previous one. The form is
+    /// picked from cheap tests in a fixed order, stopping at the first
+    /// that fits: the decimal form at the current exponent when it needs
+    /// no residual (the common case of counters and rounded gauges), else
+    /// the shorter of it and XOR, and only then (when XOR is long) a search
+    /// for a new exponent, skipped for a while after searches that failed.
     fn push_value(&mut self, v: f64) {
         let st = self.st;
         let bits = v.to_bits();
@@ -280,40 +298,21 @@ impl Chunk {
             .then(|| decimal(v, st.exp))
             .flatten()
             .and_then(|(m, r)| Some(Form::Decimal(zigzag(m.checked_sub(st.mant)?), r)));
-        let x = bits ^ st.bits;
-        let (lead, trail) = (x.leading_zeros() as u8, x.trailing_zeros() as u8);
-        let xor = if st.lead != NONE && lead >= st.lead && trail >= 64 - st.lead - st.sig {
-            Form::Xor {
-                x,
-                lead: st.lead,
-                sig: st.sig,
-                new: false,
-            }
-        } else {
-            Form::Xor {
-                x,
-                lead,
-                sig: 64 - lead - trail,
-                new: true,
+        let best = match dec {
+            Some(d @ Form::Decimal(_, 0)) => d,
+            dec => {
+                let xor = self.xor_form(bits);
+                let best = match dec {
+                    Some(d) if d.cost() <= xor.cost() => d,
+                    _ => xor,
+                };
+                if matches!(best, Form::Xor { sig, .. } if sig > 12) {
+                    self.search_exp(v, best)
+                } else {
+                    best
+                }
             }
         };
-        let mut best = match dec {
-            Some(d) if d.cost() <= xor.cost() => d,
-            _ => xor,
-        };
-        if matches!(best, Form::Xor { sig, .. } if sig > 12) {
-            let prev = f64::from_bits(st.bits);
-            let found = (0..=MAX_EXP).find_map(|e| {
-                let (m, r) = decimal(v, e)?;
-                let d = m.checked_sub(approx(prev, e)?)?;
-                Some(Form::NewExp(e, m, zigzag(d), r))
-            });
-            if let Some(f) = found
-                && f.cost() < best.cost()
-            {
-                best = f;
-            }
-        }
         match best {
             Form::Decimal(z, r) => {
                 self.put(0b10, 2);
@@ -344,6 +343,57 @@ impl Chunk {
             }
         }
         self.st.bits = bits;
+    }
+
+    /// The XOR form of `bits`: inside the previous window when it fits.
+    fn xor_form(&self, bits: u64) -> Form {
+        let st = &self.st;
+        let x = bits ^ st.bits;
+        let (lead, trail) = (x.leading_zeros() as u8, x.trailing_zeros() as u8);
+        if st.lead != NONE && lead >= st.lead && trail >= 64 - st.lead - st.sig {
+            Form::Xor {
+                x,
+                lead: st.lead,
+                sig: st.sig,
+                new: false,
+            }
+        } else {
+            Form::Xor {
+                x,
+                lead,
+                sig: 64 - lead - trail,
+                new: true,
+            }
+        }
+    }
+
+    /// `best`, or a decimal form at a new exponent when one is shorter.
+    /// Integral values try exponent 0 alone (the only one that can be
+    /// shorter); after a search that finds
+    /// nothing, the next ones wait 1, 3, 7 .. [`MAX_SKIP`] changed values.
+    fn search_exp(&mut self, v: f64, best: Form) -> Form {
+        if self.st.skip > 0 {
+            self.st.skip -= 1;
+            return best;
+        }
+        let prev = f64::from_bits(self.st.bits);
+        let exps = if v.fract() == 0.0 { 0..=0 } else { 0..=MAX_EXP };
+        let found = exps.into_iter().find_map(|e| {
+            let (m, r) = decimal(v, e)?;
+            let d = m.checked_sub(approx(prev, e)?)?;
+            Some(Form::NewExp(e, m, zigzag(d), r))
+        });
+        match found {
+            Some(f) if f.cost() < best.cost() => {
+                self.st.backoff = 0;
+                f
+            }
+            _ => {
+                self.st.backoff = (self.st.backoff * 2 + 1).min(MAX_SKIP);
+                self.st.skip = self.st.backoff;
+                best
+            }
+        }
     }
 
     /// Appends the chunk's full state (for snapshots).
@@ -390,6 +440,8 @@ impl Chunk {
                 exp,
                 lead,
                 sig,
+                skip: 0,
+                backoff: 0,
             },
         })
     }
@@ -480,3 +532,4 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 
 #[cfg(test)]
 mod tests;
+pub(in crate::store) mod v1;

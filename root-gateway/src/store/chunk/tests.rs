@@ -272,3 +272,37 @@ proptest! {
         assert_round_trip(&encode(&samples), &samples);
     }
 }
+
+#[test]
+fn decimal_values_after_noise_are_found_again() {
+    // 40 noisy floats make the encoder back off its exponent search; the
+    // rounded gauge after them must still round trip and soon go decimal.
+    let s: Vec<(i64, f64)> = (0..240i64)
+        .map(|i| {
+            let v = if i < 40 {
+                (i as f64 + 0.5).sqrt()
+            } else {
+                0.5 + (i * 37 % 400) as f64 / 100.0
+            };
+            (i * 1000, v)
+        })
+        .collect();
+    let c = encode(&s);
+    assert_round_trip(&c, &s);
+    // Noise at <= 4 + 64 bits, then the gauge at the decimal cost (1 + 2 +
+    // 5 + 10 + 1 bits) after at most MAX_SKIP more XOR values.
+    let bound = 8 + (39 + MAX_SKIP as usize) * 69 / 8 + (200 - MAX_SKIP as usize) * 19 / 8;
+    assert!(c.byte_len() <= bound, "{} > {bound}", c.byte_len());
+    // The search state is the encoder's alone: a chunk read back from its
+    // state encodes the next value the same way on both.
+    let mut state = Vec::new();
+    c.write_state(&mut state);
+    let mut back = Chunk::read_state(&mut Cursor::new(&state)).expect("read_state");
+    back.push(240_000, 1.25);
+    let mut out = Vec::new();
+    back.decode(&mut out);
+    assert_eq!(
+        out.last().map(|p| (p.ts_ms, p.value)),
+        Some((240_000, 1.25))
+    );
+}

@@ -3,7 +3,7 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v2"
+//! magic  "canopy-snapshot-v2" (or "-v1": read, its chunks converted)
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
 //! series 0x03 labels | source+1 (0 none) | n_chunks | chunk state*
@@ -21,8 +21,11 @@ use crate::store::codec::{
 };
 use crate::store::intern::SymLabels;
 
-/// v2: bit-packed chunks (v1 held byte-aligned ones and is not read).
+/// v2: bit-packed chunks.
 const MAGIC: &[u8] = b"canopy-snapshot-v2";
+/// v1 (the release before): the same records with byte-aligned chunks,
+/// still read so an upgrade loads its predecessor's data dir.
+const MAGIC_V1: &[u8] = b"canopy-snapshot-v1";
 /// Largest record accepted when reading (one series' chunks).
 const MAX_RECORD: usize = 64 << 20;
 
@@ -127,7 +130,8 @@ impl LiveStore {
             }
         };
         next(&mut buf)?;
-        if buf != MAGIC {
+        let v1 = buf == MAGIC_V1;
+        if buf != MAGIC && !v1 {
             return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
         }
         next(&mut buf)?;
@@ -183,7 +187,11 @@ impl LiveStore {
             let n = c.len(buf.len())?;
             let mut chunks = Vec::with_capacity(n);
             for _ in 0..n {
-                chunks.push(Arc::new(Chunk::read_state(&mut c)?));
+                chunks.push(Arc::new(if v1 {
+                    crate::store::chunk::v1::read_state(&mut c)?
+                } else {
+                    Chunk::read_state(&mut c)?
+                }));
             }
             let syms = s.strings.intern(&labels);
             let entries = &s.entries;

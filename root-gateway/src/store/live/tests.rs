@@ -188,3 +188,104 @@ fn snapshot_round_trip_keeps_every_answer() {
         );
     }
 }
+
+/// A metric name, whether it has a source, and its samples.
+type V1Series = (&'static str, bool, Vec<(i64, f64)>);
+
+/// The samples of `tests/data/snapshot_v1.bin`, as `gen_snapshot_v1.rs`
+/// (next to it) generated them: (metric, has a source, samples).
+fn v1_series() -> Vec<V1Series> {
+    let counter = (0..300i64)
+        .map(|i| {
+            let ts = i * 1000 + (i % 3) + if i >= 200 { 5_000 } else { 0 };
+            (ts, (i * 40_960 + i % 7) as f64)
+        })
+        .collect();
+    let odd = [
+        1.5,
+        f64::NAN,
+        -0.0,
+        0.0,
+        1e300,
+        f64::from_bits(0x7ff0_0000_0000_0002),
+        f64::INFINITY,
+        -3.0,
+        9e15,
+        -9e15,
+        0.1 + 0.2,
+        f64::MIN_POSITIVE,
+    ];
+    let mixed = (0..60i64)
+        .map(|i| {
+            let v = match i {
+                0..12 => odd[i as usize],
+                12..36 => i as f64 * 0.01,
+                _ => (i as f64).sqrt(),
+            };
+            (1_000 + i * 500, v)
+        })
+        .collect();
+    let steady = (0..10i64).map(|i| (i * 1000, 5.0)).collect();
+    vec![
+        ("v1_counter", true, counter),
+        ("v1_mixed", false, mixed),
+        ("v1_steady", false, steady),
+    ]
+}
+
+#[test]
+fn upgrade_reads_v1_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v1.bin");
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    assert_eq!(s.now_ms(), 310_000);
+    let st = s.stats();
+    assert_eq!(
+        (st.rejected_series, st.out_of_order, st.sources_died),
+        (2, 3, 1)
+    );
+    let want = v1_series();
+    assert_eq!(s.entries.iter().flatten().count(), want.len());
+    for (name, sourced, samples) in &want {
+        let e = s
+            .entries
+            .iter()
+            .flatten()
+            .find(|e| s.strings.labels(&e.labels).name() == *name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(e.source.is_some(), *sourced, "{name}");
+        // Converted chunks keep the v1 chunk boundaries (240 samples).
+        assert_eq!(
+            e.chunks.len(),
+            samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
+            "{name}"
+        );
+        let mut got = Vec::new();
+        for c in &e.chunks {
+            c.decode(&mut got);
+        }
+        let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
+        let want: Vec<_> = samples.iter().map(|p| (p.0, p.1.to_bits())).collect();
+        assert_eq!(got, want, "{name}: every sample, bit for bit");
+    }
+    // A series without a source answers queries with its samples as stored.
+    let p = pts(&s, "v1_steady", 0, 9_000);
+    assert_eq!(p.len(), 10);
+    assert!(p.iter().all(|x| x.1 == 5.0));
+    // The loaded store keeps accepting data and writes a v2 snapshot that
+    // reads back the same.
+    let mut s = s;
+    let l = Labels::metric("v1_steady", [("node", "n1")]);
+    s.append(None, &l, 10_000, 6.0).unwrap();
+    let mut v2 = Vec::new();
+    s.write_snapshot(&mut v2).unwrap();
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v2"));
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
+    assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
+    // Every truncation of the v1 stream is an error, never a panic.
+    for cut in [20, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+}
