@@ -209,11 +209,9 @@ impl SlurmJobsCollector {
     }
 
     /// Whether Slurm's cgroup layout exists here (then jobs come from it).
-    fn cgroup_layout(&self, v2_roots: &[PathBuf]) -> bool {
-        let v1 = ["memory", "cpuacct"].iter().any(|c| {
-            cgroup_v1::subdirs(&self.cgroup_root.join(c))
-                .is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm")))
-        });
+    /// `v1`: what this tick's v1 scan saw (a `slurm*` directory under
+    /// `memory/` or `cpuacct/`).
+    fn cgroup_layout(&self, v1: bool, v2_roots: &[PathBuf]) -> bool {
         v1 || v2_roots.iter().any(|r| {
             cgroup_v1::subdirs(&r.join("system.slice"))
                 .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
@@ -254,8 +252,13 @@ impl SlurmJobsCollector {
     }
 
     /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
-    fn scan(&mut self, v2_roots: &[PathBuf], first: &mut Option<LeafError>) -> Vec<JobCgroup> {
-        let (mut jobs, errs) = cgroup_v1::scan_jobs(&self.cgroup_root);
+    /// Also says whether Slurm's v1 layout is there.
+    fn scan(
+        &mut self,
+        v2_roots: &[PathBuf],
+        first: &mut Option<LeafError>,
+    ) -> (Vec<JobCgroup>, bool) {
+        let (mut jobs, errs, v1_layout) = cgroup_v1::scan_jobs_layout(&self.cgroup_root);
         for e in errs {
             self.count("cgroup", first, e);
         }
@@ -270,7 +273,7 @@ impl SlurmJobsCollector {
                 }
             }
         }
-        jobs
+        (jobs, v1_layout)
     }
 
     fn user_of(&mut self, uid: u32) -> String {
@@ -409,9 +412,9 @@ impl Collector for SlurmJobsCollector {
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
         let v2_roots = self.v2_roots();
-        let mut jobs = self.scan(&v2_roots, &mut first);
+        let (mut jobs, v1_layout) = self.scan(&v2_roots, &mut first);
         let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
-        if jobs.is_empty() && !self.cgroup_layout(&v2_roots) {
+        if jobs.is_empty() && !self.cgroup_layout(v1_layout, &v2_roots) {
             self.scan_procs(&mut jobs, &mut proc_io, &mut first);
         }
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
