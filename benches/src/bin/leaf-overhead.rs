@@ -12,8 +12,9 @@
 //! that samples the host only (for context), and `prometheus-node-exporter`,
 //! which this program scrapes over HTTP every second. After a warm-up it
 //! checks that the leaf's series reached the gateway, then measures one
-//! window: CPU from `/proc/<pid>/stat` utime + stime (and, finer, the
-//! threads' schedstat), and peak RSS from VmHWM. Medians over the runs are
+//! window: CPU from the threads' `/proc/<pid>/task/*/schedstat` run time
+//! (ns; utime + stime in 10 ms clock ticks beside it as a cross-check),
+//! and peak RSS from VmHWM. Medians over the runs are
 //! reported as a table or JSON.
 #![allow(clippy::print_stdout)]
 
@@ -400,14 +401,23 @@ fn measure(
         procs.check_alive()?;
         for (i, &p) in pids.iter().enumerate() {
             let w = Window::from_readings(
-                before[i],
-                after[i],
+                &before[i],
+                &after[i],
                 secs,
                 tck,
                 procfs::read_status_bytes(p, "VmHWM")?,
                 procfs::read_status_bytes(p, "VmRSS")?,
                 procfs::read_status_bytes(p, "RssAnon")?,
             );
+            if w.exited_threads > 0 {
+                eprintln!(
+                    "run {}: {}: {} thread(s) exited in the window; its schedstat CPU misses their last run time (ticks: {:.3} %)",
+                    run + 1,
+                    rows[i].name,
+                    w.exited_threads,
+                    w.tick_pct
+                );
+            }
             rows[i].windows.push(w);
         }
         let scrapes = scraper.ok.load(Ordering::Relaxed) - ok0;

@@ -15,11 +15,15 @@ use procfs::CpuReading;
 /// One process's cost over one measurement window.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Window {
-    /// CPU share of one core, percent, from utime + stime.
+    /// CPU share of one core, percent, from the threads' schedstat run
+    /// time (ns resolution).
     pub cpu_pct: f64,
-    /// The same from the threads' schedstat run time (ns resolution; misses
-    /// threads that exited during the window).
-    pub sched_pct: f64,
+    /// The same from utime + stime (clock ticks, 10 ms: over 30 s one tick
+    /// is 0.033 %); counts threads that exited during the window.
+    pub tick_pct: f64,
+    /// Threads that exited during the window: their last run time is
+    /// missing from `cpu_pct` (not from `tick_pct`).
+    pub exited_threads: usize,
     /// Peak resident set (VmHWM) at the window's end, bytes.
     pub hwm_bytes: u64,
     /// Resident set (VmRSS) at the window's end, bytes.
@@ -31,8 +35,8 @@ pub struct Window {
 impl Window {
     /// The window between two readings `secs` apart (`tck` ticks a second).
     pub fn from_readings(
-        a: CpuReading,
-        b: CpuReading,
+        a: &CpuReading,
+        b: &CpuReading,
         secs: f64,
         tck: u64,
         hwm_bytes: u64,
@@ -41,10 +45,11 @@ impl Window {
     ) -> Self {
         let secs = secs.max(1e-9);
         let ticks = b.ticks.saturating_sub(a.ticks) as f64;
-        let ns = b.sched_ns.saturating_sub(a.sched_ns) as f64;
+        let d = a.sched_delta(b);
         Window {
-            cpu_pct: ticks / tck.max(1) as f64 / secs * 100.0,
-            sched_pct: ns / 1e9 / secs * 100.0,
+            cpu_pct: d.ns as f64 / 1e9 / secs * 100.0,
+            tick_pct: ticks / tck.max(1) as f64 / secs * 100.0,
+            exited_threads: d.exited,
             hwm_bytes,
             rss_bytes,
             anon_bytes,
@@ -81,14 +86,14 @@ pub struct Row {
 }
 
 impl Row {
-    /// Median CPU share (utime + stime), percent of one core.
+    /// Median CPU share (schedstat), percent of one core.
     pub fn cpu_pct(&self) -> f64 {
         median(&self.windows.iter().map(|w| w.cpu_pct).collect::<Vec<_>>())
     }
 
-    /// Median CPU share from schedstat, percent of one core.
-    pub fn sched_pct(&self) -> f64 {
-        median(&self.windows.iter().map(|w| w.sched_pct).collect::<Vec<_>>())
+    /// Median CPU share from utime + stime, percent of one core.
+    pub fn tick_pct(&self) -> f64 {
+        median(&self.windows.iter().map(|w| w.tick_pct).collect::<Vec<_>>())
     }
 
     /// Median peak RSS, MiB.
@@ -171,7 +176,7 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
     let _ = writeln!(
         s,
         "{:<38} {:>7} {:>10} {:>17} {:>11} {:>12} {:>9}",
-        "process", "series", "CPU %core", "(min..max)", "sched %core", "peak RSS MiB", "anon MiB"
+        "process", "series", "CPU %core", "(min..max)", "ticks %core", "peak RSS MiB", "anon MiB"
     );
     for r in rows {
         let (lo, hi) = r.cpu_range();
@@ -186,7 +191,7 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
             },
             r.cpu_pct(),
             format!("({lo:.3}..{hi:.3})"),
-            r.sched_pct(),
+            r.tick_pct(),
             r.hwm_mib(),
             r.anon_mib()
         );
@@ -244,9 +249,10 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             .iter()
             .map(|w| {
                 format!(
-                    "{{\"cpu_pct\":{},\"sched_pct\":{},\"hwm_bytes\":{},\"rss_bytes\":{},\"rss_anon_bytes\":{}}}",
+                    "{{\"cpu_pct\":{},\"tick_pct\":{},\"exited_threads\":{},\"hwm_bytes\":{},\"rss_bytes\":{},\"rss_anon_bytes\":{}}}",
                     jn(w.cpu_pct),
-                    jn(w.sched_pct),
+                    jn(w.tick_pct),
+                    w.exited_threads,
                     w.hwm_bytes,
                     w.rss_bytes,
                     w.anon_bytes
@@ -255,13 +261,13 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             .collect();
         let _ = write!(
             s,
-            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"sched_pct_median\":{},\"peak_rss_mib_median\":{},\"rss_anon_mib_median\":{},\"windows\":[{}]}}",
+            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"tick_pct_median\":{},\"peak_rss_mib_median\":{},\"rss_anon_mib_median\":{},\"windows\":[{}]}}",
             if i > 0 { "," } else { "" },
             js(&r.name),
             r.series,
             r.measured,
             jn(r.cpu_pct()),
-            jn(r.sched_pct()),
+            jn(r.tick_pct()),
             jn(r.hwm_mib()),
             jn(r.anon_mib()),
             ws.join(",")
@@ -293,7 +299,8 @@ mod tests {
                 .iter()
                 .map(|&c| Window {
                     cpu_pct: c,
-                    sched_pct: c,
+                    tick_pct: c,
+                    exited_threads: 0,
                     hwm_bytes: hwm_mib << 20,
                     rss_bytes: hwm_mib << 20,
                     anon_bytes: hwm_mib << 19,
@@ -309,17 +316,16 @@ mod tests {
         assert_eq!(median(&[]), 0.0);
         let a = CpuReading {
             ticks: 100,
-            sched_ns: 0,
-            threads: 1,
+            tasks: vec![(7, 0), (8, 50)],
         };
         let b = CpuReading {
-            ticks: 160,
-            sched_ns: 600_000_000,
-            threads: 1,
+            ticks: 130,
+            tasks: vec![(7, 600_000_000)],
         };
-        let w = Window::from_readings(a, b, 60.0, 100, 1 << 20, 1 << 20, 1 << 19);
+        let w = Window::from_readings(&a, &b, 60.0, 100, 1 << 20, 1 << 20, 1 << 19);
         assert!((w.cpu_pct - 1.0).abs() < 1e-9, "{}", w.cpu_pct);
-        assert!((w.sched_pct - 1.0).abs() < 1e-9, "{}", w.sched_pct);
+        assert!((w.tick_pct - 0.5).abs() < 1e-9, "{}", w.tick_pct);
+        assert_eq!(w.exited_threads, 1);
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! What the kernel says a process costs: CPU time from `/proc/<pid>/stat`
-//! (utime + stime, clock ticks) and from `/proc/<pid>/task/*/schedstat`
-//! (nanoseconds, finer), and peak RSS from `/proc/<pid>/status` (VmHWM).
+//! What the kernel says a process costs: CPU time from
+//! `/proc/<pid>/task/*/schedstat` (nanoseconds per thread: the measure) and
+//! from `/proc/<pid>/stat` (utime + stime in clock ticks, 10 ms: a cross-check
+//! that also counts threads which exited), and peak RSS from
+//! `/proc/<pid>/status` (VmHWM).
 //!
 //! Pure parsers first (text in, numbers out), then thin readers.
 
@@ -53,38 +55,71 @@ pub fn parse_schedstat_ns(text: &str) -> Result<u64> {
 }
 
 /// One reading of a process's cost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuReading {
     /// utime + stime of the whole process (live and exited threads), ticks.
     pub ticks: u64,
-    /// Sum of the live threads' run time, ns (exited threads not counted).
-    pub sched_ns: u64,
-    /// Live threads.
-    pub threads: usize,
+    /// Each live thread's run time from its `schedstat`, ns, by thread id.
+    pub tasks: Vec<(u32, u64)>,
 }
 
-/// Reads `/proc/<pid>/stat` and every live thread's `schedstat`.
+/// CPU time between two readings from the threads' `schedstat` (ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedDelta {
+    /// Run time of the threads alive at `b`: their growth since `a`, or all
+    /// of it for threads started in between.
+    pub ns: u64,
+    /// Threads seen at `a` and gone at `b`: whatever they ran after `a` is
+    /// missing from `ns` (the window's tick figure still counts it).
+    pub exited: usize,
+}
+
+impl CpuReading {
+    /// Sum of the live threads' run time, ns.
+    pub fn sched_ns(&self) -> u64 {
+        self.tasks.iter().map(|&(_, ns)| ns).sum()
+    }
+
+    /// The run time from `self` (earlier) to `b` (later), thread by thread.
+    pub fn sched_delta(&self, b: &CpuReading) -> SchedDelta {
+        let mut ns = 0u64;
+        for &(tid, now) in &b.tasks {
+            let before = self
+                .tasks
+                .iter()
+                .find(|&&(t, _)| t == tid)
+                .map_or(0, |&(_, v)| v);
+            ns += now.saturating_sub(before);
+        }
+        let exited = self
+            .tasks
+            .iter()
+            .filter(|&&(t, _)| !b.tasks.iter().any(|&(u, _)| u == t))
+            .count();
+        SchedDelta { ns, exited }
+    }
+}
+
+/// Reads `/proc/<pid>/stat` and every live thread's `schedstat`
+/// (`/proc/<pid>/schedstat` alone is the main thread's only).
 pub fn read_cpu(pid: u32) -> Result<CpuReading> {
     let base = Path::new("/proc").join(pid.to_string());
     let stat = std::fs::read_to_string(base.join("stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     let ticks = parse_stat_cpu_ticks(&stat)?;
-    let mut sched_ns = 0;
-    let mut threads = 0;
-    let tasks = std::fs::read_dir(base.join("task"))
+    let mut tasks = Vec::new();
+    let dir = std::fs::read_dir(base.join("task"))
         .with_context(|| format!("listing /proc/{pid}/task"))?;
-    for t in tasks.flatten() {
+    for t in dir.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
         // A thread may exit between the listing and the read: skip it.
         if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-            sched_ns += parse_schedstat_ns(&s)?;
-            threads += 1;
+            tasks.push((tid, parse_schedstat_ns(&s)?));
         }
     }
-    Ok(CpuReading {
-        ticks,
-        sched_ns,
-        threads,
-    })
+    Ok(CpuReading { ticks, tasks })
 }
 
 /// A `kB` field of `/proc/<pid>/status`, in bytes.
@@ -134,10 +169,26 @@ mod tests {
     }
 
     #[test]
+    fn sched_delta_follows_threads_by_id() {
+        let a = CpuReading {
+            ticks: 0,
+            tasks: vec![(10, 1_000), (11, 5_000), (12, 7_000)],
+        };
+        // 10 grew by 500, 11 exited, 13 started and ran 300, 12 stood still.
+        let b = CpuReading {
+            ticks: 0,
+            tasks: vec![(10, 1_500), (12, 7_000), (13, 300)],
+        };
+        assert_eq!(a.sched_delta(&b), SchedDelta { ns: 800, exited: 1 });
+        assert_eq!(b.sched_ns(), 8_800);
+    }
+
+    #[test]
     fn reads_this_process() {
         let pid = std::process::id();
         let r = read_cpu(pid).expect("own /proc");
-        assert!(r.threads >= 1);
+        assert!(r.tasks.iter().any(|&(t, _)| t == pid), "{r:?}");
+        assert!(r.sched_ns() > 0);
         assert!(read_status_bytes(pid, "VmHWM").expect("own VmHWM") > 0);
     }
 }

@@ -130,11 +130,21 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
 /// Every `slurm*/uid_*/job_*` directory under one controller, as
 /// (uid, job id, path).
 pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+    job_dirs_seen(controller, &mut false)
+}
+
+/// [`job_dirs`], setting `slurm_root` when a `slurm*` directory exists
+/// (Slurm's layout, with or without jobs).
+fn job_dirs_seen(
+    controller: &Path,
+    slurm_root: &mut bool,
+) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
     let mut out = Vec::new();
     for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {
         if !root.starts_with("slurm") {
             continue;
         }
+        *slurm_root = true;
         for (u, upath) in subdirs(&root_path).map_err(io_err(&root_path))? {
             let Some(uid) = parse_uid_dir(&u) else {
                 continue;
@@ -170,11 +180,23 @@ fn add(slot: &mut Option<u64>, v: Option<u64>) {
 /// Returns the jobs found, ordered by job id, and the errors met on the way
 /// (an unreadable job file costs that value, not the whole scan).
 pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
+    let (jobs, errors, _) = scan_jobs_layout(cgroup_root);
+    (jobs, errors)
+}
+
+/// [`scan_jobs`], also saying whether `memory/` or `cpuacct/` holds a
+/// `slurm*` directory (Slurm's v1 layout is there even with no job), so
+/// the caller need not list them again.
+pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
+    let mut layout = false;
     let mut jobs: BTreeMap<u64, JobCgroup> = BTreeMap::new();
     let mut errors = Vec::new();
     let controllers = ["cpuacct", "memory", "cpuset"];
     for ctl in controllers {
-        let dirs = match job_dirs(&cgroup_root.join(ctl)) {
+        let mut seen = false;
+        let listed = job_dirs_seen(&cgroup_root.join(ctl), &mut seen);
+        layout |= seen && ctl != "cpuset";
+        let dirs = match listed {
             Ok(d) => d,
             Err(e) => {
                 errors.push(e);
@@ -192,7 +214,7 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
             }
         }
     }
-    (jobs.into_values().collect(), errors)
+    (jobs.into_values().collect(), errors, layout)
 }
 
 /// Adds one controller's files of one job directory into `job`.

@@ -5,9 +5,10 @@
 //! `canopy_node_disk_writes_completed_total`, `canopy_node_disk_io_time_seconds_total`.
 //! `loop*`, `ram*` and `zram*` devices and partitions are skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Collector, Observation, field, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/diskstats";
@@ -130,7 +131,7 @@ pub fn observations(node: &str, disks: &[DiskStats], out: &mut Vec<Observation>)
 #[derive(Debug)]
 pub struct DiskStatsCollector {
     node: String,
-    path: PathBuf,
+    file: HotFile,
 }
 
 impl DiskStatsCollector {
@@ -138,7 +139,7 @@ impl DiskStatsCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         DiskStatsCollector {
             node: node.to_string(),
-            path: proc_root.join("diskstats"),
+            file: HotFile::new(proc_root.join("diskstats")),
         }
     }
 }
@@ -149,7 +150,7 @@ impl Collector for DiskStatsCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let disks = parse_diskstats(&read_text(&self.path)?)?;
+        let disks = parse_diskstats(self.file.read()?)?;
         observations(&self.node, &disks, out);
         Ok(())
     }

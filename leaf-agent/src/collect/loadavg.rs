@@ -2,9 +2,10 @@
 //!
 //! Metrics (gauges): `canopy_node_load1`, `canopy_node_load5`, `canopy_node_load15`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Collector, Observation, field, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/loadavg";
@@ -58,7 +59,7 @@ pub fn observations(node: &str, l: &LoadAvg, out: &mut Vec<Observation>) {
 #[derive(Debug)]
 pub struct LoadAvgCollector {
     node: String,
-    path: PathBuf,
+    file: HotFile,
 }
 
 impl LoadAvgCollector {
@@ -66,7 +67,7 @@ impl LoadAvgCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         LoadAvgCollector {
             node: node.to_string(),
-            path: proc_root.join("loadavg"),
+            file: HotFile::new(proc_root.join("loadavg")),
         }
     }
 }
@@ -77,7 +78,7 @@ impl Collector for LoadAvgCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let l = parse_loadavg(&read_text(&self.path)?)?;
+        let l = parse_loadavg(self.file.read()?)?;
         observations(&self.node, &l, out);
         Ok(())
     }

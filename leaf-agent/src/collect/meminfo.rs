@@ -5,9 +5,10 @@
 //! `canopy_node_memory_cached_bytes`, `canopy_node_memory_buffers_bytes`,
 //! `canopy_node_memory_swap_total_bytes`, `canopy_node_memory_swap_free_bytes`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Collector, Observation, field, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/meminfo";
@@ -92,7 +93,7 @@ pub fn observations(node: &str, m: &MemInfo, out: &mut Vec<Observation>) {
 #[derive(Debug)]
 pub struct MemInfoCollector {
     node: String,
-    path: PathBuf,
+    file: HotFile,
 }
 
 impl MemInfoCollector {
@@ -100,7 +101,7 @@ impl MemInfoCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         MemInfoCollector {
             node: node.to_string(),
-            path: proc_root.join("meminfo"),
+            file: HotFile::new(proc_root.join("meminfo")),
         }
     }
 }
@@ -111,7 +112,7 @@ impl Collector for MemInfoCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let m = parse_meminfo(&read_text(&self.path)?)?;
+        let m = parse_meminfo(self.file.read()?)?;
         observations(&self.node, &m, out);
         Ok(())
     }

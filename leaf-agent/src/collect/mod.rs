@@ -18,6 +18,7 @@ pub mod diskstats;
 pub mod filesystem;
 pub mod fs_worker;
 pub mod gpu;
+pub mod hot_file;
 pub mod hwmon;
 pub mod infiniband;
 pub mod job_energy;

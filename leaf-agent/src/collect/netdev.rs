@@ -5,9 +5,10 @@
 //! `canopy_node_network_receive_packets_total`,
 //! `canopy_node_network_transmit_packets_total`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Collector, Observation, field, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/net/dev";
@@ -85,7 +86,7 @@ pub fn observations(node: &str, devs: &[NetDevStats], out: &mut Vec<Observation>
 #[derive(Debug)]
 pub struct NetDevCollector {
     node: String,
-    path: PathBuf,
+    file: HotFile,
 }
 
 impl NetDevCollector {
@@ -93,7 +94,7 @@ impl NetDevCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         NetDevCollector {
             node: node.to_string(),
-            path: proc_root.join("net").join("dev"),
+            file: HotFile::new(proc_root.join("net").join("dev")),
         }
     }
 }
@@ -104,7 +105,7 @@ impl Collector for NetDevCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let devs = parse_net_dev(&read_text(&self.path)?)?;
+        let devs = parse_net_dev(self.file.read()?)?;
         observations(&self.node, &devs, out);
         Ok(())
     }

@@ -9,7 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Collector, Observation, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/pressure/*";
@@ -54,6 +55,10 @@ pub struct PressureCollector {
     node: String,
     dir: PathBuf,
     absent: bool,
+    /// The directory was seen once: no more checks per tick.
+    present: bool,
+    /// `cpu`, `io`, `memory`, kept open.
+    files: [(&'static str, HotFile); 3],
 }
 
 impl PressureCollector {
@@ -63,6 +68,9 @@ impl PressureCollector {
             node: node.to_string(),
             dir: proc_root.join("pressure"),
             absent: false,
+            present: false,
+            files: ["cpu", "io", "memory"]
+                .map(|res| (res, HotFile::new(proc_root.join("pressure").join(res)))),
         }
     }
 }
@@ -76,14 +84,16 @@ impl Collector for PressureCollector {
         if self.absent {
             return Ok(());
         }
-        if !self.dir.is_dir() {
+        if !self.present && !self.dir.is_dir() {
             self.absent = true;
             tracing::info!(dir = %self.dir.display(), "no PSI on this kernel; no pressure metrics");
             return Ok(());
         }
+        self.present = true;
         let mut first = None;
-        for res in ["cpu", "io", "memory"] {
-            let p = match read_text(&self.dir.join(res)).and_then(|t| parse_pressure(&t)) {
+        for (res, file) in &mut self.files {
+            let res = *res;
+            let p = match file.read().and_then(parse_pressure) {
                 Ok(p) => p,
                 Err(e) => {
                     first.get_or_insert(e);

@@ -167,7 +167,11 @@ impl SlurmJobsCollector {
     }
 
     /// Job id -> its job directories in the hierarchy that lists processes.
-    fn process_dirs(&self, errs: &mut Vec<LeafError>) -> HashMap<u64, Vec<PathBuf>> {
+    fn process_dirs(
+        &self,
+        v2_roots: &[PathBuf],
+        errs: &mut Vec<LeafError>,
+    ) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
         for ctl in ["memory", "cpuacct"] {
             match cgroup_v1::job_dirs(&self.cgroup_root.join(ctl)) {
@@ -182,8 +186,8 @@ impl SlurmJobsCollector {
                 break;
             }
         }
-        for root in self.v2_roots() {
-            match cgroup_v2::job_dirs(&root) {
+        for root in v2_roots {
+            match cgroup_v2::job_dirs(root) {
                 Ok(dirs) => {
                     for (id, p) in dirs {
                         out.entry(id).or_default().push(p);
@@ -196,7 +200,7 @@ impl SlurmJobsCollector {
     }
 
     /// Where a cgroup v2 hierarchy may be: the root itself (pure v2) or
-    /// `unified/` (hybrid).
+    /// `unified/` (hybrid). Looked up once per tick.
     fn v2_roots(&self) -> Vec<PathBuf> {
         [self.cgroup_root.clone(), self.cgroup_root.join("unified")]
             .into_iter()
@@ -205,12 +209,10 @@ impl SlurmJobsCollector {
     }
 
     /// Whether Slurm's cgroup layout exists here (then jobs come from it).
-    fn cgroup_layout(&self) -> bool {
-        let v1 = ["memory", "cpuacct"].iter().any(|c| {
-            cgroup_v1::subdirs(&self.cgroup_root.join(c))
-                .is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm")))
-        });
-        v1 || self.v2_roots().iter().any(|r| {
+    /// `v1`: what this tick's v1 scan saw (a `slurm*` directory under
+    /// `memory/` or `cpuacct/`).
+    fn cgroup_layout(&self, v1: bool, v2_roots: &[PathBuf]) -> bool {
+        v1 || v2_roots.iter().any(|r| {
             cgroup_v1::subdirs(&r.join("system.slice"))
                 .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
         })
@@ -250,13 +252,18 @@ impl SlurmJobsCollector {
     }
 
     /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
-    fn scan(&mut self, first: &mut Option<LeafError>) -> Vec<JobCgroup> {
-        let (mut jobs, errs) = cgroup_v1::scan_jobs(&self.cgroup_root);
+    /// Also says whether Slurm's v1 layout is there.
+    fn scan(
+        &mut self,
+        v2_roots: &[PathBuf],
+        first: &mut Option<LeafError>,
+    ) -> (Vec<JobCgroup>, bool) {
+        let (mut jobs, errs, v1_layout) = cgroup_v1::scan_jobs_layout(&self.cgroup_root);
         for e in errs {
             self.count("cgroup", first, e);
         }
-        for root in self.v2_roots() {
-            let (v2, errs) = cgroup_v2::scan_jobs(&root);
+        for root in v2_roots {
+            let (v2, errs) = cgroup_v2::scan_jobs(root);
             for e in errs {
                 self.count("cgroup", first, e);
             }
@@ -266,7 +273,7 @@ impl SlurmJobsCollector {
                 }
             }
         }
-        jobs
+        (jobs, v1_layout)
     }
 
     fn user_of(&mut self, uid: u32) -> String {
@@ -404,16 +411,22 @@ impl Collector for SlurmJobsCollector {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
-        let mut jobs = self.scan(&mut first);
+        let v2_roots = self.v2_roots();
+        let (mut jobs, v1_layout) = self.scan(&v2_roots, &mut first);
         let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
-        if jobs.is_empty() && !self.cgroup_layout() {
+        if jobs.is_empty() && !self.cgroup_layout(v1_layout, &v2_roots) {
             self.scan_procs(&mut jobs, &mut proc_io, &mut first);
         }
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
         self.scheduler_round(&ids, &mut first);
 
         let mut errs = Vec::new();
-        let dirs = self.process_dirs(&mut errs);
+        // Only jobs' I/O needs their process directories: no jobs, no listing.
+        let dirs = if jobs.iter().any(|j| !proc_io.contains_key(&j.job_id)) {
+            self.process_dirs(&v2_roots, &mut errs)
+        } else {
+            HashMap::new()
+        };
         for e in errs.drain(..) {
             self.count("cgroup", &mut first, e);
         }

@@ -4,9 +4,10 @@
 //! `canopy_node_context_switches_total` (counter), `canopy_node_procs_running`,
 //! `canopy_node_procs_blocked` and `canopy_node_cpus` (gauges).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::{Collector, Observation, field, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/stat";
@@ -138,7 +139,7 @@ pub fn observations(node: &str, st: &ProcStat, user_hz: u32, out: &mut Vec<Obser
 #[derive(Debug)]
 pub struct StatCollector {
     node: String,
-    path: PathBuf,
+    file: HotFile,
     user_hz: u32,
 }
 
@@ -147,7 +148,7 @@ impl StatCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         StatCollector {
             node: node.to_string(),
-            path: proc_root.join("stat"),
+            file: HotFile::new(proc_root.join("stat")),
             user_hz: USER_HZ,
         }
     }
@@ -165,7 +166,7 @@ impl Collector for StatCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let st = parse_stat(&read_text(&self.path)?)?;
+        let st = parse_stat(self.file.read()?)?;
         observations(&self.node, &st, self.user_hz, out);
         Ok(())
     }

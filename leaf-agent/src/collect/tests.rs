@@ -343,3 +343,22 @@ proptest! {
         let _ = cgroup_v1::parse_memory_stat(&s);
     }
 }
+
+#[test]
+fn cgroup_v1_scan_reports_slurm_layout_without_jobs() {
+    let (jobs, _, layout) = cgroup_v1::scan_jobs_layout(&data("cgroup"));
+    assert!(!jobs.is_empty() && layout);
+    let root = std::env::temp_dir().join(format!("canopy-layout-{}", std::process::id()));
+    // A slurm root in cpuset only is not Slurm's layout for jobs' processes.
+    std::fs::create_dir_all(root.join("cpuset/slurm")).expect("cpuset");
+    let (jobs, errors, layout) = cgroup_v1::scan_jobs_layout(&root);
+    assert!(
+        jobs.is_empty() && errors.is_empty() && !layout,
+        "{errors:?}"
+    );
+    // An empty slurm root under memory/ is (no job running yet).
+    std::fs::create_dir_all(root.join("memory/slurm_n1")).expect("memory");
+    let (jobs, _, layout) = cgroup_v1::scan_jobs_layout(&root);
+    assert!(jobs.is_empty() && layout);
+    let _ = std::fs::remove_dir_all(&root);
+}
