@@ -416,7 +416,15 @@ pub struct NodeArgs {
     pub metrics: Option<String>,
     /// Simulated Slurm jobs to report besides the host (benchmarks).
     pub sim_jobs: usize,
+    /// Report a simulated Slurm node of this many CPUs (plus the synthetic
+    /// tick counter) instead of the host: `fabric-sim`'s mix (benchmarks).
+    pub sim_node: Option<u32>,
 }
+
+/// Cluster seed of `canopy node --sim-node`: `fabric-sim`'s default
+/// `--seed`, so a node named as the simulator names it (`cn000001`...)
+/// reports the same simulated jobs.
+const SIM_NODE_SEED: u64 = 1;
 
 /// `canopy node --config FILE`.
 pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
@@ -425,6 +433,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         no_collect,
         metrics,
         sim_jobs,
+        sim_node,
     } = args;
     let f: NodeFile = config::load(path)?;
     let id = load_identity(path, &f.tls)?;
@@ -470,6 +479,11 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         Vec::new()
     } else if synthetic {
         vec![Box::new(SyntheticTicks::new(&f.host))]
+    } else if let Some(cpus) = sim_node {
+        vec![
+            Box::new(SimNode::new(&f.host, SIM_NODE_SEED, cpus)),
+            Box::new(SyntheticTicks::new(&f.host)),
+        ]
     } else {
         host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
     };

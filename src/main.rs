@@ -135,6 +135,11 @@ enum Cmd {
         /// (a fixed load for measuring the leaf's cost; see benches/).
         #[arg(long, default_value_t = 0)]
         sim_jobs: usize,
+        /// Replace the host collectors with a simulated Slurm node of this
+        /// many CPUs plus the synthetic tick counter: the metric mix of every
+        /// node of `fabric-sim`, to check the simulator against real processes.
+        #[arg(long, value_name = "CPUS", conflicts_with_all = ["synthetic", "no_collect"])]
+        sim_node: Option<u32>,
     },
     /// A root gateway: receives every subtree, serves the APIs.
     Gateway {
@@ -352,6 +357,7 @@ fn main() -> Result<()> {
             no_collect,
             metrics,
             sim_jobs,
+            sim_node,
         } => node_runtime()?.block_on(fabric::node(
             &config,
             fabric::NodeArgs {
@@ -359,6 +365,7 @@ fn main() -> Result<()> {
                 no_collect,
                 metrics,
                 sim_jobs,
+                sim_node,
             },
         )),
         Cmd::Gateway {
