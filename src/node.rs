@@ -15,7 +15,7 @@ use canopy_aggregator::schedule::TickSchedule;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
 use canopy_leaf::sim::SimJobs;
-use canopy_leaf::{Collector, host_collectors};
+use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
     BufferLimits, DEFAULT_ACK_TIMEOUT, Dialer, Identity, LinkTuning, Listener, Uplink,
@@ -46,6 +46,11 @@ pub struct NodeCli {
     /// (a fixed load for measuring the leaf's cost; see benches/).
     #[arg(long, default_value_t = 0)]
     pub sim_jobs: usize,
+    /// Replace the host collectors with a simulated Slurm node of this
+    /// many CPUs plus the synthetic tick counter: the metric mix of every
+    /// node of `fabric-sim`, to check the simulator against real processes.
+    #[arg(long, value_name = "CPUS", conflicts_with_all = ["synthetic", "no_collect"])]
+    pub sim_node: Option<u32>,
 }
 
 impl NodeCli {
@@ -58,6 +63,7 @@ impl NodeCli {
                 no_collect: self.no_collect,
                 metrics: self.metrics,
                 sim_jobs: self.sim_jobs,
+                sim_node: self.sim_node,
             },
         ))
     }
@@ -299,7 +305,15 @@ pub struct NodeArgs {
     pub metrics: Option<String>,
     /// Simulated Slurm jobs to report besides the host (benchmarks).
     pub sim_jobs: usize,
+    /// Report a simulated Slurm node of this many CPUs (plus the synthetic
+    /// tick counter) instead of the host: `fabric-sim`'s mix (benchmarks).
+    pub sim_node: Option<u32>,
 }
+
+/// Cluster seed of `canopy node --sim-node`: `fabric-sim`'s default
+/// `--seed`, so a node named as the simulator names it (`cn000001`...)
+/// reports the same simulated jobs.
+const SIM_NODE_SEED: u64 = 1;
 
 /// `canopy node --config FILE`.
 pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
@@ -308,6 +322,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         no_collect,
         metrics,
         sim_jobs,
+        sim_node,
     } = args;
     let f: NodeFile = config::load(path)?;
     let id = load_identity(path, &f.tls)?;
@@ -374,6 +389,11 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         Vec::new()
     } else if synthetic {
         vec![Box::new(SyntheticTicks::new(&f.host))]
+    } else if let Some(cpus) = sim_node {
+        vec![
+            Box::new(SimNode::new(&f.host, SIM_NODE_SEED, cpus)),
+            Box::new(SyntheticTicks::new(&f.host)),
+        ]
     } else {
         host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
     };

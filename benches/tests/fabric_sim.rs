@@ -148,3 +148,48 @@ fn with_one_replica_failover_alone_brings_the_children_back() {
         }
     }
 }
+
+#[test]
+fn quiet_nodes_send_their_tick_counter_only() {
+    let busy = fabric::run(small(2, None)).expect("busy run");
+    let quiet = fabric::run(SimConfig {
+        change_fraction: 0.0,
+        ..small(2, None)
+    })
+    .expect("quiet run");
+    // Every tick still arrives, and the series are the same ones.
+    assert!(quiet.exactness.ok(), "{:?}", quiet.exactness);
+    assert_eq!(quiet.gateway.series, busy.gateway.series);
+    // After the first tick only the counter changes: one sample per node
+    // per second of the steady window reaches the gateway.
+    let per_node_s = quiet.gateway.samples_per_s / 64.0;
+    assert!(
+        (per_node_s - 1.0).abs() < 1e-9,
+        "quiet: {per_node_s} samples per node per second"
+    );
+    assert!(
+        busy.gateway.samples_per_s > 10.0 * quiet.gateway.samples_per_s,
+        "busy {} quiet {}",
+        busy.gateway.samples_per_s,
+        quiet.gateway.samples_per_s
+    );
+    // Half the nodes sampling: changes in between.
+    let half = fabric::run(SimConfig {
+        change_fraction: 0.5,
+        ..small(2, None)
+    })
+    .expect("half run");
+    assert!(half.exactness.ok());
+    let s = half.gateway.samples_per_s;
+    assert!(
+        s > 2.0 * quiet.gateway.samples_per_s && s < busy.gateway.samples_per_s,
+        "half {s}"
+    );
+    assert!(
+        fabric::run(SimConfig {
+            change_fraction: 1.5,
+            ..small(2, None)
+        })
+        .is_err()
+    );
+}

@@ -45,6 +45,10 @@ struct Cli {
     /// CPUs per simulated node.
     #[arg(long, default_value_t = 64)]
     cpus: u32,
+    /// Chance that a node samples its simulated host at a tick; the others
+    /// repeat their last readings (quiet: only the tick counter changes).
+    #[arg(long, default_value_t = 1.0)]
+    change_fraction: f64,
     /// Kill this relay (host name, e.g. cn000003) at --kill-tick.
     #[arg(long)]
     kill: Option<String>,
@@ -98,6 +102,7 @@ fn main() -> Result<()> {
         stagger_ms: cli.stagger_ms,
         jitter_ms: cli.jitter_ms,
         cpus: cli.cpus,
+        change_fraction: cli.change_fraction,
         kill: cli.kill.map(|node| Kill {
             node,
             at_tick: cli.kill_tick,

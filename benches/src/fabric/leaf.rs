@@ -56,6 +56,9 @@ pub fn run_leaf(ctx: &Ctx, clock: &CpuClock, i: usize) -> Result<LeafOut, Fabric
     let mut ticks = SyntheticTicks::new(name);
     let mut sender = Sender::new(BoundsPolicy::default());
     let src = sender.source(name, tick_ms);
+    // The host's last readings (kept for the ticks it stays quiet) and the
+    // tick counter's, which changes every tick.
+    let mut host_obs: Vec<Observation> = Vec::new();
     let mut obs: Vec<Observation> = Vec::new();
     let mut updates = 0u64;
     for k in 0..ctx.cfg.ticks {
@@ -64,14 +67,17 @@ pub fn run_leaf(ctx: &Ctx, clock: &CpuClock, i: usize) -> Result<LeafOut, Fabric
         if ctx.dead(i, ts) {
             break;
         }
+        if ctx.samples_host(i, k) {
+            host_obs.clear();
+            sim.set_tick_time(ts);
+            // Neither simulated collector can fail.
+            sim.collect(&mut host_obs).map_err(FabricError::Leaf)?;
+        }
         obs.clear();
-        sim.set_tick_time(ts);
-        // Neither simulated collector can fail.
-        sim.collect(&mut obs).map_err(FabricError::Leaf)?;
         ticks.collect(&mut obs).map_err(FabricError::Leaf)?;
         sender.begin_tick(ts);
         sender.tick_source(src, ts);
-        for o in &obs {
+        for o in host_obs.iter().chain(&obs) {
             sender.observe(src, &o.labels, o.kind, o.value);
         }
         let (table, cs) = sender.finish_tick();

@@ -97,6 +97,13 @@ pub struct SimConfig {
     pub jitter_ms: i64,
     /// CPUs per simulated node (drives how many jobs it runs).
     pub cpus: u32,
+    /// Chance that a node samples its simulated host at a tick (0..=1).
+    /// Otherwise it reports the host's previous readings again, so only
+    /// its tick counter changes: a quiet node. 1 (every node samples every
+    /// tick) is the default; lower values cut the changes per second at a
+    /// fixed N, which separates the gateway's cost per change from its cost
+    /// per node.
+    pub change_fraction: f64,
     /// A relay to kill, if any.
     pub kill: Option<Kill>,
     /// Time for a child to notice a dead parent and move to its backup, ms.
@@ -125,6 +132,7 @@ impl Default for SimConfig {
             stagger_ms: canopy_aggregator::schedule::DEFAULT_STEP_MS,
             jitter_ms: canopy_aggregator::schedule::DEFAULT_JITTER_MS,
             cpus: 64,
+            change_fraction: 1.0,
             kill: None,
             failover_ms: 1500,
             warmup_ticks: None,
@@ -189,6 +197,9 @@ pub fn run(cfg: SimConfig) -> Result<Report, FabricError> {
         return Err(FabricError::Config(
             "nodes, ticks and tick must be positive, latency not negative",
         ));
+    }
+    if !(0.0..=1.0).contains(&cfg.change_fraction) {
+        return Err(FabricError::Config("change fraction must be within 0..=1"));
     }
     let wall = std::time::Instant::now();
     let hosts: Vec<String> = (0..cfg.nodes).map(host_name).collect();

@@ -118,6 +118,8 @@ pub struct Freshness {
     pub p50_ms: u64,
     /// 99th percentile.
     pub p99_ms: u64,
+    /// Mean.
+    pub mean_ms: f64,
     /// Largest.
     pub max_ms: u64,
     /// Samples measured (steady window).
@@ -194,6 +196,8 @@ pub struct Report {
     pub stagger_ms: i64,
     /// Seed.
     pub seed: u64,
+    /// Chance that a node sampled its host at a tick (else quiet).
+    pub change_fraction: f64,
     /// Deepest home link (hops to the gateway).
     pub max_depth: u32,
     /// Ticks before the steady window.
@@ -293,6 +297,7 @@ pub fn build(
         phase: Some(cfg.phase),
         stagger_ms: cfg.stagger_ms,
         seed: cfg.seed,
+        change_fraction: cfg.change_fraction,
         max_depth: ctx.max_depth,
         warmup_ticks: ctx.warmup_ticks,
         steady_s,
@@ -327,6 +332,7 @@ pub fn build(
         freshness: Freshness {
             p50_ms: h.value_at_quantile(0.5),
             p99_ms: h.value_at_quantile(0.99),
+            mean_ms: h.mean(),
             max_ms: h.max(),
             samples: h.len(),
         },

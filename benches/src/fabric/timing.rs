@@ -174,6 +174,19 @@ impl Ctx {
         }
     }
 
+    /// True when node `i` samples its simulated host at leaf tick `k`
+    /// (always at the first tick; then with chance `change_fraction`).
+    pub fn samples_host(&self, i: usize, k: u32) -> bool {
+        let f = self.cfg.change_fraction;
+        if k == 0 || f >= 1.0 {
+            return true;
+        }
+        // The top 53 bits of a draw, uniform in [0, 1).
+        let u =
+            (draw(self.cfg.seed, i as u64, 3 + u64::from(k)) >> 11) as f64 / (1u64 << 53) as f64;
+        u < f
+    }
+
     /// Arrival time of a record sent at `t` over the network.
     pub fn arrival(&self, t: i64) -> i64 {
         t + self.cfg.link_latency_ms
