@@ -18,10 +18,9 @@
 //! reported as a table or JSON.
 #![allow(clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use canopy_benches::host::{self, find_exe};
 use canopy_benches::overhead::{self, Row, Window, procfs, scrape};
+use canopy_benches::procs::{Procs, free_tcp, free_udp_run, read_gateway_http_addr};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -63,48 +63,6 @@ struct Cli {
     /// Keep the work directory (configs, logs) instead of removing it.
     #[arg(long)]
     keep: bool,
-}
-
-/// Children killed when dropped, so an error leaves nothing running.
-#[derive(Default)]
-struct Procs(Vec<(String, Child)>);
-
-impl Procs {
-    fn spawn(&mut self, name: &str, cmd: &mut Command, log: &Path) -> Result<u32> {
-        let err =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("starting {name} ({cmd:?})"))?;
-        let pid = child.id();
-        self.0.push((name.to_string(), child));
-        Ok(pid)
-    }
-
-    fn last_stdout(&mut self) -> Option<std::process::ChildStdout> {
-        self.0.last_mut().and_then(|(_, c)| c.stdout.take())
-    }
-
-    /// Fails if any child has exited.
-    fn check_alive(&mut self) -> Result<()> {
-        for (n, c) in &mut self.0 {
-            if let Some(st) = c.try_wait()? {
-                bail!("{n} exited early ({st}); see its log in the work directory");
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 fn main() -> Result<()> {
@@ -209,22 +167,6 @@ fn node_command(choice: &str, canopy: &Path) -> Result<NodeCmd> {
     })
 }
 
-/// Three consecutive free UDP ports on loopback (gateway and two nodes).
-fn free_udp_base() -> Result<u16> {
-    let start = 20_000 + (std::process::id() % 20_000) as u16;
-    for base in (start..start + 2000).step_by(7) {
-        let ok = (0..3).all(|i| UdpSocket::bind(("127.0.0.1", base + i)).is_ok());
-        if ok {
-            return Ok(base);
-        }
-    }
-    bail!("no three free consecutive UDP ports on 127.0.0.1")
-}
-
-fn free_tcp() -> Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
 /// Scrapes `addr` every second until `stop`; counts scrapes, failures and
 /// the samples of the last page.
 struct Scraper {
@@ -296,7 +238,8 @@ fn measure(
 ) -> Result<Measured> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
-    let base = free_udp_base()?;
+    // Three consecutive ports: the gateway and two nodes.
+    let base = free_udp_run(3)?;
     let out = Command::new(canopy)
         .args(["plan", "--hosts", "bench-leaf,bench-bare"])
         .args(["--subtrees", "2", "--replicas", "1", "--loopback"])
@@ -342,7 +285,7 @@ fn measure(
             &dir.join(format!("gateway-{run}.log")),
         )?;
         let stdout = procs.last_stdout().context("gateway stdout")?;
-        let http = read_http_addr(stdout)?;
+        let http = read_gateway_http_addr(stdout)?;
         let leaf_pid = procs.spawn(
             "leaf",
             node.command()
@@ -450,23 +393,4 @@ fn measure(
         ("node_binary", node.describe()),
     ];
     Ok((rows, settings))
-}
-
-/// The HTTP address the gateway prints (`gateway: HTTP API on http://ADDR, ...`).
-fn read_http_addr(stdout: std::process::ChildStdout) -> Result<SocketAddr> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Some(Ok(l)) = lines.next() {
-            if let Some(rest) = l.strip_prefix("gateway: HTTP API on http://") {
-                let addr = rest.split(',').next().unwrap_or("").trim().to_string();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .context("the gateway did not print its HTTP address within 30 s")?;
-    addr.parse()
-        .with_context(|| format!("gateway HTTP address {addr:?}"))
 }

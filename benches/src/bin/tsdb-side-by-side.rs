@@ -13,15 +13,15 @@
 //! counts. Medians over the runs are printed as a Markdown table.
 #![allow(clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use canopy_benches::host::{self, find_exe};
 use canopy_benches::overhead::procfs;
+use canopy_benches::procs::{Procs, free_tcp, read_gateway_http_addr};
 use canopy_benches::sidebyside::answer::{self, Answer};
 use canopy_benches::sidebyside::data::{self, Cut, DataSpec, IO_READ};
 use canopy_benches::sidebyside::http::{Conn, urlencode};
@@ -99,52 +99,12 @@ fn secs(what: &str, s: &str) -> Result<i64> {
     Ok(n * mult)
 }
 
-/// Children killed when dropped, so an error leaves nothing running.
-#[derive(Default)]
-struct Procs(Vec<(String, Child)>);
-
-impl Procs {
-    fn spawn(&mut self, name: &str, cmd: &mut Command, log: &Path) -> Result<u32> {
-        let err = std::fs::File::create(log)?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("starting {name} ({cmd:?})"))?;
-        let pid = child.id();
-        self.0.push((name.to_string(), child));
-        Ok(pid)
-    }
-
-    fn check_alive(&mut self) -> Result<()> {
-        for (n, c) in &mut self.0 {
-            if let Some(st) = c.try_wait()? {
-                bail!("{n} exited ({st}); see its log in the work directory (--keep)");
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// A server under test.
 struct Server {
     name: &'static str,
     pid: u32,
     addr: SocketAddr,
     is_prometheus: bool,
-}
-
-fn free_tcp() -> Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 fn start_canopy(
@@ -164,28 +124,11 @@ fn start_canopy(
         cmd.arg("--data-dir").arg(d);
     }
     let pid = procs.spawn(name, &mut cmd, &dir.join(format!("{name}.log")))?;
-    let stdout = procs
-        .0
-        .last_mut()
-        .and_then(|(_, c)| c.stdout.take())
-        .context("gateway stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = l.strip_prefix("gateway: HTTP API on http://") {
-                let _ = tx.send(rest.split(',').next().unwrap_or("").trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .context("the gateway did not print its HTTP address within 30 s")?;
+    let stdout = procs.last_stdout().context("gateway stdout")?;
     Ok(Server {
         name,
         pid,
-        addr: addr
-            .parse()
-            .with_context(|| format!("gateway address {addr:?}"))?,
+        addr: read_gateway_http_addr(stdout)?,
         is_prometheus: false,
     })
 }
