@@ -1,8 +1,9 @@
 //! Bad input from a peer with a valid cluster certificate, against real
 //! `canopy node` processes (6 hosts, K = 2, R = 2, from `canopy plan
 //! --emit-configs --loopback`): a child that floods series, garbage,
-//! truncated, replayed and oversized records, a parent that stalls, and
-//! one that reads but never acknowledges.
+//! truncated, replayed and oversized records, and a certified peer the plan
+//! does not give to the relay it dials (parents that stall or never ack are
+//! in parent_stalls.rs).
 //! The offending link is closed and counted on the node's `/metrics`, the
 //! warning is logged once (rate-limited), and every other node's
 //! `canopy_synthetic_ticks_total` keeps arriving at the gateway exactly once.
@@ -10,66 +11,20 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use canopy_proto::codec::{BoundsPolicy, CodecConfig, LinkEncoder, RecordSplitter, Sender};
-use canopy_proto::link::{Control, Dialer, Identity, LinkTuning, Listener, OutboundLink};
+use canopy_proto::link::{Dialer, LinkTuning, OutboundLink};
 use canopy_proto::{Labels, MetricKind};
-use support::ticks::{now_ms, tick_faults, tick_samples};
-use support::{Procs, canopy, free_port, get, port_base, results, wait_for};
+use support::six::{
+    GUARD, HOSTS, add_keys, arrived_past, faults, identity, metric, plan_configs, spawn_gateway,
+    toml_value,
+};
+use support::ticks::now_ms;
+use support::{Procs, free_port, get, results, wait_for};
 
-const HOSTS: usize = 6;
-const PLAN: [&str; 6] = ["--hosts", "h[01-06]", "--subtrees", "2", "--replicas", "2"];
 /// The per-child series cap given to the attacked relay (h01).
 const CAP: usize = 500;
-const GUARD: Duration = Duration::from_secs(60);
-
-/// Every tick of every host in `hosts` at the gateway, once, from the first
-/// (value 1) through `until`: no gap, no step back (as in tree_failover.rs:
-/// a repeated value is the unchanged counter at a late grid slot).
-fn faults(http: u16, hosts: &[String], until: i64) -> Vec<String> {
-    let mut out = Vec::new();
-    for h in hosts {
-        let s = tick_samples(http, h, "10m");
-        out.extend(tick_faults(h, &s, until));
-        if s.len() < 6 {
-            continue;
-        }
-        if s.last().map_or(0, |p| p.0) < until {
-            out.push(format!("{h}: no tick after {until}: it stopped arriving"));
-        }
-    }
-    out
-}
-
-/// Waits until every host in `hosts` has a tick newer than `ts` at the gateway.
-fn arrived_past(http: u16, hosts: &[String], ts: i64) {
-    let q = format!("timestamp(canopy_synthetic_ticks_total) * 1000 > {ts}");
-    wait_for(&format!("ticks of {hosts:?} past {ts}"), GUARD, || {
-        let got = results(http, &q);
-        hosts
-            .iter()
-            .all(|h| got.iter().any(|r| r["metric"]["node"].as_str() == Some(h)))
-            .then_some(())
-    });
-}
-
-/// Sum of the samples of `name` on a node's `/metrics` whose line
-/// contains every one of `labels` (e.g. `reason="garbage"`); 0 when absent.
-fn metric(port: u16, name: &str, labels: &[&str]) -> Option<f64> {
-    let (status, text) = get(port, "/metrics")?;
-    assert_eq!(status, 200);
-    Some(
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.split(['{', ' ']).next() == Some(name))
-            .filter(|l| labels.iter().all(|x| l.contains(x)))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
-}
 
 fn rejected(port: u16, reason: &str) -> f64 {
     let r = format!("reason=\"{reason}\"");
@@ -78,52 +33,6 @@ fn rejected(port: u16, reason: &str) -> f64 {
 
 fn rejected_total(port: u16) -> f64 {
     metric(port, "canopy_fabric_rejected_frames_total", &[]).expect("node /metrics answers")
-}
-
-/// Prepends top-level `lines` to a node's TOML (before any table).
-fn add_keys(file: &Path, lines: &str) {
-    let text = std::fs::read_to_string(file).expect("node config");
-    std::fs::write(file, format!("{lines}\n{text}")).expect("write config");
-}
-
-fn toml_value(file: &Path, key: &str) -> String {
-    let text = std::fs::read_to_string(file).expect("node config");
-    let v: toml::Value = toml::from_str(&text).expect("TOML");
-    v[key].as_str().expect("a string").to_string()
-}
-
-fn plan_configs(dir: &Path, spread: u32) {
-    let d = dir.to_str().expect("utf-8 path");
-    let base = port_base(spread).to_string();
-    let mut args = vec!["plan"];
-    args.extend(PLAN);
-    args.extend(["--emit-configs", d, "--loopback", "--base-port", &base]);
-    canopy(&args);
-}
-
-fn identity(dir: &Path, host: &str) -> Identity {
-    let read = |f: String| std::fs::read_to_string(dir.join("certs").join(f)).expect("cert");
-    Identity {
-        ca_pem: read("ca.pem".into()),
-        cert_pem: read(format!("{host}.pem")),
-        key_pem: read(format!("{host}.key")),
-    }
-}
-
-/// Starts the gateway (HTTP port returned) into `procs`.
-fn spawn_gateway(procs: &mut Procs, dir: &Path) -> u16 {
-    let http = free_port();
-    let file = dir.join("gateway.toml");
-    procs.spawn(&[
-        "gateway",
-        "--config",
-        file.to_str().expect("utf-8"),
-        "--http",
-        &format!("127.0.0.1:{http}"),
-        "--grpc",
-        &format!("127.0.0.1:{}", free_port()),
-    ]);
-    http
 }
 
 /// A hostile child: a sender of its own series, encoded like a node's.
@@ -380,254 +289,6 @@ fn a_flooding_or_garbling_child_is_refused_and_counted_and_the_tree_is_unaffecte
 }
 
 #[test]
-fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    plan_configs(d, 24_000);
-    // h05's interior link goes to h01 (backup: the gateway). h01 is a fake
-    // here: a listener with h01's certificate and a 1 KiB receive window
-    // (less than h05's first keyframe) that accepts the link and never
-    // reads it.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fake = rt.block_on(async {
-        Listener::bind(
-            "127.0.0.1:0".parse().expect("addr"),
-            &identity(d, "h01"),
-            LinkTuning {
-                stream_receive_window: 1024,
-                receive_window: 1024,
-                ..LinkTuning::default()
-            },
-        )
-        .expect("fake parent binds")
-    });
-    let fake_addr = fake.local_addr();
-    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let held = accepted.clone();
-    rt.spawn(async move {
-        let mut links = Vec::new();
-        while let Some(l) = fake.accept().await {
-            if let Ok(l) = l {
-                held.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                links.push(l); // held open, never read
-            }
-        }
-    });
-    let h05 = d.join("h05.toml");
-    let text = std::fs::read_to_string(&h05).expect("config");
-    let h01_addr = toml_value(&d.join("h01.toml"), "listen");
-    let buffer_max: usize = 256 * 1024;
-    let text = text
-        .replace(
-            &format!("parent_addr = \"{h01_addr}\""),
-            &format!("parent_addr = \"{fake_addr}\""),
-        )
-        .replace(
-            "buffer_bytes = 16777216",
-            &format!("buffer_bytes = {buffer_max}"),
-        );
-    assert!(
-        text.contains(&fake_addr.to_string()),
-        "h05 points at the fake"
-    );
-    std::fs::write(&h05, text).expect("write config");
-    let metrics = free_port();
-    let mut procs = Procs::default();
-    let m = format!("127.0.0.1:{metrics}");
-    let f = h05.to_str().expect("utf-8");
-    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
-    let http = spawn_gateway(&mut procs, d);
-    let mut max_buffer = 0.0f64;
-    let t0 = now_ms();
-    let on_h01 = ["parent=\"h01\""];
-    wait_for("h05 to count a stall", Duration::from_secs(120), || {
-        let b = metric(metrics, "canopy_fabric_buffer_bytes", &on_h01)?;
-        max_buffer = max_buffer.max(b);
-        let n = metric(metrics, "canopy_fabric_stalls_total", &on_h01)?;
-        if now_ms() - t0 > 100_000 {
-            let text = get(metrics, "/metrics")?.1;
-            let l: Vec<&str> = text.lines().filter(|l| l.contains("h01")).collect();
-            eprintln!("h05 /metrics after 100 s:\n{}", l.join("\n"));
-        }
-        (n >= 1.0).then_some(())
-    });
-    let stalled_after = now_ms() - t0;
-    assert!(
-        accepted.load(std::sync::atomic::Ordering::Relaxed) >= 1,
-        "the fake parent took the link"
-    );
-    // On the backup (the real gateway), h05's ticks arrive, from the first.
-    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
-    wait_for("h05 reports it runs on its backup", GUARD, || {
-        (results(http, q).len() == 1).then_some(())
-    });
-    let now = now_ms();
-    arrived_past(http, &["h05".to_string()], now);
-    let hosts = ["h05".to_string()];
-    let faults = faults(http, &hosts, now - 1_000);
-    eprintln!("stall counted {stalled_after} ms after start; buffer peaked at {max_buffer} B");
-    assert!(
-        faults.is_empty(),
-        "h05 via its backup:\n{}",
-        faults.join("\n")
-    );
-    assert!(
-        max_buffer <= buffer_max as f64,
-        "outbox held {max_buffer} B, bound {buffer_max}"
-    );
-    drop(procs);
-}
-
-/// A fake h01 with h01's certificate and the default windows: it reads
-/// every record of every link (counted in `read`) and discards it, without
-/// an ack until `acking` is set (then it acks each record).
-fn fake_parent(
-    rt: &tokio::runtime::Runtime,
-    d: &Path,
-    read: Arc<AtomicU64>,
-    acking: Arc<AtomicBool>,
-) -> std::net::SocketAddr {
-    let fake = rt.block_on(async {
-        Listener::bind(
-            "127.0.0.1:0".parse().expect("addr"),
-            &identity(d, "h01"),
-            LinkTuning::default(),
-        )
-        .expect("fake parent binds")
-    });
-    let addr = fake.local_addr();
-    rt.spawn(async move {
-        while let Some(l) = fake.accept().await {
-            let Ok(l) = l else { continue };
-            let (read, acking) = (read.clone(), acking.clone());
-            tokio::spawn(async move {
-                let mut n = 0;
-                while let Ok(Some(_)) = l.recv_record().await {
-                    n += 1;
-                    read.fetch_add(1, Ordering::Relaxed);
-                    if acking.load(Ordering::Relaxed)
-                        && l.send_control(&Control::Ack(n).encode()).await.is_err()
-                    {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-/// Points h05's interior link (parent h01) at `fake`; h05's other link's
-/// parents (h06, h02) do not run in these tests, so this link carries all
-/// of h05's ticks. Returns the link's planned ack timeout, ms.
-fn h05_to_fake(d: &Path, fake: std::net::SocketAddr) -> i64 {
-    let h05 = d.join("h05.toml");
-    let text = std::fs::read_to_string(&h05).expect("config");
-    let h01_addr = toml_value(&d.join("h01.toml"), "listen");
-    let text = text.replace(
-        &format!("parent_addr = \"{h01_addr}\""),
-        &format!("parent_addr = \"{fake}\""),
-    );
-    std::fs::write(&h05, &text).expect("write config");
-    let v: toml::Value = toml::from_str(&text).expect("TOML");
-    assert_eq!(
-        v["uplinks"][0]["parent_addr"].as_str(),
-        Some(&*fake.to_string())
-    );
-    v["uplinks"][0]["ack_timeout_ms"]
-        .as_integer()
-        .expect("the plan gives the link an ack timeout")
-}
-
-#[test]
-fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    plan_configs(d, 26_000);
-    // h05's interior link goes to h01 (backup: the gateway); h01 is a fake
-    // that reads and discards without an ack until told to ack.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let read = Arc::new(AtomicU64::new(0));
-    let acking = Arc::new(AtomicBool::new(false));
-    let fake_addr = fake_parent(&rt, d, read.clone(), acking.clone());
-    let ack_timeout = h05_to_fake(d, fake_addr);
-    let h05 = d.join("h05.toml");
-    let metrics = free_port();
-    let mut procs = Procs::default();
-    let m = format!("127.0.0.1:{metrics}");
-    let f = h05.to_str().expect("utf-8");
-    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
-    let http = spawn_gateway(&mut procs, d);
-    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
-    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
-    let t0 = now_ms();
-    wait_for(
-        "h05 to count an ack stall",
-        Duration::from_secs(120),
-        || (no_ack()? >= 1.0).then_some(()),
-    );
-    let stalled_after = now_ms() - t0;
-    assert!(
-        read.load(Ordering::Relaxed) >= 3,
-        "the fake parent read h05's records"
-    );
-    assert!(
-        stalled_after >= ack_timeout,
-        "left after {stalled_after} ms, before the {ack_timeout} ms ack timeout"
-    );
-    assert!(
-        stalled_after <= ack_timeout + 60_000,
-        "left after {stalled_after} ms: not bounded by the {ack_timeout} ms ack timeout"
-    );
-    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
-    wait_for("h05 reports it runs on its backup", GUARD, || {
-        (results(http, q).len() == 1).then_some(())
-    });
-    // Everything the fake discarded was replayed to the backup: every
-    // tick from the first, no gap.
-    let now = now_ms();
-    arrived_past(http, &["h05".to_string()], now);
-    let hosts = ["h05".to_string()];
-    let faults = faults(http, &hosts, now - 1_000);
-    assert!(
-        faults.is_empty(),
-        "h05 via its backup:\n{}",
-        faults.join("\n")
-    );
-    // The primary acks again: h05 returns after its hold-down and stays.
-    acking.store(true, Ordering::Relaxed);
-    let back = ["parent=\"h01\""];
-    wait_for("h05 back on its primary", Duration::from_secs(120), || {
-        let b = metric(metrics, "canopy_fabric_uplink_on_backup", &back)?;
-        let c = metric(metrics, "canopy_fabric_uplink_connected", &back)?;
-        (b == 0.0 && c == 1.0).then_some(())
-    });
-    let acked = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
-    let settle = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") + 3_000);
-    std::thread::sleep(settle);
-    assert_eq!(no_ack(), Some(1.0), "an acking primary is not left again");
-    assert_eq!(
-        metric(metrics, "canopy_fabric_uplink_on_backup", &back),
-        Some(0.0)
-    );
-    let later = metric(metrics, "canopy_fabric_acked_records_total", &back).expect("metrics");
-    assert!(
-        later > acked,
-        "the primary's acks release records ({acked} -> {later})"
-    );
-    eprintln!("ack stall counted {stalled_after} ms after start (ack timeout {ack_timeout} ms)");
-    drop(procs);
-}
-
-#[test]
 fn a_certified_peer_the_plan_does_not_give_to_a_relay_is_refused_and_counted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
@@ -749,57 +410,5 @@ fn a_certified_peer_the_plan_does_not_give_to_a_relay_is_refused_and_counted() {
         Some(0.0),
         "h05's own planned links are untouched"
     );
-    drop(procs);
-}
-
-#[test]
-fn a_segment_replayed_to_a_parent_that_never_acks_stays_buffered() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
-    plan_configs(d, 29_000);
-    // h05 runs before any gateway, with a fake h01 that never acks: the
-    // live link stalls, its tail becomes a segment that replays to h01
-    // again after the hold-down, and is not acked there either. Only then
-    // does the gateway (h05's backup) start: it must get every tick.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let read = Arc::new(AtomicU64::new(0));
-    let fake_addr = fake_parent(&rt, d, read.clone(), Arc::new(AtomicBool::new(false)));
-    let ack_timeout = h05_to_fake(d, fake_addr);
-    let h05 = d.join("h05.toml");
-    let metrics = free_port();
-    let mut procs = Procs::default();
-    let m = format!("127.0.0.1:{metrics}");
-    let f = h05.to_str().expect("utf-8");
-    procs.spawn(&["node", "--config", f, "--synthetic", "--metrics", &m]);
-    let on_h01 = ["parent=\"h01\"", "reason=\"no_ack\""];
-    let no_ack = || metric(metrics, "canopy_fabric_stalls_total", &on_h01);
-    let wait = Duration::from_millis(u64::try_from(ack_timeout).expect("positive") * 8);
-    wait_for("the live link and a replay to stall on h01", wait, || {
-        (no_ack()? >= 2.0).then_some(())
-    });
-    let replayed = metric(
-        metrics,
-        "canopy_fabric_segments_replayed_total",
-        &["parent=\"h01\""],
-    );
-    assert_eq!(replayed, Some(0.0), "an unacked segment is not done");
-    assert!(
-        metric(metrics, "canopy_fabric_buffer_records", &["parent=\"h01\""]).unwrap_or(0.0) >= 10.0,
-        "h05 still holds what h01 discarded"
-    );
-    let http = spawn_gateway(&mut procs, d);
-    let until = now_ms() + 3_000;
-    arrived_past(http, &["h05".to_string()], until);
-    let faults = faults(http, &["h05".to_string()], until - 1_000);
-    assert!(
-        faults.is_empty(),
-        "h05 after its replays:\n{}",
-        faults.join("\n")
-    );
-    assert!(read.load(Ordering::Relaxed) >= 10, "h01 read the replay");
     drop(procs);
 }

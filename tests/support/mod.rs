@@ -5,6 +5,7 @@
 //! Each test file includes this with `mod support;` and uses what it needs.
 #![allow(dead_code)]
 
+pub mod six;
 pub mod ticks;
 
 use std::io::{Read, Write};
