@@ -39,6 +39,19 @@ fn spawn_h05(procs: &mut Procs, d: &Path) -> u16 {
     metrics
 }
 
+/// Waits until h05 reports it runs on its backup (the real gateway) and
+/// its ticks arrive past now; returns its faults at the gateway (every
+/// tick from the first, no gap).
+fn h05_faults_on_backup(http: u16) -> Vec<String> {
+    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
+    wait_for("h05 reports it runs on its backup", GUARD, || {
+        (results(http, q).len() == 1).then_some(())
+    });
+    let now = now_ms();
+    arrived_past(http, &["h05".to_string()], now);
+    faults(http, &["h05".to_string()], now - 1_000)
+}
+
 #[test]
 fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -114,14 +127,7 @@ fn a_child_leaves_a_stalled_parent_for_its_backup_with_a_bounded_buffer() {
         "the fake parent took the link"
     );
     // On the backup (the real gateway), h05's ticks arrive, from the first.
-    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
-    wait_for("h05 reports it runs on its backup", GUARD, || {
-        (results(http, q).len() == 1).then_some(())
-    });
-    let now = now_ms();
-    arrived_past(http, &["h05".to_string()], now);
-    let hosts = ["h05".to_string()];
-    let faults = faults(http, &hosts, now - 1_000);
+    let faults = h05_faults_on_backup(http);
     eprintln!("stall counted {stalled_after} ms after start; buffer peaked at {max_buffer} B");
     assert!(
         faults.is_empty(),
@@ -232,16 +238,9 @@ fn a_child_leaves_a_parent_that_never_acks_and_returns_once_it_acks() {
         stalled_after <= ack_timeout + 60_000,
         "left after {stalled_after} ms: not bounded by the {ack_timeout} ms ack timeout"
     );
-    let q = "canopy_fabric_uplink_on_backup{node=\"h05\",parent=\"h01\"} == 1";
-    wait_for("h05 reports it runs on its backup", GUARD, || {
-        (results(http, q).len() == 1).then_some(())
-    });
     // Everything the fake discarded was replayed to the backup: every
     // tick from the first, no gap.
-    let now = now_ms();
-    arrived_past(http, &["h05".to_string()], now);
-    let hosts = ["h05".to_string()];
-    let faults = faults(http, &hosts, now - 1_000);
+    let faults = h05_faults_on_backup(http);
     assert!(
         faults.is_empty(),
         "h05 via its backup:\n{}",
