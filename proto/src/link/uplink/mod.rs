@@ -20,6 +20,11 @@
 //! ack stall the primary is not tried again for a hold-down (doubling with
 //! each stall in a row, reset once it acks), so a primary that still does
 //! not ack is not revisited every probe.
+//!
+//! Liveness for a relay's ack rule ([`Uplink::is_live`]): an uplink is live
+//! while connected and not left for an ack stall it has not recovered from
+//! (no ack since). [`Uplink::watch`] wakes on every ack progress and every
+//! liveness change, so a relay forwards acks as they arrive.
 
 #[cfg(test)]
 mod ack_tests;
@@ -171,6 +176,10 @@ struct Shared {
     connected: AtomicBool,
     on_backup: AtomicBool,
     closed: AtomicBool,
+    /// Left for an ack stall, and no ack since.
+    stalled: AtomicBool,
+    /// Bumped on ack progress and liveness changes (see [`Uplink::watch`]).
+    events: tokio::sync::watch::Sender<u64>,
     stats: UplinkStats,
     bad_ack_warn: super::WarnLimiter,
 }
@@ -180,6 +189,31 @@ impl Shared {
         self.outbox
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Wakes every [`Uplink::watch`] receiver.
+    fn changed(&self) {
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The parent took records for good: it is not stalled (any more).
+    fn acked(&self) {
+        self.stalled.store(false, Ordering::Release);
+        self.changed();
+    }
+
+    /// Connected or not, for [`Uplink::is_live`].
+    fn set_connected(&self, up: bool) {
+        if self.connected.swap(up, Ordering::AcqRel) != up {
+            self.changed();
+        }
+    }
+
+    /// Left for an ack stall: not live until it acks again.
+    fn set_stalled(&self) {
+        if !self.stalled.swap(true, Ordering::AcqRel) {
+            self.changed();
+        }
     }
 }
 
@@ -212,6 +246,8 @@ impl Uplink {
             connected: AtomicBool::new(false),
             on_backup: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
+            events: tokio::sync::watch::Sender::new(0),
             stats: UplinkStats::default(),
             bad_ack_warn: super::WarnLimiter::default(),
         });
@@ -230,6 +266,21 @@ impl Uplink {
     /// True while a parent connection is up.
     pub fn is_connected(&self) -> bool {
         self.shared.connected.load(Ordering::Acquire)
+    }
+
+    /// True while a parent connection is up and the parent has not been
+    /// left for an ack stall it has not recovered from (acked nothing
+    /// since). A relay with several uplinks (a subtree top, one per
+    /// gateway) waits for the acks of its live uplinks only.
+    pub fn is_live(&self) -> bool {
+        self.is_connected() && !self.shared.stalled.load(Ordering::Acquire)
+    }
+
+    /// A receiver that sees a change on every ack progress
+    /// ([`Uplink::acked_tag`] may have moved) and every change of
+    /// [`Uplink::is_live`], so a relay forwards acks when they arrive.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.events.subscribe()
     }
 
     /// True while sending to the backup parent.
@@ -437,7 +488,7 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
             &cfg.primary
         };
         shared.on_backup.store(on_backup, Ordering::Release);
-        shared.connected.store(true, Ordering::Release);
+        shared.set_connected(true);
         stats.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!(parent = %target.name, on_backup, "uplink connected");
         if let Some(t) = lost_at.take() {
@@ -448,7 +499,7 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
         }
         let acked_before = shared.outbox().stats().acked_records;
         let end = serve(&dialer, &cfg, &shared, link, target, on_backup, &hold).await;
-        shared.connected.store(false, Ordering::Release);
+        shared.set_connected(false);
         if !on_backup && shared.outbox().stats().acked_records > acked_before {
             hold.clear();
         }
@@ -460,6 +511,7 @@ async fn run(dialer: Arc<Dialer>, cfg: UplinkConfig, shared: Arc<Shared>) {
                 lost_at = Some(unix_now_ms());
             }
             End::AckStall => {
+                shared.set_stalled();
                 if !on_backup {
                     hold.strike(tokio::time::Instant::now(), cfg.ack_timeout);
                 }
@@ -523,6 +575,7 @@ async fn serve(
         }
         link.close().await;
         shared.outbox().backlog_done();
+        shared.acked();
         stats.segments_replayed.fetch_add(1, Ordering::Relaxed);
         let also = if on_backup {
             &cfg.backup_group[..]
@@ -654,6 +707,7 @@ async fn serve(
                         shared.outbox().link_lost();
                     } else if streaming.is_some() {
                         shared.outbox().handed_over();
+                        shared.changed();
                     }
                     return End::Primary;
                 }
@@ -665,7 +719,13 @@ async fn serve(
 /// One control record from the parent: acks release the outbox.
 fn on_control(shared: &Shared, streaming: Option<u64>, msg: &[u8]) {
     let res = match (Control::decode(msg), streaming) {
-        (Some(Control::Ack(n)), Some(epoch)) => shared.outbox().ack(epoch, n).map(|_| ()),
+        (Some(Control::Ack(n)), Some(epoch)) => {
+            let r = shared.outbox().ack(epoch, n);
+            if matches!(r, Ok(k) if k > 0) {
+                shared.acked();
+            }
+            r.map(|_| ())
+        }
         (Some(Control::Ack(_)), None) => Err(AckError::Stale),
         (None, _) => {
             shared.stats.bad_controls.fetch_add(1, Ordering::Relaxed);
