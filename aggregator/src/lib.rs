@@ -8,6 +8,7 @@
 //! sample reaches the [`merge::Sink`] at most once; memory is bounded by
 //! [`merge::MergeConfig`]; a broken child only ever affects its own link.
 
+pub mod acks;
 pub mod merge;
 pub mod relay;
 pub mod schedule;

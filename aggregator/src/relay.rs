@@ -7,14 +7,21 @@
 //! The root gateway runs the same relay with no uplinks and a store sink.
 //!
 //! Acknowledgements: every child link gets a cumulative count of its
-//! records taken for good, at most every [`ACK_EVERY`]. A relay with
-//! uplinks acks a child's record once an uplink's frame that carried it
-//! (tagged with the tick) was acknowledged upstream, so a relay that dies
-//! with records merged but not passed on has not acked them: the child
-//! replays them to its backup. A relay without uplinks (the gateway) acks
-//! once its sink took the record (after its commit, for a durable sink).
+//! records taken for good, as soon as it moves, at most one per
+//! [`ACK_EVERY`] (faster moves coalesce into the next). A relay with
+//! uplinks acks a child's record once the uplink frame that carried it
+//! (tagged with the tick) was acknowledged upstream, by every live uplink
+//! when there are several (a subtree top, one per gateway: see
+//! [`crate::acks`]), so a relay that dies with records merged but not
+//! passed on has not acked them: the child replays them to its backup.
+//! Upstream acks are forwarded when they arrive (each uplink wakes the
+//! relay), not on the next tick, so a deep tree does not add a tick of
+//! replay-buffer hold per level. A relay without uplinks (the gateway) acks
+//! once its sink took the record (after its commit, for a durable sink,
+//! and never while a section of the record is held in the merger waiting
+//! for a hole to fill: it is not in the sink yet).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -23,8 +30,9 @@ use canopy_proto::codec::CodecConfig;
 use canopy_proto::link::{
     Control, InboundLink, LinkError, Listener, Uplink, UplinkEncoder, WarnLimiter, unix_now_ms,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
+use crate::acks::{AckQuorum, PendingAcks, UpAck};
 use crate::merge::{MergeConfig, Merger, Sink};
 use crate::schedule::TickSchedule;
 
@@ -39,11 +47,11 @@ pub struct RelayConfig {
     pub codec: CodecConfig,
 }
 
-/// Most often an ack goes down one child link.
-pub const ACK_EVERY: Duration = Duration::from_millis(100);
-
-/// Ticks a child's records may wait for upstream acks before entries merge.
-const MAX_PENDING_TICKS: usize = 64;
+/// Most often an ack goes down one child link: an ack is sent as soon as
+/// the count moves, unless one went less than this ago (then the newest
+/// count goes when this has passed), so an ack storm costs one packet
+/// per this per link.
+pub const ACK_EVERY: Duration = Duration::from_millis(20);
 
 /// How acks are earned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,10 +69,21 @@ enum AckMode {
 struct ChildAcks {
     /// Records of the link fed to the merger.
     fed: u64,
-    /// (tick, records fed by then), oldest first, not yet safe upstream.
-    pending: VecDeque<(u64, u64)>,
+    /// Records fed, per tick, not yet safe upstream.
+    pending: PendingAcks,
     /// What may be acked now (read by the link's task).
     ack: Arc<AtomicU64>,
+    /// Wakes the link's task when `ack` moved.
+    wake: Arc<Notify>,
+}
+
+impl ChildAcks {
+    /// `n` records may be acked: tell the link's task when that is news.
+    fn raise(&self, n: u64) {
+        if self.ack.fetch_max(n, Ordering::AcqRel) < n {
+            self.wake.notify_one();
+        }
+    }
 }
 
 struct Inner<S> {
@@ -74,6 +93,8 @@ struct Inner<S> {
     mode: AckMode,
     /// Ticks emitted (the tag of their uplink frames).
     tick_no: u64,
+    /// Which ticks are held upstream for good (by every live uplink).
+    quorum: AckQuorum,
     /// Rejected children are logged at warn once a minute (a flooding
     /// child reconnects and is refused again and again).
     rejected_warn: WarnLimiter,
@@ -106,6 +127,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 acks: HashMap::new(),
                 mode: AckMode::Upstream,
                 tick_no: 0,
+                quorum: AckQuorum::default(),
                 rejected_warn: WarnLimiter::default(),
             })),
             next_child: Arc::new(AtomicU64::new(1)),
@@ -140,13 +162,18 @@ impl<S: Sink + Send + 'static> Relay<S> {
     }
 
     /// Runs `f` (a flush) on the sink, then acks every record fed before,
-    /// under one lock so nothing fed after the flush is acked.
+    /// under one lock so nothing fed after the flush is acked, except from
+    /// the first record of a child with a section still held by the merger
+    /// (waiting for a hole to fill): that one is not in the sink, so it is
+    /// acked by the first commit after the merger released it.
     pub fn commit_with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         let mut g = self.lock();
         let r = f(&mut g.sink);
         if g.mode == AckMode::Commit {
-            for c in g.acks.values() {
-                c.ack.store(c.fed, Ordering::Release);
+            let held = g.merger.held_records();
+            for (id, c) in &g.acks {
+                let upto = held.get(id).map_or(c.fed, |&r| c.fed.min(r - 1));
+                c.raise(upto);
             }
         }
         r
@@ -168,7 +195,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 if let Some(c) = acks.get_mut(&child) {
                     c.fed += 1;
                     if *mode == AckMode::Sink {
-                        c.ack.store(c.fed, Ordering::Release);
+                        c.raise(c.fed);
                     }
                 }
                 true
@@ -231,18 +258,13 @@ impl<S: Sink + Send + 'static> Relay<S> {
             return;
         }
         tracing::info!(peer = link.peer(), child, "child connected");
-        let ack = Arc::new(AtomicU64::new(0));
-        self.lock().acks.insert(
-            child,
-            ChildAcks {
-                ack: ack.clone(),
-                ..ChildAcks::default()
-            },
-        );
+        let (ack, wake) = self.register_acks(child);
         tokio::spawn(async move {
             let mut acked = 0;
-            let mut every = tokio::time::interval(ACK_EVERY);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // When the next ack goes (set when the count moved), and the
+            // earliest it may (one per ACK_EVERY).
+            let mut due: Option<tokio::time::Instant> = None;
+            let mut earliest = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     r = link.recv_record() => match r {
@@ -258,7 +280,11 @@ impl<S: Sink + Send + 'static> Relay<S> {
                             break;
                         }
                     },
-                    _ = every.tick() => {
+                    () = wake.notified(), if due.is_none() => {
+                        due = Some(earliest.max(tokio::time::Instant::now()));
+                    }
+                    () = sleep_until(due), if due.is_some() => {
+                        due = None;
                         let a = ack.load(Ordering::Acquire);
                         if a > acked {
                             if let Err(e) = link.send_control(&Control::Ack(a).encode()).await {
@@ -266,6 +292,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                                 break;
                             }
                             acked = a;
+                            earliest = tokio::time::Instant::now() + ACK_EVERY;
                         }
                     }
                 }
@@ -274,6 +301,15 @@ impl<S: Sink + Send + 'static> Relay<S> {
             g.merger.child_gone(child);
             g.acks.remove(&child);
         });
+    }
+
+    /// Starts the ack bookkeeping of a child link: what may be acked, and
+    /// what wakes its task when that moves.
+    fn register_acks(&self, child: u64) -> (Arc<AtomicU64>, Arc<Notify>) {
+        let c = ChildAcks::default();
+        let out = (c.ack.clone(), c.wake.clone());
+        self.lock().acks.insert(child, c);
+        out
     }
 
     /// Feeds in-memory records (the node's own leaf) as one more child.
@@ -311,6 +347,8 @@ impl<S: Sink + Send + 'static> Relay<S> {
             if g.mode == AckMode::Upstream {
                 g.mode = AckMode::Sink;
             }
+        } else {
+            self.spawn_upstream_acks(uplinks.clone(), shutdown.clone());
         }
         tokio::spawn(async move {
             let mut encs: Vec<UplinkEncoder> = uplinks
@@ -343,6 +381,7 @@ impl<S: Sink + Send + 'static> Relay<S> {
                     acks,
                     mode,
                     tick_no,
+                    quorum,
                     ..
                 } = &mut *g;
                 merger.expire(now, sink);
@@ -355,37 +394,216 @@ impl<S: Sink + Send + 'static> Relay<S> {
                 }
                 merger.end_tick();
                 if *mode == AckMode::Upstream {
-                    // Any one uplink holding a tick for good makes it safe.
-                    let safe = uplinks.iter().map(Uplink::acked_tag).max().unwrap_or(0);
-                    release_acks(acks, *tick_no, safe);
+                    for c in acks.values_mut() {
+                        c.pending.note_tick(*tick_no, c.fed);
+                    }
+                    release_upstream(acks, quorum, &uplinks);
                 }
+            }
+        });
+    }
+
+    /// Forwards upstream acks as they arrive: each uplink's ack progress
+    /// (or liveness change) wakes one task that acks what every live
+    /// uplink now holds. Runs until shutdown.
+    fn spawn_upstream_acks(&self, uplinks: Vec<Uplink>, mut shutdown: watch::Receiver<bool>) {
+        let wake = Arc::new(Notify::new());
+        for u in &uplinks {
+            let mut rx = u.watch();
+            let (wake, mut sd) = (wake.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        r = rx.changed() => {
+                            if r.is_err() {
+                                break;
+                            }
+                            wake.notify_one();
+                        }
+                        _ = sd.changed() => break,
+                    }
+                }
+            });
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = wake.notified() => {}
+                    _ = shutdown.changed() => break,
+                }
+                let mut g = me.lock();
+                if g.mode != AckMode::Upstream {
+                    continue;
+                }
+                let Inner { acks, quorum, .. } = &mut *g;
+                release_upstream(acks, quorum, &uplinks);
             }
         });
     }
 }
 
-/// Notes what each child had fed by tick `tick`, then acks what is in a
-/// tick acknowledged upstream (`safe`).
-fn release_acks(acks: &mut HashMap<u64, ChildAcks>, tick: u64, safe: u64) {
+/// Acks each child what is in ticks every live uplink holds for good.
+fn release_upstream(acks: &mut HashMap<u64, ChildAcks>, quorum: &mut AckQuorum, ups: &[Uplink]) {
+    let state: Vec<UpAck> = ups
+        .iter()
+        .map(|u| UpAck {
+            live: u.is_live(),
+            acked_tag: u.acked_tag(),
+        })
+        .collect();
+    let safe = quorum.update(&state);
     for c in acks.values_mut() {
-        if c.pending
-            .back()
-            .map_or(c.ack.load(Ordering::Relaxed), |p| p.1)
-            < c.fed
-        {
-            if c.pending.len() >= MAX_PENDING_TICKS {
-                // Upstream is not acking (an outage): later ticks merge
-                // into the newest entry, which keeps the bound.
-                c.pending.pop_back();
-            }
-            c.pending.push_back((tick, c.fed));
+        if let Some(n) = c.pending.release(safe) {
+            c.raise(n);
         }
-        while let Some(&(t, fed)) = c.pending.front() {
-            if t > safe {
-                break;
-            }
-            c.ack.store(fed, Ordering::Release);
-            c.pending.pop_front();
+    }
+}
+
+/// Sleeps until `due`; forever when it is `None`.
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use canopy_proto::codec::{BoundsPolicy, LinkEncoder, Sender, record};
+    use canopy_proto::{Labels, MetricKind};
+
+    use super::*;
+
+    /// A durable sink: samples wait in `pending` until the commit moves
+    /// them to `stored` (as the gateway's write-ahead log does).
+    #[derive(Default)]
+    struct Durable {
+        pending: Vec<i64>,
+        stored: Vec<i64>,
+    }
+
+    impl Sink for Durable {
+        fn sample(&mut self, _: &str, _: &Labels, ts_ms: i64, _: f64) {
+            self.pending.push(ts_ms / 1000);
         }
+        fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
+        fn retire(&mut self, _: &str, _: &Labels, _: i64) {}
+    }
+
+    fn flush(s: &mut Durable) {
+        let p = std::mem::take(&mut s.pending);
+        s.stored.extend(p);
+    }
+
+    /// One leaf with one encoder per link; `tick` gives each link's record.
+    struct Leaf {
+        tx: Sender,
+        encs: Vec<LinkEncoder>,
+    }
+
+    impl Leaf {
+        fn tick(&mut self, t: i64) -> Vec<Vec<u8>> {
+            let src = self.tx.source("n1", 1000);
+            self.tx.begin_tick(t * 1000);
+            self.tx.tick_source(src, t * 1000);
+            let l = Labels::metric("ticks_total", [("node", "n1")]);
+            self.tx.observe(src, &l, MetricKind::Counter, t as f64);
+            let (table, cs) = self.tx.finish_tick();
+            let out = self
+                .encs
+                .iter_mut()
+                .map(|e| {
+                    let mut rec = Vec::new();
+                    e.encode(table, cs, &mut rec).expect("encode");
+                    let (len, pre) = record::read_prefix(&rec, usize::MAX)
+                        .expect("prefix")
+                        .expect("whole");
+                    rec[pre..pre + len].to_vec()
+                })
+                .collect();
+            self.tx.end_tick();
+            out
+        }
+    }
+
+    fn acked(r: &Relay<Durable>, child: u64) -> u64 {
+        r.lock().acks[&child].ack.load(Ordering::Acquire)
+    }
+
+    /// Hole (b): a durable gateway acks a record only once all of it is in
+    /// the sink and committed. Path B's relay died with tick 4; B's child
+    /// failed over (child 3, a fresh link) and brings tick 5 first, which
+    /// the merger holds for the hole. Acking it then, a kill -9 before the
+    /// slower path A fills tick 4 would lose tick 5: acked, so never
+    /// replayed, and only in the merger's memory.
+    #[test]
+    fn a_durable_gateway_does_not_ack_a_held_section_before_storing_it() {
+        let r = Relay::new(
+            RelayConfig {
+                tick: Duration::from_secs(1),
+                merge: MergeConfig {
+                    hole_wait_ms: 8_000,
+                    ..MergeConfig::default()
+                },
+                codec: CodecConfig::default(),
+            },
+            Durable::default(),
+        );
+        r.acks_on_commit();
+        for c in [1, 2, 3] {
+            r.lock().merger.child_connected(c).expect("child");
+            r.register_acks(c);
+        }
+        let mut leaf = Leaf {
+            tx: Sender::new(BoundsPolicy::default()),
+            encs: (0..2)
+                .map(|_| LinkEncoder::new(&CodecConfig::default()).expect("encoder"))
+                .collect(),
+        };
+        let mut slow = Vec::new();
+        for t in 1..=5 {
+            if t == 5 {
+                // The failed-over link: a fresh encoder, keyframe first.
+                let e = LinkEncoder::new(&CodecConfig::default()).expect("encoder");
+                leaf.encs.push(e);
+            }
+            let recs = leaf.tick(t);
+            match t {
+                ..=3 => {
+                    assert!(r.feed(1, &recs[0]));
+                    assert!(r.feed(2, &recs[1]));
+                }
+                4 => slow.push(recs[0].clone()), // A is slow; B died with it
+                _ => {
+                    slow.push(recs[0].clone());
+                    assert!(r.feed(3, &recs[2]), "B's child on its backup");
+                }
+            }
+        }
+        r.commit_with(flush);
+        assert_eq!(acked(&r, 1), 3);
+        assert_eq!(acked(&r, 2), 3);
+        assert!(
+            r.with_merger(|m| m.stats().sections_held) > 0,
+            "tick 5 waits for the hole"
+        );
+        assert!(!r.with_sink(|s| s.stored.contains(&5)));
+        assert_eq!(
+            acked(&r, 3),
+            0,
+            "tick 5 is held in the merger, not stored: not acked"
+        );
+        // A fills the hole: tick 4 and the held tick 5 are stored by the
+        // next commit, and acked by it.
+        assert!(r.feed(1, &slow[0]));
+        assert_eq!(acked(&r, 3), 0, "not committed yet");
+        r.commit_with(flush);
+        assert_eq!(r.with_sink(|s| s.stored.clone()), vec![1, 2, 3, 4, 5]);
+        assert_eq!(acked(&r, 1), 4);
+        assert_eq!(acked(&r, 3), 1);
+        assert!(r.feed(1, &slow[1]), "A's tick 5: a duplicate");
+        r.commit_with(flush);
+        assert_eq!(acked(&r, 1), 5);
     }
 }

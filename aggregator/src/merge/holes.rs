@@ -16,6 +16,8 @@
 //! time. A source seen over one path only is never held. Steady state never
 //! holds anything, so freshness only pays where a hole is.
 
+use std::collections::HashMap;
+
 use canopy_proto::codec::Encoding;
 
 use super::{ChildId, FrameSummary, Merger, Sink, Slot};
@@ -26,6 +28,8 @@ pub(super) struct Held {
     pub(super) ts: i64,
     /// The path it came over.
     pub(super) from: ChildId,
+    /// The number of the record of `from` that carried it (1-based).
+    pub(super) rec: u64,
     /// (series, its epoch when held, value, encoding the child gave it).
     pub(super) updates: Vec<(Slot, f64, Option<Encoding>)>,
 }
@@ -116,6 +120,19 @@ impl Merger {
                 self.accept(src, slot.h, held.ts, v, enc, sink, &mut sum);
             }
         }
+    }
+
+    /// Per child with sections held, the number of its oldest record that
+    /// carried one (1-based): that record is not in the sink yet, so a
+    /// durable receiver must not acknowledge it (nor any after it) yet.
+    pub fn held_records(&self) -> HashMap<ChildId, u64> {
+        let mut out = HashMap::new();
+        for h in self.held.values().flatten() {
+            out.entry(h.from)
+                .and_modify(|r: &mut u64| *r = (*r).min(h.rec))
+                .or_insert(h.rec);
+        }
+        out
     }
 
     /// Releases, for every source, what has waited past `now_ms - hole_wait_ms`.

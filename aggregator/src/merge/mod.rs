@@ -94,6 +94,9 @@ struct Child {
     /// retirement still need their labels.
     gone_series: HashMap<u32, RxSeries>,
     gone_sources: HashMap<u32, RxSource>,
+    /// Records of this link decoded so far (the number of the one being
+    /// applied, 1-based): a held section remembers it.
+    records: u64,
 }
 
 impl Child {
@@ -185,6 +188,7 @@ impl Merger {
             owner: HashMap::new(),
             gone_series: HashMap::new(),
             gone_sources: HashMap::new(),
+            records: 0,
         };
         self.children.insert(child, c);
         self.stats.children = self.children.len();
@@ -229,7 +233,10 @@ impl Merger {
             return Err(AggregatorError::UnknownChild { child });
         };
         let res = match c.dec.decode(payload) {
-            Ok(mut frame) => Ok(self.apply(child, &mut c, &mut frame, sink)),
+            Ok(mut frame) => {
+                c.records += 1;
+                Ok(self.apply(child, &mut c, &mut frame, sink))
+            }
             Err(source) => {
                 let why = error::reason(&source);
                 *self.stats.rejected_frames.entry(why).or_default() += 1;
@@ -417,6 +424,7 @@ impl Merger {
                     holes::Held {
                         ts: sec.ts_ms,
                         from: child,
+                        rec: c.records,
                         updates,
                     },
                 );
