@@ -161,15 +161,17 @@ impl<S: Sink + Send + 'static> Relay<S> {
         self.lock().mode = AckMode::Commit;
     }
 
-    /// Runs `f` (a flush) on the sink, then acks every record fed before,
-    /// under one lock so nothing fed after the flush is acked, except from
-    /// the first record of a child with a section still held by the merger
-    /// (waiting for a hole to fill): that one is not in the sink, so it is
-    /// acked by the first commit after the merger released it.
-    pub fn commit_with<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+    /// Runs `f` (a flush) on the sink and, when it says the flush is
+    /// durable (true), acks every record fed before, under one lock so
+    /// nothing fed after the flush is acked, except from the first record
+    /// of a child with a section still held by the merger (waiting for a
+    /// hole to fill): that one is not in the sink, so it is acked by the
+    /// first commit after the merger released it. A failed flush acks
+    /// nothing (the sink keeps its ops for the next one).
+    pub fn commit_with(&self, f: impl FnOnce(&mut S) -> bool) -> bool {
         let mut g = self.lock();
         let r = f(&mut g.sink);
-        if g.mode == AckMode::Commit {
+        if r && g.mode == AckMode::Commit {
             let held = g.merger.held_records();
             for (id, c) in &g.acks {
                 let upto = held.get(id).map_or(c.fed, |&r| c.fed.min(r - 1));
@@ -491,9 +493,10 @@ mod tests {
         fn retire(&mut self, _: &str, _: &Labels, _: i64) {}
     }
 
-    fn flush(s: &mut Durable) {
+    fn flush(s: &mut Durable) -> bool {
         let p = std::mem::take(&mut s.pending);
         s.stored.extend(p);
+        true
     }
 
     /// One leaf with one encoder per link; `tick` gives each link's record.
@@ -605,5 +608,36 @@ mod tests {
         assert!(r.feed(1, &slow[1]), "A's tick 5: a duplicate");
         r.commit_with(flush);
         assert_eq!(acked(&r, 1), 5);
+    }
+
+    /// A flush that did not reach the log (disk full, I/O error) acks
+    /// nothing: the records stay with the child until a flush succeeds.
+    #[test]
+    fn a_failed_commit_acks_nothing() {
+        let r = Relay::new(
+            RelayConfig {
+                tick: Duration::from_secs(1),
+                merge: MergeConfig::default(),
+                codec: CodecConfig::default(),
+            },
+            Durable::default(),
+        );
+        r.acks_on_commit();
+        r.lock().merger.child_connected(1).expect("child");
+        r.register_acks(1);
+        let mut leaf = Leaf {
+            tx: Sender::new(BoundsPolicy::default()),
+            encs: vec![LinkEncoder::new(&CodecConfig::default()).expect("encoder")],
+        };
+        for t in 1..=2 {
+            assert!(r.feed(1, &leaf.tick(t)[0]));
+        }
+        assert!(r.commit_with(flush));
+        assert_eq!(acked(&r, 1), 2);
+        assert!(r.feed(1, &leaf.tick(3)[0]));
+        assert!(!r.commit_with(|_| false), "the log refused the batch");
+        assert_eq!(acked(&r, 1), 2, "tick 3 is not durable: not acked");
+        assert!(r.commit_with(flush));
+        assert_eq!(acked(&r, 1), 3);
     }
 }

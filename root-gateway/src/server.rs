@@ -109,21 +109,35 @@ impl StoreSink {
         self.rejected += rejected as u64;
     }
 
-    /// Applies buffered ops now (journal first).
-    pub fn flush(&mut self) {
+    /// Applies buffered ops now (journal first); true once they are in the
+    /// log (or none were buffered), which is when the relay may ack them.
+    /// Ops the journal refused (disk full, I/O error) stay buffered, ahead
+    /// of newer ones, for the next flush: acked data is never only in
+    /// memory. Past `MAX_PENDING_OPS` the oldest half goes (counted as
+    /// rejected, logged): a log that keeps failing costs data, not memory.
+    pub fn flush(&mut self) -> bool {
         if self.pending.is_empty() {
-            return;
+            return true;
         }
         let ops = self.take_pending();
-        let appends = ops
-            .iter()
-            .filter(|o| matches!(o, Op::Append { .. }))
-            .count();
+        let appends = count_appends(&ops);
         match self.store.apply(&ops) {
-            Ok(o) => self.count(appends, o.rejected),
+            Ok(o) => {
+                self.count(appends, o.rejected);
+                true
+            }
             Err(e) => {
-                self.rejected += appends as u64;
-                tracing::error!(error = %e, ops = ops.len(), "ops not stored");
+                tracing::error!(error = %e, ops = ops.len(), "ops not logged; kept to retry, not acked");
+                self.pending = ops;
+                if self.pending.len() >= MAX_PENDING_OPS {
+                    let gone: Vec<Op> = self.pending.drain(..MAX_PENDING_OPS / 2).collect();
+                    self.rejected += count_appends(&gone) as u64;
+                    tracing::error!(
+                        ops = gone.len(),
+                        "the log keeps failing: dropped the oldest buffered ops"
+                    );
+                }
+                false
             }
         }
     }
@@ -142,6 +156,12 @@ impl StoreSink {
             }
         }
     }
+}
+
+fn count_appends(ops: &[Op]) -> usize {
+    ops.iter()
+        .filter(|o| matches!(o, Op::Append { .. }))
+        .count()
 }
 
 impl Sink for StoreSink {
@@ -307,7 +327,8 @@ pub async fn start(
                 let (store, relay) = (store.clone(), relay.clone());
                 let r = tokio::task::spawn_blocking(move || {
                     // Under the relay lock, so batches reach the log in
-                    // order; what they hold is acked to the children.
+                    // order; what they hold is acked to the children once
+                    // logged (a failed batch is retried, not acked).
                     relay.commit_with(StoreSink::flush);
                     if maintain && let Err(e) = store.tick(unix_now_ms()) {
                         tracing::error!(error = %e, "store maintenance failed");
@@ -533,4 +554,50 @@ fn self_metrics(
             }
         }
     })]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+    use crate::store::{Journal, PendingCheckpoint, StoreError};
+
+    /// A journal that refuses every batch while `fail` is set.
+    struct Flaky(Arc<AtomicBool>);
+
+    impl Journal for Flaky {
+        fn log(&mut self, _: &[Op]) -> Result<(), StoreError> {
+            if self.0.load(Ordering::Relaxed) {
+                Err(StoreError::Journal {
+                    reason: "disk full (test)".into(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        fn tick(&mut self, _: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    /// A batch the log refused is neither acked (flush says false) nor
+    /// dropped: the next flush logs and stores it.
+    #[test]
+    fn a_batch_the_log_refused_is_kept_for_the_next_flush() {
+        let fail = Arc::new(AtomicBool::new(true));
+        let store = SharedStore::with_journal(
+            LiveStore::new(LiveStoreConfig::default()),
+            Box::new(Flaky(fail.clone())),
+        );
+        let mut sink = StoreSink::new(store);
+        let l = Labels::metric("ticks_total", [("node", "n1")]);
+        sink.sample("n1", &l, 1_000, 1.0);
+        assert!(!sink.flush(), "the log refused the batch");
+        assert_eq!(sink.accepted(), 0);
+        fail.store(false, Ordering::Relaxed);
+        assert!(sink.flush());
+        assert_eq!(sink.accepted(), 1, "the refused sample was retried");
+        assert_eq!(sink.rejected(), 0);
+    }
 }
