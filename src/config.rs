@@ -106,16 +106,23 @@ pub struct NodeFile {
 }
 
 /// Planned ack timeout of a link at `depth` (1: the parent is the
-/// gateway), ms: [`ACK_TIMEOUT_BASE_MS`] plus [`ACK_TIMEOUT_STEP_MS`] per
-/// level below the top. A parent that stops acking stalls its whole
-/// subtree's acks at once; the deeper node waits longer, so the child of
-/// the stalled parent fails over (and acks resume) before its own children
-/// give up on it.
-pub fn ack_timeout_ms(depth: u32) -> u64 {
-    ACK_TIMEOUT_BASE_MS + u64::from(depth.saturating_sub(1)) * ACK_TIMEOUT_STEP_MS
+/// gateway) with ticks of `tick_ms`, ms: the top's, then
+/// [`ACK_TIMEOUT_STEP_MS`] per level below the top. A parent that stops
+/// acking stalls its whole subtree's acks at once; the deeper node waits
+/// longer, so the child of the stalled parent fails over (and acks resume)
+/// before its own children give up on it.
+///
+/// The top's is at least [`ACK_TIMEOUT_BASE_MS`] and outwaits the
+/// gateway's hole wait plus two ticks: a durable gateway acks a section it
+/// holds for a hole only once it is stored, up to
+/// [`HOLE_WAIT_TICKS`](canopy_aggregator::merge::HOLE_WAIT_TICKS) later,
+/// and that wait must not read as a stalled gateway.
+pub fn ack_timeout_ms(depth: u32, tick_ms: u64) -> u64 {
+    let hold = u64::from(canopy_aggregator::merge::HOLE_WAIT_TICKS + 2).saturating_mul(tick_ms);
+    ACK_TIMEOUT_BASE_MS.max(hold) + u64::from(depth.saturating_sub(1)) * ACK_TIMEOUT_STEP_MS
 }
 
-/// Ack timeout of a subtree top's link to the gateway, ms.
+/// Least ack timeout of a subtree top's link to the gateway, ms.
 pub const ACK_TIMEOUT_BASE_MS: u64 = 8_000;
 /// Added per level below the top, ms: more than one tick plus a failover
 /// (idle timeout, replay and the backup's first ack).
@@ -467,7 +474,7 @@ pub fn node_file(
             parent_addr: a.of(plan, &l.parent)?,
             backup: l.backup.name().to_string(),
             backup_addr: a.of(plan, &l.backup)?,
-            ack_timeout_ms: Some(ack_timeout_ms(l.depth)),
+            ack_timeout_ms: Some(ack_timeout_ms(l.depth, tick_ms)),
         });
     }
     let gateways = a.gateway_addrs(plan)?;
@@ -594,6 +601,17 @@ mod tests {
         let text = toml::to_string_pretty(&f).expect("serialise");
         let back: GatewayFile = toml::from_str(&text).expect("round trip");
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn a_tops_ack_timeout_outwaits_the_gateways_hole_wait() {
+        for tick_ms in [100, 1_000, 5_000, 60_000] {
+            let hold = u64::from(canopy_aggregator::merge::HOLE_WAIT_TICKS) * tick_ms;
+            let top = ack_timeout_ms(1, tick_ms);
+            assert!(top > hold + tick_ms, "tick {tick_ms}: {top} ms");
+            assert!(top >= ACK_TIMEOUT_BASE_MS, "tick {tick_ms}: {top} ms");
+            assert_eq!(ack_timeout_ms(3, tick_ms), top + 2 * ACK_TIMEOUT_STEP_MS);
+        }
     }
 
     #[test]

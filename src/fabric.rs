@@ -184,7 +184,10 @@ pub async fn up(args: UpArgs) -> Result<()> {
                 primary,
                 backup: target(&l.backup),
                 backup_group: Vec::new(),
-                ack_timeout: Some(Duration::from_millis(config::ack_timeout_ms(l.depth))),
+                ack_timeout: Some(Duration::from_millis(config::ack_timeout_ms(
+                    l.depth,
+                    u64::try_from(tick.as_millis()).unwrap_or(u64::MAX),
+                ))),
             });
         }
         let collectors: Vec<Box<dyn Collector + Send>> = if hp.name == real {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canopy_aggregator::merge::{MergeConfig, Sink};
+use canopy_aggregator::merge::{HOLE_WAIT_TICKS, MergeConfig, Sink};
 use canopy_aggregator::relay::{Relay, RelayConfig};
 use canopy_proto::codec::CodecConfig;
 use canopy_proto::link::{Listener, unix_now_ms};
@@ -289,9 +289,10 @@ pub async fn start(
         RelayConfig {
             tick: opts.tick,
             // Every source's R paths meet here: a section after a hole
-            // waits up to 8 ticks for the slower path to fill it.
+            // waits up to HOLE_WAIT_TICKS for the slower path to fill it.
             merge: MergeConfig {
-                hole_wait_ms: i64::try_from(opts.tick.as_millis() * 8).unwrap_or(8_000),
+                hole_wait_ms: i64::try_from(opts.tick.as_millis() * u128::from(HOLE_WAIT_TICKS))
+                    .unwrap_or(8_000),
                 ..MergeConfig::default()
             },
             codec: CodecConfig::default(),

@@ -2,6 +2,11 @@
 
 use canopy_proto::codec::CodecConfig;
 
+/// Where a source's R paths meet (the gateway), a section after a hole
+/// waits this many ticks for the slower path to fill it. Upstream ack
+/// timeouts are planned above it, so a held section never stalls a link.
+pub const HOLE_WAIT_TICKS: u32 = 8;
+
 /// Limits of the merge core.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MergeConfig {

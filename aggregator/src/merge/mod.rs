@@ -54,7 +54,7 @@ use canopy_proto::codec::{
 };
 use tracing::{debug, info, warn};
 
-pub use config::{FrameSummary, MergeConfig};
+pub use config::{FrameSummary, HOLE_WAIT_TICKS, MergeConfig};
 pub use error::AggregatorError;
 pub use sink::{MergeStats, NullSink, Sink};
 

@@ -13,7 +13,7 @@ use super::measure::CpuClock;
 use super::relay::{arrival_order, feed, merge_config};
 use super::stream::Segment;
 use super::timing::Ctx;
-use canopy_aggregator::merge::MergeConfig;
+use canopy_aggregator::merge::{HOLE_WAIT_TICKS, MergeConfig};
 
 /// The counter every simulated node increments by one per tick.
 pub const TICKS_METRIC: &str = "canopy_synthetic_ticks_total";
@@ -136,10 +136,10 @@ pub fn run_gateway(
     inputs: &[Segment],
 ) -> Result<GatewayOut, FabricError> {
     let events = arrival_order(inputs);
-    // As the real gateway: a section after a hole waits (at most 8 ticks)
-    // for the slower path to fill it.
+    // As the real gateway: a section after a hole waits (at most
+    // HOLE_WAIT_TICKS) for the slower path to fill it.
     let mut merger = Merger::new(MergeConfig {
-        hole_wait_ms: 8 * ctx.cfg.tick_ms,
+        hole_wait_ms: i64::from(HOLE_WAIT_TICKS) * ctx.cfg.tick_ms,
         ..merge_config(ctx)
     });
     let mut sink = GatewaySink::new(ctx)?;
