@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::hot_file::HotFiles;
 use super::{Collector, Observation};
 use crate::error::LeafError;
 
@@ -135,7 +136,7 @@ pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, Le
 
 /// [`job_dirs`], setting `slurm_root` when a `slurm*` directory exists
 /// (Slurm's layout, with or without jobs).
-fn job_dirs_seen(
+pub(crate) fn job_dirs_seen(
     controller: &Path,
     slurm_root: &mut bool,
 ) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
@@ -159,16 +160,6 @@ fn job_dirs_seen(
     Ok(out)
 }
 
-/// Reads an optional file: `Ok(None)` when it is gone (a job ending between
-/// the directory scan and the read is normal).
-fn read_opt(path: &Path) -> Result<Option<String>, LeafError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(LeafError::io(path, e)),
-    }
-}
-
 fn add(slot: &mut Option<u64>, v: Option<u64>) {
     if let Some(v) = v {
         *slot = Some(slot.unwrap_or(0).saturating_add(v));
@@ -188,6 +179,15 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
 /// `slurm*` directory (Slurm's v1 layout is there even with no job), so
 /// the caller need not list them again.
 pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
+    scan_jobs_hot(cgroup_root, &mut HotFiles::new())
+}
+
+/// [`scan_jobs_layout`] reading the job files through `files`, which keeps
+/// them open from tick to tick (the caller ends its ticks).
+pub fn scan_jobs_hot(
+    cgroup_root: &Path,
+    files: &mut HotFiles,
+) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
     let mut layout = false;
     let mut jobs: BTreeMap<u64, JobCgroup> = BTreeMap::new();
     let mut errors = Vec::new();
@@ -209,7 +209,7 @@ pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, 
                 uid: Some(uid),
                 ..JobCgroup::default()
             });
-            if let Err(e) = read_job_files(ctl, &dir, job) {
+            if let Err(e) = read_job_files(files, ctl, &dir, job) {
                 errors.push(e);
             }
         }
@@ -218,29 +218,38 @@ pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, 
 }
 
 /// Adds one controller's files of one job directory into `job`.
-fn read_job_files(ctl: &str, dir: &Path, job: &mut JobCgroup) -> Result<(), LeafError> {
-    let num = |file: &'static str| -> Result<Option<u64>, LeafError> {
-        read_opt(&dir.join(file))?
-            .map(|t| parse_u64_file(file, &t))
+fn read_job_files(
+    files: &mut HotFiles,
+    ctl: &str,
+    dir: &Path,
+    job: &mut JobCgroup,
+) -> Result<(), LeafError> {
+    let num = |files: &mut HotFiles, file: &'static str| -> Result<Option<u64>, LeafError> {
+        files
+            .read_opt(&dir.join(file))?
+            .map(|t| parse_u64_file(file, t))
             .transpose()
     };
     match ctl {
-        "cpuacct" => add(&mut job.cpu_usage_ns, num("cpuacct.usage")?),
+        "cpuacct" => add(&mut job.cpu_usage_ns, num(files, "cpuacct.usage")?),
         "memory" => {
-            add(&mut job.memory_usage_bytes, num("memory.usage_in_bytes")?);
+            add(
+                &mut job.memory_usage_bytes,
+                num(files, "memory.usage_in_bytes")?,
+            );
             add(
                 &mut job.memory_limit_bytes,
-                num("memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
+                num(files, "memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
             );
-            if let Some(t) = read_opt(&dir.join("memory.stat"))? {
-                let (rss, cache) = parse_memory_stat(&t)?;
+            if let Some(t) = files.read_opt(&dir.join("memory.stat"))? {
+                let (rss, cache) = parse_memory_stat(t)?;
                 add(&mut job.memory_rss_bytes, rss);
                 add(&mut job.memory_cache_bytes, cache);
             }
         }
         "cpuset" => {
-            if let Some(t) = read_opt(&dir.join("cpuset.cpus"))? {
-                let n = parse_cpu_list(&t)?;
+            if let Some(t) = files.read_opt(&dir.join("cpuset.cpus"))? {
+                let n = parse_cpu_list(t)?;
                 job.cpus = Some(job.cpus.unwrap_or(0).saturating_add(n));
             }
         }

@@ -253,11 +253,14 @@ impl PerfTasksCollector {
             .sum()
     }
 
-    /// Job id -> its job directories, from the first hierarchy with jobs.
-    fn job_dirs(&self) -> BTreeMap<u64, Vec<PathBuf>> {
+    /// Job id -> its job directories, from the first hierarchy with jobs;
+    /// and whether a hierarchy listed holds a `slurm*` root (Slurm's
+    /// layout, with or without jobs: one listing serves both).
+    fn job_dirs(&self) -> (BTreeMap<u64, Vec<PathBuf>>, bool) {
         let mut out: BTreeMap<u64, Vec<PathBuf>> = BTreeMap::new();
+        let mut layout = false;
         for ctl in &self.controllers {
-            if let Ok(dirs) = cgroup_v1::job_dirs(ctl) {
+            if let Ok(dirs) = cgroup_v1::job_dirs_seen(ctl, &mut layout) {
                 for (_, id, p) in dirs {
                     out.entry(id).or_default().push(p);
                 }
@@ -274,7 +277,7 @@ impl PerfTasksCollector {
                 }
             }
         }
-        out
+        (out, layout)
     }
 
     /// Every TID listed in `tasks` under the job's directories.
@@ -363,13 +366,9 @@ impl Collector for PerfTasksCollector {
         if self.jobs.is_empty() && !self.probe.should_try() {
             return Ok(());
         }
-        let dirs = self.job_dirs();
         // Rare re-probing only where Slurm has no v1 root at all; with the
         // layout present, a new job is picked up at the next tick.
-        let layout = self
-            .controllers
-            .iter()
-            .any(|c| subdirs(c).is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm"))));
+        let (dirs, layout) = self.job_dirs();
         if dirs.is_empty() && self.jobs.is_empty() && !layout {
             self.probe
                 .missing(&"no Slurm root in a cgroup v1 hierarchy (Slurm absent, or cgroup v2)");

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use super::cgroup_v1::{self, JobCgroup};
 use super::cgroup_v2;
+use super::hot_file::HotFiles;
 use super::proc_io::{self, IoCounters};
 use super::slurm_procs;
 use super::{Collector, Observation};
@@ -105,6 +106,8 @@ pub struct SlurmJobsCollector {
     users: Vec<(u32, String)>,
     now_ms: i64,
     errors: BTreeMap<&'static str, u64>,
+    /// Job files read every tick, kept open while their job runs.
+    hot: HotFiles,
 }
 
 impl SlurmJobsCollector {
@@ -131,6 +134,7 @@ impl SlurmJobsCollector {
             users: Vec::new(),
             now_ms: 0,
             errors: BTreeMap::new(),
+            hot: HotFiles::new(),
         }
     }
 
@@ -140,20 +144,20 @@ impl SlurmJobsCollector {
     }
 
     /// The job's processes: PIDs in `cgroup.procs` below its job directories.
-    fn job_pids(dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    fn job_pids(hot: &mut HotFiles, dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
         let mut pids = Vec::new();
         let mut stack: Vec<PathBuf> = dirs.to_vec();
         while let Some(d) = stack.pop() {
             if pids.len() >= MAX_PIDS_PER_JOB {
                 break;
             }
-            match std::fs::read_to_string(d.join("cgroup.procs")) {
-                Ok(t) => match proc_io::parse_pid_list(&t) {
+            match hot.read_opt(&d.join("cgroup.procs")) {
+                Ok(Some(t)) => match proc_io::parse_pid_list(t) {
                     Ok(p) => pids.extend(p),
                     Err(e) => errs.push(e),
                 },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => errs.push(LeafError::io(d.join("cgroup.procs"), e)),
+                Ok(None) => {}
+                Err(e) => errs.push(e),
             }
             match cgroup_v1::subdirs(&d) {
                 Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
@@ -258,12 +262,13 @@ impl SlurmJobsCollector {
         v2_roots: &[PathBuf],
         first: &mut Option<LeafError>,
     ) -> (Vec<JobCgroup>, bool) {
-        let (mut jobs, errs, v1_layout) = cgroup_v1::scan_jobs_layout(&self.cgroup_root);
+        let (mut jobs, errs, v1_layout) =
+            cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot);
         for e in errs {
             self.count("cgroup", first, e);
         }
         for root in v2_roots {
-            let (v2, errs) = cgroup_v2::scan_jobs(root);
+            let (v2, errs) = cgroup_v2::scan_jobs_hot(root, &mut self.hot);
             for e in errs {
                 self.count("cgroup", first, e);
             }
@@ -274,6 +279,12 @@ impl SlurmJobsCollector {
             }
         }
         (jobs, v1_layout)
+    }
+
+    /// Job files held open (closed when their job ends).
+    #[cfg(test)]
+    pub(crate) fn open_job_files(&self) -> usize {
+        self.hot.open_count()
     }
 
     fn user_of(&mut self, uid: u32) -> String {
@@ -433,7 +444,7 @@ impl Collector for SlurmJobsCollector {
         for j in &jobs {
             let io = proc_io.get(&j.job_id).copied().or_else(|| {
                 dirs.get(&j.job_id).map(|d| {
-                    let pids = Self::job_pids(d, &mut errs);
+                    let pids = Self::job_pids(&mut self.hot, d, &mut errs);
                     let mut samples = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc_io::read_proc(&self.proc_root, pid) {
@@ -454,7 +465,8 @@ impl Collector for SlurmJobsCollector {
             let meta = self.meta.get(j.job_id);
             emit(&self.node, &l, j, meta, io, out);
         }
-        // Ended jobs: forget them; their series go stale.
+        // Ended jobs: forget them (and close their files); their series go stale.
+        self.hot.end_tick();
         self.io.retain(|id, _| ids.contains(id));
         self.labels.retain(|id, _| ids.contains(id));
         self.first_seen.retain(|id, _| ids.contains(id));

@@ -168,6 +168,18 @@ fn job_io_and_scheduler_labels() {
                 && o.value >= 1.0)
     );
     assert_eq!(value(&out, "canopy_job_cpu_seconds_total", "5"), Some(2.5));
+    // Its files stay open from tick to tick (re-read in place): cpuacct.usage,
+    // memory.usage_in_bytes and the two cgroup.procs.
+    assert_eq!(c.open_job_files(), 4);
+    put(
+        &cg.join("cpuacct/slurm_n1/uid_1002/job_5/cpuacct.usage"),
+        "3500000000\n",
+    );
+    let mut out = Vec::new();
+    t += 1000;
+    c.set_tick_time(t);
+    let _ = c.collect(&mut out);
+    assert_eq!(value(&out, "canopy_job_cpu_seconds_total", "5"), Some(3.5));
 
     // The job ends: no series of it any more (the sampler marks them stale).
     std::fs::remove_dir_all(cg.join("memory/slurm_n1/uid_1002/job_5")).expect("rm");
@@ -179,6 +191,7 @@ fn job_io_and_scheduler_labels() {
         out.iter().all(|o| o.labels.get("job_id").is_none()),
         "{out:?}"
     );
+    assert_eq!(c.open_job_files(), 0, "an ended job's files are closed");
 }
 
 #[test]
