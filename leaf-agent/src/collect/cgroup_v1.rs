@@ -14,9 +14,10 @@
 //! `canopy_job_cpus_allocated` (`cpuset.cpus`). User, account and partition
 //! come later from scheduler attribution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::hot_file::HotFiles;
 use super::{Collector, Observation};
@@ -128,14 +129,61 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
     move |e| LeafError::io(p, e)
 }
 
-/// Every `slurm*/uid_*/job_*` directory under one controller, as
-/// (uid, job id, path).
-pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
-    job_dirs_seen(controller, &mut false)
+/// One tick's listings of the Slurm job directories, shared by the
+/// collectors that walk them (the job collector and per-task perf both list
+/// `cpuacct/`, `memory/` and `cpuset/` each tick: about five syscalls per
+/// directory). A listing is reused only within the same tick (same tick
+/// time); a tick time of 0 (unset) always lists afresh. Clones share.
+#[derive(Clone, Debug, Default)]
+pub struct JobDirsCache(Arc<Mutex<ListingCache>>);
+
+/// Listings (job dirs, whether a `slurm*` root was seen) of one tick.
+type Listing = (Vec<(u32, u64, PathBuf)>, bool);
+
+#[derive(Debug, Default)]
+struct ListingCache {
+    tick_ms: i64,
+    by_controller: HashMap<PathBuf, Listing>,
 }
 
-/// [`job_dirs`], setting `slurm_root` when a `slurm*` directory exists
-/// (Slurm's layout, with or without jobs).
+impl JobDirsCache {
+    /// A cache of its own (share it by cloning).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`job_dirs_seen`] of `controller` at tick `tick_ms`, listed once per
+    /// tick across every holder of this cache. Errors are not kept.
+    pub(crate) fn job_dirs_seen(
+        &self,
+        controller: &Path,
+        tick_ms: i64,
+        slurm_root: &mut bool,
+    ) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+        if tick_ms == 0 {
+            return job_dirs_seen(controller, slurm_root);
+        }
+        let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if c.tick_ms != tick_ms {
+            c.tick_ms = tick_ms;
+            c.by_controller.clear();
+        }
+        if let Some((dirs, seen)) = c.by_controller.get(controller) {
+            *slurm_root |= *seen;
+            return Ok(dirs.clone());
+        }
+        let mut seen = false;
+        let dirs = job_dirs_seen(controller, &mut seen)?;
+        *slurm_root |= seen;
+        c.by_controller
+            .insert(controller.to_path_buf(), (dirs.clone(), seen));
+        Ok(dirs)
+    }
+}
+
+/// Every `slurm*/uid_*/job_*` directory under one controller, as
+/// (uid, job id, path), setting `slurm_root` when a `slurm*` directory
+/// exists (Slurm's layout, with or without jobs).
 pub(crate) fn job_dirs_seen(
     controller: &Path,
     slurm_root: &mut bool,
@@ -179,14 +227,17 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
 /// `slurm*` directory (Slurm's v1 layout is there even with no job), so
 /// the caller need not list them again.
 pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
-    scan_jobs_hot(cgroup_root, &mut HotFiles::new())
+    scan_jobs_hot(cgroup_root, &mut HotFiles::new(), &JobDirsCache::new(), 0)
 }
 
 /// [`scan_jobs_layout`] reading the job files through `files`, which keeps
-/// them open from tick to tick (the caller ends its ticks).
+/// them open from tick to tick (the caller ends its ticks), and listing
+/// the job directories through `dirs` for tick `tick_ms`.
 pub fn scan_jobs_hot(
     cgroup_root: &Path,
     files: &mut HotFiles,
+    dirs: &JobDirsCache,
+    tick_ms: i64,
 ) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
     let mut layout = false;
     let mut jobs: BTreeMap<u64, JobCgroup> = BTreeMap::new();
@@ -194,7 +245,7 @@ pub fn scan_jobs_hot(
     let controllers = ["cpuacct", "memory", "cpuset"];
     for ctl in controllers {
         let mut seen = false;
-        let listed = job_dirs_seen(&cgroup_root.join(ctl), &mut seen);
+        let listed = dirs.job_dirs_seen(&cgroup_root.join(ctl), tick_ms, &mut seen);
         layout |= seen && ctl != "cpuset";
         let dirs = match listed {
             Ok(d) => d,

@@ -172,6 +172,9 @@ pub struct PerfTasksCollector {
     read_every: u32,
     tick: u64,
     errors: BTreeMap<&'static str, u64>,
+    /// This tick's job directory listings (shared with the job collector).
+    dirs: cgroup_v1::JobDirsCache,
+    now_ms: i64,
 }
 
 impl std::fmt::Debug for PerfTasksCollector {
@@ -221,7 +224,16 @@ impl PerfTasksCollector {
             read_every: DEFAULT_READ_EVERY,
             tick: 0,
             errors: BTreeMap::new(),
+            dirs: cgroup_v1::JobDirsCache::new(),
+            now_ms: 0,
         }
+    }
+
+    /// Lists the job directories through `dirs`, shared with other
+    /// collectors of the same ticks.
+    pub fn with_dirs_cache(mut self, dirs: cgroup_v1::JobDirsCache) -> Self {
+        self.dirs = dirs;
+        self
     }
 
     /// Reads the counters every `n` ticks (at least 1).
@@ -260,7 +272,7 @@ impl PerfTasksCollector {
         let mut out: BTreeMap<u64, Vec<PathBuf>> = BTreeMap::new();
         let mut layout = false;
         for ctl in &self.controllers {
-            if let Ok(dirs) = cgroup_v1::job_dirs_seen(ctl, &mut layout) {
+            if let Ok(dirs) = self.dirs.job_dirs_seen(ctl, self.now_ms, &mut layout) {
                 for (_, id, p) in dirs {
                     out.entry(id).or_default().push(p);
                 }
@@ -360,6 +372,10 @@ impl PerfTasksCollector {
 impl Collector for PerfTasksCollector {
     fn name(&self) -> &'static str {
         "perf_event_tasks"
+    }
+
+    fn set_tick_time(&mut self, ts_ms: i64) {
+        self.now_ms = ts_ms;
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {

@@ -108,6 +108,8 @@ pub struct SlurmJobsCollector {
     errors: BTreeMap<&'static str, u64>,
     /// Job files read every tick, kept open while their job runs.
     hot: HotFiles,
+    /// This tick's job directory listings (shared with per-task perf).
+    dirs: cgroup_v1::JobDirsCache,
 }
 
 impl SlurmJobsCollector {
@@ -135,6 +137,7 @@ impl SlurmJobsCollector {
             now_ms: 0,
             errors: BTreeMap::new(),
             hot: HotFiles::new(),
+            dirs: cgroup_v1::JobDirsCache::new(),
         }
     }
 
@@ -178,7 +181,8 @@ impl SlurmJobsCollector {
     ) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
         for ctl in ["memory", "cpuacct"] {
-            match cgroup_v1::job_dirs(&self.cgroup_root.join(ctl)) {
+            let ctl = self.cgroup_root.join(ctl);
+            match self.dirs.job_dirs_seen(&ctl, self.now_ms, &mut false) {
                 Ok(dirs) => {
                     for (_, id, p) in dirs {
                         out.entry(id).or_default().push(p);
@@ -263,7 +267,7 @@ impl SlurmJobsCollector {
         first: &mut Option<LeafError>,
     ) -> (Vec<JobCgroup>, bool) {
         let (mut jobs, errs, v1_layout) =
-            cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot);
+            cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot, &self.dirs, self.now_ms);
         for e in errs {
             self.count("cgroup", first, e);
         }
@@ -279,6 +283,13 @@ impl SlurmJobsCollector {
             }
         }
         (jobs, v1_layout)
+    }
+
+    /// Lists the job directories through `dirs`, shared with other
+    /// collectors of the same ticks.
+    pub fn with_dirs_cache(mut self, dirs: cgroup_v1::JobDirsCache) -> Self {
+        self.dirs = dirs;
+        self
     }
 
     /// Job files held open (closed when their job ends).

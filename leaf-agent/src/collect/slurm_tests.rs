@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::cgroup_v1;
 use super::proc_io::{parse_proc_io, parse_stat_identity};
 use super::{Collector, Observation, SlurmJobsCollector, SlurmJobsOptions};
 
@@ -312,4 +313,27 @@ fn odd_names_and_unreadable_files_degrade_without_panic() {
         .map(|o| o.value)
         .sum();
     assert!(errors >= 2.0, "{errors}");
+}
+
+#[test]
+fn job_directories_are_listed_once_per_tick_across_collectors() {
+    let d = crate::TestDir::new();
+    let cpuacct = d.path().join("cg/cpuacct");
+    put(&cpuacct.join("slurm_n1/uid_7/job_1/cpuacct.usage"), "1\n");
+    let cache = cgroup_v1::JobDirsCache::new();
+    let other = cache.clone();
+    let jobs = |c: &cgroup_v1::JobDirsCache, tick: i64| {
+        let mut seen = false;
+        let dirs = c.job_dirs_seen(&cpuacct, tick, &mut seen).expect("listed");
+        assert!(seen, "the slurm root is seen, listed or cached");
+        dirs.into_iter().map(|(_, id, _)| id).collect::<Vec<_>>()
+    };
+    assert_eq!(jobs(&cache, 1000), vec![1]);
+    put(&cpuacct.join("slurm_n1/uid_7/job_2/cpuacct.usage"), "1\n");
+    assert_eq!(jobs(&other, 1000), vec![1], "the same tick: one listing");
+    let mut next = jobs(&other, 2000);
+    next.sort_unstable();
+    assert_eq!(next, vec![1, 2], "the next tick lists again");
+    std::fs::remove_dir_all(cpuacct.join("slurm_n1/uid_7/job_1")).expect("rm");
+    assert_eq!(jobs(&cache, 0), vec![2], "no tick time: always listed");
 }
