@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use super::filesystem::{
-    FilesystemCollector, FilesystemOptions, FsFilter, parse_mountinfo, unescape_octal,
+    FilesystemCollector, FilesystemOptions, FsFilter, is_local_fstype, parse_mountinfo,
+    unescape_octal,
 };
 use super::fs_worker::FsStat;
 use super::*;
@@ -320,4 +321,30 @@ fn filesystem_real_statvfs_of_root_matches_df() {
             Some("proc" | "sysfs" | "cgroup" | "cgroup2" | "devpts")
         )
     }));
+}
+
+#[test]
+fn only_filesystems_that_cannot_hang_are_asked_inline() {
+    for local in ["ext4", "xfs", "btrfs", "tmpfs", "vfat"] {
+        assert!(is_local_fstype(local), "{local}");
+    }
+    // Network, cluster and FUSE filesystems, and anything unknown, keep
+    // the worker thread and its timeout.
+    for remote in [
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "cifs",
+        "ceph",
+        "fuse.sshfs",
+        "fuse",
+        "beegfs",
+        "9p",
+        "overlay",
+        "",
+        "ext4x",
+    ] {
+        assert!(!is_local_fstype(remote), "{remote}");
+    }
 }
