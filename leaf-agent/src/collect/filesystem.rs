@@ -270,6 +270,8 @@ pub struct FilesystemCollector {
     /// Local filesystems are asked on the sampler's thread (see
     /// [`is_local_fstype`]); off when a test injects its stat function.
     inline_local: bool,
+    /// The last `mountinfo` text and the mounts selected from it.
+    last: Option<(String, Vec<Mount>)>,
     opts: FilesystemOptions,
     pool: StatPool,
     /// Mount points currently failing (logged once when they start).
@@ -291,6 +293,7 @@ impl FilesystemCollector {
             node: node.to_string(),
             mountinfo: HotFile::new(proc_root.join("self").join("mountinfo")),
             inline_local: false,
+            last: None,
             pool: StatPool::new(stat, opts.timeout, opts.max_hung),
             opts,
             failing: HashSet::new(),
@@ -328,9 +331,23 @@ impl Collector for FilesystemCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let mounts = match self.mountinfo.read().and_then(parse_mountinfo) {
-            Ok(m) => self.opts.filter.select(m),
+        let text = self.mountinfo.read();
+        let parsed = match text {
+            // Mounts rarely change: the same text keeps the same selection.
+            Ok(t) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
+                Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default())
+            }
+            Ok(t) => parse_mountinfo(t).map(|m| {
+                let m = self.opts.filter.select(m);
+                self.last = Some((t.to_string(), m.clone()));
+                m
+            }),
+            Err(e) => Err(e),
+        };
+        let mounts = match parsed {
+            Ok(m) => m,
             Err(e) => {
+                self.last = None;
                 *self.errors.entry("mountinfo").or_default() += 1;
                 self.push_errors(out);
                 return Err(e);
