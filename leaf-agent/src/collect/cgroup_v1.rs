@@ -14,10 +14,12 @@
 //! `canopy_job_cpus_allocated` (`cpuset.cpus`). User, account and partition
 //! come later from scheduler attribution.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use super::hot_file::HotFiles;
 use super::{Collector, Observation};
 use crate::error::LeafError;
 
@@ -127,15 +129,62 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
     move |e| LeafError::io(p, e)
 }
 
-/// Every `slurm*/uid_*/job_*` directory under one controller, as
-/// (uid, job id, path).
-pub(crate) fn job_dirs(controller: &Path) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
-    job_dirs_seen(controller, &mut false)
+/// One tick's listings of the Slurm job directories, shared by the
+/// collectors that walk them (the job collector and per-task perf both list
+/// `cpuacct/`, `memory/` and `cpuset/` each tick: about five syscalls per
+/// directory). A listing is reused only within the same tick (same tick
+/// time); a tick time of 0 (unset) always lists afresh. Clones share.
+#[derive(Clone, Debug, Default)]
+pub struct JobDirsCache(Arc<Mutex<ListingCache>>);
+
+/// Listings (job dirs, whether a `slurm*` root was seen) of one tick.
+type Listing = (Vec<(u32, u64, PathBuf)>, bool);
+
+#[derive(Debug, Default)]
+struct ListingCache {
+    tick_ms: i64,
+    by_controller: HashMap<PathBuf, Listing>,
 }
 
-/// [`job_dirs`], setting `slurm_root` when a `slurm*` directory exists
-/// (Slurm's layout, with or without jobs).
-fn job_dirs_seen(
+impl JobDirsCache {
+    /// A cache of its own (share it by cloning).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`job_dirs_seen`] of `controller` at tick `tick_ms`, listed once per
+    /// tick across every holder of this cache. Errors are not kept.
+    pub(crate) fn job_dirs_seen(
+        &self,
+        controller: &Path,
+        tick_ms: i64,
+        slurm_root: &mut bool,
+    ) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+        if tick_ms == 0 {
+            return job_dirs_seen(controller, slurm_root);
+        }
+        let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if c.tick_ms != tick_ms {
+            c.tick_ms = tick_ms;
+            c.by_controller.clear();
+        }
+        if let Some((dirs, seen)) = c.by_controller.get(controller) {
+            *slurm_root |= *seen;
+            return Ok(dirs.clone());
+        }
+        let mut seen = false;
+        let dirs = job_dirs_seen(controller, &mut seen)?;
+        *slurm_root |= seen;
+        c.by_controller
+            .insert(controller.to_path_buf(), (dirs.clone(), seen));
+        Ok(dirs)
+    }
+}
+
+/// Every `slurm*/uid_*/job_*` directory under one controller, as
+/// (uid, job id, path), setting `slurm_root` when a `slurm*` directory
+/// exists (Slurm's layout, with or without jobs).
+pub(crate) fn job_dirs_seen(
     controller: &Path,
     slurm_root: &mut bool,
 ) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
@@ -159,16 +208,6 @@ fn job_dirs_seen(
     Ok(out)
 }
 
-/// Reads an optional file: `Ok(None)` when it is gone (a job ending between
-/// the directory scan and the read is normal).
-fn read_opt(path: &Path) -> Result<Option<String>, LeafError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(LeafError::io(path, e)),
-    }
-}
-
 fn add(slot: &mut Option<u64>, v: Option<u64>) {
     if let Some(v) = v {
         *slot = Some(slot.unwrap_or(0).saturating_add(v));
@@ -188,13 +227,25 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>) {
 /// `slurm*` directory (Slurm's v1 layout is there even with no job), so
 /// the caller need not list them again.
 pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
+    scan_jobs_hot(cgroup_root, &mut HotFiles::new(), &JobDirsCache::new(), 0)
+}
+
+/// [`scan_jobs_layout`] reading the job files through `files`, which keeps
+/// them open from tick to tick (the caller ends its ticks), and listing
+/// the job directories through `dirs` for tick `tick_ms`.
+pub fn scan_jobs_hot(
+    cgroup_root: &Path,
+    files: &mut HotFiles,
+    dirs: &JobDirsCache,
+    tick_ms: i64,
+) -> (Vec<JobCgroup>, Vec<LeafError>, bool) {
     let mut layout = false;
     let mut jobs: BTreeMap<u64, JobCgroup> = BTreeMap::new();
     let mut errors = Vec::new();
     let controllers = ["cpuacct", "memory", "cpuset"];
     for ctl in controllers {
         let mut seen = false;
-        let listed = job_dirs_seen(&cgroup_root.join(ctl), &mut seen);
+        let listed = dirs.job_dirs_seen(&cgroup_root.join(ctl), tick_ms, &mut seen);
         layout |= seen && ctl != "cpuset";
         let dirs = match listed {
             Ok(d) => d,
@@ -209,7 +260,7 @@ pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, 
                 uid: Some(uid),
                 ..JobCgroup::default()
             });
-            if let Err(e) = read_job_files(ctl, &dir, job) {
+            if let Err(e) = read_job_files(files, ctl, &dir, job) {
                 errors.push(e);
             }
         }
@@ -218,29 +269,38 @@ pub fn scan_jobs_layout(cgroup_root: &Path) -> (Vec<JobCgroup>, Vec<LeafError>, 
 }
 
 /// Adds one controller's files of one job directory into `job`.
-fn read_job_files(ctl: &str, dir: &Path, job: &mut JobCgroup) -> Result<(), LeafError> {
-    let num = |file: &'static str| -> Result<Option<u64>, LeafError> {
-        read_opt(&dir.join(file))?
-            .map(|t| parse_u64_file(file, &t))
+fn read_job_files(
+    files: &mut HotFiles,
+    ctl: &str,
+    dir: &Path,
+    job: &mut JobCgroup,
+) -> Result<(), LeafError> {
+    let num = |files: &mut HotFiles, file: &'static str| -> Result<Option<u64>, LeafError> {
+        files
+            .read_opt(&dir.join(file))?
+            .map(|t| parse_u64_file(file, t))
             .transpose()
     };
     match ctl {
-        "cpuacct" => add(&mut job.cpu_usage_ns, num("cpuacct.usage")?),
+        "cpuacct" => add(&mut job.cpu_usage_ns, num(files, "cpuacct.usage")?),
         "memory" => {
-            add(&mut job.memory_usage_bytes, num("memory.usage_in_bytes")?);
+            add(
+                &mut job.memory_usage_bytes,
+                num(files, "memory.usage_in_bytes")?,
+            );
             add(
                 &mut job.memory_limit_bytes,
-                num("memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
+                num(files, "memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
             );
-            if let Some(t) = read_opt(&dir.join("memory.stat"))? {
-                let (rss, cache) = parse_memory_stat(&t)?;
+            if let Some(t) = files.read_opt(&dir.join("memory.stat"))? {
+                let (rss, cache) = parse_memory_stat(t)?;
                 add(&mut job.memory_rss_bytes, rss);
                 add(&mut job.memory_cache_bytes, cache);
             }
         }
         "cpuset" => {
-            if let Some(t) = read_opt(&dir.join("cpuset.cpus"))? {
-                let n = parse_cpu_list(&t)?;
+            if let Some(t) = files.read_opt(&dir.join("cpuset.cpus"))? {
+                let n = parse_cpu_list(t)?;
                 job.cpus = Some(job.cpus.unwrap_or(0).saturating_add(n));
             }
         }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::cgroup_v1::{JobCgroup, parse_job_dir, parse_u64_file, subdirs};
+use super::hot_file::HotFiles;
 use super::proc_io::IoCounters;
 use crate::error::LeafError;
 
@@ -109,14 +110,6 @@ pub fn job_dirs(cgroup_root: &Path) -> Result<Vec<(u64, PathBuf)>, LeafError> {
     Ok(out)
 }
 
-fn read_opt(path: &Path) -> Result<Option<String>, LeafError> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(LeafError::io(path, e)),
-    }
-}
-
 /// What the v2 files of one job say (CPU in ns, for [`JobCgroup`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobV2 {
@@ -128,21 +121,21 @@ pub struct JobV2 {
     pub pids: Option<u64>,
 }
 
-fn read_job(dir: &Path, j: &mut JobV2) -> Result<(), LeafError> {
-    if let Some(t) = read_opt(&dir.join("cpu.stat"))? {
-        let ns = parse_cpu_stat(&t)?.usage_usec.saturating_mul(1000);
+fn read_job(files: &mut HotFiles, dir: &Path, j: &mut JobV2) -> Result<(), LeafError> {
+    if let Some(t) = files.read_opt(&dir.join("cpu.stat"))? {
+        let ns = parse_cpu_stat(t)?.usage_usec.saturating_mul(1000);
         j.job.cpu_usage_ns = Some(j.job.cpu_usage_ns.unwrap_or(0).saturating_add(ns));
     }
-    if let Some(t) = read_opt(&dir.join("memory.current"))? {
-        let v = parse_u64_file("memory.current", &t)?;
+    if let Some(t) = files.read_opt(&dir.join("memory.current"))? {
+        let v = parse_u64_file("memory.current", t)?;
         j.job.memory_usage_bytes = Some(j.job.memory_usage_bytes.unwrap_or(0).saturating_add(v));
     }
-    if let Some(t) = read_opt(&dir.join("io.stat"))? {
-        let v = parse_io_stat(&t)?;
+    if let Some(t) = files.read_opt(&dir.join("io.stat"))? {
+        let v = parse_io_stat(t)?;
         j.io = Some(j.io.unwrap_or_default().saturating_add(v));
     }
-    if let Some(t) = read_opt(&dir.join("pids.current"))? {
-        let v = parse_u64_file("pids.current", &t)?;
+    if let Some(t) = files.read_opt(&dir.join("pids.current"))? {
+        let v = parse_u64_file("pids.current", t)?;
         j.pids = Some(j.pids.unwrap_or(0).saturating_add(v));
     }
     Ok(())
@@ -150,6 +143,12 @@ fn read_job(dir: &Path, j: &mut JobV2) -> Result<(), LeafError> {
 
 /// Scans the Slurm jobs of a cgroup v2 root; jobs by id, and the errors met.
 pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobV2>, Vec<LeafError>) {
+    scan_jobs_hot(cgroup_root, &mut HotFiles::new())
+}
+
+/// [`scan_jobs`] reading the job files through `files`, which keeps them
+/// open from tick to tick (the caller ends its ticks).
+pub fn scan_jobs_hot(cgroup_root: &Path, files: &mut HotFiles) -> (Vec<JobV2>, Vec<LeafError>) {
     let mut jobs: BTreeMap<u64, JobV2> = BTreeMap::new();
     let mut errors = Vec::new();
     match job_dirs(cgroup_root) {
@@ -162,7 +161,7 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobV2>, Vec<LeafError>) {
                     },
                     ..JobV2::default()
                 });
-                if let Err(e) = read_job(&dir, j) {
+                if let Err(e) = read_job(files, &dir, j) {
                     errors.push(e);
                 }
             }

@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
-use super::{Collector, Observation, read_text};
+use super::hot_file::HotFile;
+use super::{Collector, Observation};
 use crate::error::LeafError;
 
 /// One line of `mountinfo`, unescaped.
@@ -69,6 +70,17 @@ pub fn unescape_octal(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Filesystem types whose `statvfs` answers from memory and cannot hang on
+/// a server: asked on the sampler's thread, without the worker thread's two
+/// wake-ups per mount and tick. Everything else (NFS, Lustre, GPFS, CIFS,
+/// FUSE, Ceph, unknown types) goes through the worker with its timeout.
+pub fn is_local_fstype(fstype: &str) -> bool {
+    matches!(
+        fstype,
+        "ext2" | "ext3" | "ext4" | "xfs" | "btrfs" | "tmpfs" | "ramfs" | "vfat" | "exfat" | "f2fs"
+    )
 }
 
 /// Parses `mountinfo`; see the module docs for the format.
@@ -254,7 +266,12 @@ impl Default for FilesystemOptions {
 #[derive(Debug)]
 pub struct FilesystemCollector {
     node: String,
-    mountinfo: PathBuf,
+    mountinfo: HotFile,
+    /// Local filesystems are asked on the sampler's thread (see
+    /// [`is_local_fstype`]); off when a test injects its stat function.
+    inline_local: bool,
+    /// The last `mountinfo` text and the mounts selected from it.
+    last: Option<(String, Vec<Mount>)>,
     opts: FilesystemOptions,
     pool: StatPool,
     /// Mount points currently failing (logged once when they start).
@@ -265,14 +282,18 @@ pub struct FilesystemCollector {
 impl FilesystemCollector {
     /// A collector for `node` using the real `statvfs`.
     pub fn new(node: &str, proc_root: &Path, opts: FilesystemOptions) -> Self {
-        Self::with_stat(node, proc_root, opts, Arc::new(super::fs_worker::statvfs))
+        let mut c = Self::with_stat(node, proc_root, opts, Arc::new(super::fs_worker::statvfs));
+        c.inline_local = true;
+        c
     }
 
     /// A collector with another stat function (tests: a hung mount).
     pub fn with_stat(node: &str, proc_root: &Path, opts: FilesystemOptions, stat: StatFn) -> Self {
         FilesystemCollector {
             node: node.to_string(),
-            mountinfo: proc_root.join("self").join("mountinfo"),
+            mountinfo: HotFile::new(proc_root.join("self").join("mountinfo")),
+            inline_local: false,
+            last: None,
             pool: StatPool::new(stat, opts.timeout, opts.max_hung),
             opts,
             failing: HashSet::new(),
@@ -310,9 +331,23 @@ impl Collector for FilesystemCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let mounts = match read_text(&self.mountinfo).and_then(|t| parse_mountinfo(&t)) {
-            Ok(m) => self.opts.filter.select(m),
+        let text = self.mountinfo.read();
+        let parsed = match text {
+            // Mounts rarely change: the same text keeps the same selection.
+            Ok(t) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
+                Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default())
+            }
+            Ok(t) => parse_mountinfo(t).map(|m| {
+                let m = self.opts.filter.select(m);
+                self.last = Some((t.to_string(), m.clone()));
+                m
+            }),
+            Err(e) => Err(e),
+        };
+        let mounts = match parsed {
+            Ok(m) => m,
             Err(e) => {
+                self.last = None;
                 *self.errors.entry("mountinfo").or_default() += 1;
                 self.push_errors(out);
                 return Err(e);
@@ -320,7 +355,15 @@ impl Collector for FilesystemCollector {
         };
         for m in &mounts {
             let path = self.path_of(&m.mountpoint);
-            let stat = match self.pool.stat(&path) {
+            let outcome = if self.inline_local && is_local_fstype(&m.fstype) {
+                match super::fs_worker::statvfs(&path) {
+                    Ok(s) => StatOutcome::Done(s),
+                    Err(e) => StatOutcome::Failed(e),
+                }
+            } else {
+                self.pool.stat(&path)
+            };
+            let stat = match outcome {
                 StatOutcome::Done(s) => {
                     if self.failing.remove(&m.mountpoint) {
                         tracing::info!(mountpoint = %m.mountpoint, "filesystem answers again");

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use super::filesystem::{
-    FilesystemCollector, FilesystemOptions, FsFilter, parse_mountinfo, unescape_octal,
+    FilesystemCollector, FilesystemOptions, FsFilter, is_local_fstype, parse_mountinfo,
+    unescape_octal,
 };
 use super::fs_worker::FsStat;
 use super::*;
@@ -320,4 +321,64 @@ fn filesystem_real_statvfs_of_root_matches_df() {
             Some("proc" | "sysfs" | "cgroup" | "cgroup2" | "devpts")
         )
     }));
+}
+
+#[test]
+fn only_filesystems_that_cannot_hang_are_asked_inline() {
+    for local in ["ext4", "xfs", "btrfs", "tmpfs", "vfat"] {
+        assert!(is_local_fstype(local), "{local}");
+    }
+    // Network, cluster and FUSE filesystems, and anything unknown, keep
+    // the worker thread and its timeout.
+    for remote in [
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "cifs",
+        "ceph",
+        "fuse.sshfs",
+        "fuse",
+        "beegfs",
+        "9p",
+        "overlay",
+        "",
+        "ext4x",
+    ] {
+        assert!(!is_local_fstype(remote), "{remote}");
+    }
+}
+
+#[test]
+fn a_changed_mountinfo_is_parsed_again() {
+    let dir = TestDir::new();
+    let proc_root = proc_with_mountinfo(&dir);
+    let stat =
+        Arc::new(|_: &Path| -> io::Result<FsStat> { Ok(FsStat::from_raw(4096, 4096, 8, 4, 2)) });
+    let mut c =
+        FilesystemCollector::with_stat("n1", &proc_root, FilesystemOptions::default(), stat);
+    let points = |c: &mut FilesystemCollector| {
+        let mut out = Vec::new();
+        c.collect(&mut out).unwrap();
+        let mut p: Vec<String> = out
+            .iter()
+            .filter(|o| o.labels.name() == "canopy_node_filesystem_size_bytes")
+            .filter_map(|o| o.labels.get("mountpoint").map(str::to_string))
+            .collect();
+        p.sort();
+        p
+    };
+    let before = points(&mut c);
+    assert!(before.contains(&"/home".to_string()), "{before:?}");
+    assert_eq!(points(&mut c), before, "unchanged text, same mounts");
+    // /home is unmounted: its line goes.
+    let text: String = fixture("hpc-node.mountinfo")
+        .lines()
+        .filter(|l| !l.contains(" /home "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(proc_root.join("self/mountinfo"), text).unwrap();
+    let after = points(&mut c);
+    assert!(!after.contains(&"/home".to_string()), "{after:?}");
+    assert_eq!(after.len() + 1, before.len());
 }

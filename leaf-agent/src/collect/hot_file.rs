@@ -8,6 +8,7 @@
 //! tries once more by path, so the caller sees the same errors as a plain
 //! `read_to_string`.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -79,27 +80,109 @@ impl HotFile {
         let Some(f) = self.file.as_ref() else {
             return Err(io::ErrorKind::NotFound.into());
         };
-        self.buf.clear();
-        // Room for the last read's size and then some: usually one pread.
-        let want = (self.buf.capacity().max(4096) + 1023) & !1023;
-        self.buf.resize(want, 0);
-        let mut len = 0;
-        loop {
-            if len == self.buf.len() {
-                if len >= MAX_BYTES {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "file too large"));
-                }
-                self.buf.resize(len * 2, 0);
+        pread_whole(f, &mut self.buf)
+    }
+}
+
+/// Reads `f` whole from offset 0 into `buf` (replaced).
+fn pread_whole(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    // Room for the last read's size and then some: usually one pread.
+    let want = (buf.capacity().max(4096) + 1023) & !1023;
+    buf.resize(want, 0);
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            if len >= MAX_BYTES {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "file too large"));
             }
-            match f.read_at(&mut self.buf[len..], len as u64) {
-                Ok(0) => break,
-                Ok(n) => len += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            buf.resize(len * 2, 0);
         }
-        self.buf.truncate(len);
+        match f.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    Ok(())
+}
+
+/// Most files [`HotFiles`] keeps open; beyond, files are opened per read.
+pub const MAX_HOT_FILES: usize = 4096;
+
+/// Files that come and go with the jobs (per-job cgroup files), each kept
+/// open while it is read every tick and re-read from offset 0, as
+/// [`HotFile`] does for the node's files, sharing one read buffer.
+///
+/// A file not read during a tick is closed at [`HotFiles::end_tick`], and
+/// one that vanished is closed at once: an open cgroup file pins its
+/// removed cgroup in the kernel, so nothing is held past the job's end.
+#[derive(Debug, Default)]
+pub struct HotFiles {
+    files: HashMap<PathBuf, (File, u64)>,
+    tick: u64,
+    buf: Vec<u8>,
+}
+
+impl HotFiles {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The file's text now; `Ok(None)` when it does not exist (a job that
+    /// ended between the directory scan and the read).
+    pub fn read_opt(&mut self, path: &Path) -> Result<Option<&str>, LeafError> {
+        let r = match self.files.get_mut(path) {
+            Some((f, seen)) => {
+                *seen = self.tick;
+                match pread_whole(f, &mut self.buf) {
+                    Ok(()) => Ok(()),
+                    // A stale descriptor (its cgroup removed, ENODEV): once
+                    // more by path.
+                    Err(_) => {
+                        self.files.remove(path);
+                        self.open_and_read(path)
+                    }
+                }
+            }
+            None => self.open_and_read(path),
+        };
+        match r {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LeafError::io(path, e)),
+        }
+        std::str::from_utf8(&self.buf)
+            .map(Some)
+            .map_err(|e| LeafError::io(path, io::Error::new(io::ErrorKind::InvalidData, e)))
+    }
+
+    fn open_and_read(&mut self, path: &Path) -> io::Result<()> {
+        let f = File::open(path)?;
+        pread_whole(&f, &mut self.buf)?;
+        if self.files.len() < MAX_HOT_FILES {
+            self.files.insert(path.to_path_buf(), (f, self.tick));
+        }
         Ok(())
+    }
+
+    /// Closes the files not read since the last call.
+    pub fn end_tick(&mut self) {
+        let t = self.tick;
+        self.files.retain(|_, (_, seen)| *seen == t);
+        self.tick += 1;
+        // The buffer serves small control files: do not keep a large one.
+        if self.buf.capacity() > 64 << 10 {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Files held open.
+    pub fn open_count(&self) -> usize {
+        self.files.len()
     }
 }
 
@@ -128,6 +211,36 @@ mod tests {
         assert!(matches!(h.read(), Err(LeafError::Io { ref path, .. }) if path == &p));
         std::fs::write(&p, "back\n").expect("back");
         assert_eq!(h.read().expect("back"), "back\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn hot_files_follow_files_that_come_and_go() {
+        let dir = std::env::temp_dir().join(format!("canopy-hots-{}", std::process::id()));
+        let job = dir.join("job_7");
+        std::fs::create_dir_all(&job).expect("dir");
+        let usage = job.join("cpuacct.usage");
+        std::fs::write(&usage, "100\n").expect("write");
+        let mut h = HotFiles::new();
+        assert_eq!(h.read_opt(&usage).expect("read"), Some("100\n"));
+        assert_eq!(h.open_count(), 1, "kept open");
+        h.end_tick();
+        std::fs::write(&usage, "250\n").expect("rewrite");
+        assert_eq!(h.read_opt(&usage).expect("again"), Some("250\n"));
+        h.end_tick();
+        assert_eq!(h.open_count(), 1, "read last tick: still open");
+        // A tick without reading it closes it.
+        h.end_tick();
+        assert_eq!(h.open_count(), 0);
+        // The job ends: its directory goes (a removed cgroup's open files
+        // fail with ENODEV, then the path is tried; a plain file's stay
+        // readable, so this closes it first); the read says so and holds
+        // nothing.
+        std::fs::remove_dir_all(&job).expect("rm");
+        assert_eq!(h.read_opt(&usage).expect("gone is not an error"), None);
+        assert_eq!(h.open_count(), 0, "nothing held for an ended job");
+        // Other errors name the file.
+        assert!(matches!(h.read_opt(&dir), Err(LeafError::Io { ref path, .. }) if path == &dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -202,6 +202,7 @@ pub fn host_collectors(
     cgroup_root: &Path,
 ) -> Vec<Box<dyn Collector + Send>> {
     let sys_root = proc_root.with_file_name("sys");
+    let dirs = cgroup_v1::JobDirsCache::new();
     vec![
         Box::new(StatCollector::new(node, proc_root)),
         Box::new(MemInfoCollector::new(node, proc_root)),
@@ -214,15 +215,18 @@ pub fn host_collectors(
             proc_root,
             filesystem::FilesystemOptions::default(),
         )),
-        Box::new(SlurmJobsCollector::new(
-            node,
-            proc_root,
-            cgroup_root,
-            SlurmJobsOptions {
-                scontrol: find_on_path("scontrol").map(|p| p.to_string_lossy().into_owned()),
-                ..SlurmJobsOptions::default()
-            },
-        )),
+        Box::new(
+            SlurmJobsCollector::new(
+                node,
+                proc_root,
+                cgroup_root,
+                SlurmJobsOptions {
+                    scontrol: find_on_path("scontrol").map(|p| p.to_string_lossy().into_owned()),
+                    ..SlurmJobsOptions::default()
+                },
+            )
+            .with_dirs_cache(dirs.clone()),
+        ),
         Box::new(k8s_pods::K8sPodsCollector::new(
             node,
             cgroup_root,
@@ -248,12 +252,15 @@ pub fn host_collectors(
             perf_jobs::DEFAULT_MAX_FDS,
         )),
         // cgroup v1 Slurm: per-task counters with inherit.
-        Box::new(perf_tasks::PerfTasksCollector::new(
-            node,
-            cgroup_root,
-            proc_root,
-            perf_jobs::DEFAULT_MAX_FDS,
-        )),
+        Box::new(
+            perf_tasks::PerfTasksCollector::new(
+                node,
+                cgroup_root,
+                proc_root,
+                perf_jobs::DEFAULT_MAX_FDS,
+            )
+            .with_dirs_cache(dirs),
+        ),
         // Last: these read what the collectors above put in the tick's
         // buffer (job labels, RAPL and job CPU series).
         Box::new(job_labels::JobLabelsCollector),

@@ -172,6 +172,9 @@ pub struct PerfTasksCollector {
     read_every: u32,
     tick: u64,
     errors: BTreeMap<&'static str, u64>,
+    /// This tick's job directory listings (shared with the job collector).
+    dirs: cgroup_v1::JobDirsCache,
+    now_ms: i64,
 }
 
 impl std::fmt::Debug for PerfTasksCollector {
@@ -221,7 +224,16 @@ impl PerfTasksCollector {
             read_every: DEFAULT_READ_EVERY,
             tick: 0,
             errors: BTreeMap::new(),
+            dirs: cgroup_v1::JobDirsCache::new(),
+            now_ms: 0,
         }
+    }
+
+    /// Lists the job directories through `dirs`, shared with other
+    /// collectors of the same ticks.
+    pub fn with_dirs_cache(mut self, dirs: cgroup_v1::JobDirsCache) -> Self {
+        self.dirs = dirs;
+        self
     }
 
     /// Reads the counters every `n` ticks (at least 1).
@@ -253,11 +265,14 @@ impl PerfTasksCollector {
             .sum()
     }
 
-    /// Job id -> its job directories, from the first hierarchy with jobs.
-    fn job_dirs(&self) -> BTreeMap<u64, Vec<PathBuf>> {
+    /// Job id -> its job directories, from the first hierarchy with jobs;
+    /// and whether a hierarchy listed holds a `slurm*` root (Slurm's
+    /// layout, with or without jobs: one listing serves both).
+    fn job_dirs(&self) -> (BTreeMap<u64, Vec<PathBuf>>, bool) {
         let mut out: BTreeMap<u64, Vec<PathBuf>> = BTreeMap::new();
+        let mut layout = false;
         for ctl in &self.controllers {
-            if let Ok(dirs) = cgroup_v1::job_dirs(ctl) {
+            if let Ok(dirs) = self.dirs.job_dirs_seen(ctl, self.now_ms, &mut layout) {
                 for (_, id, p) in dirs {
                     out.entry(id).or_default().push(p);
                 }
@@ -274,7 +289,7 @@ impl PerfTasksCollector {
                 }
             }
         }
-        out
+        (out, layout)
     }
 
     /// Every TID listed in `tasks` under the job's directories.
@@ -359,17 +374,17 @@ impl Collector for PerfTasksCollector {
         "perf_event_tasks"
     }
 
+    fn set_tick_time(&mut self, ts_ms: i64) {
+        self.now_ms = ts_ms;
+    }
+
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         if self.jobs.is_empty() && !self.probe.should_try() {
             return Ok(());
         }
-        let dirs = self.job_dirs();
         // Rare re-probing only where Slurm has no v1 root at all; with the
         // layout present, a new job is picked up at the next tick.
-        let layout = self
-            .controllers
-            .iter()
-            .any(|c| subdirs(c).is_ok_and(|d| d.iter().any(|(n, _)| n.starts_with("slurm"))));
+        let (dirs, layout) = self.job_dirs();
         if dirs.is_empty() && self.jobs.is_empty() && !layout {
             self.probe
                 .missing(&"no Slurm root in a cgroup v1 hierarchy (Slurm absent, or cgroup v2)");

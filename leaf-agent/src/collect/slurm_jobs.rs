@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use super::cgroup_v1::{self, JobCgroup};
 use super::cgroup_v2;
+use super::hot_file::HotFiles;
 use super::proc_io::{self, IoCounters};
 use super::slurm_procs;
 use super::{Collector, Observation};
@@ -105,6 +106,10 @@ pub struct SlurmJobsCollector {
     users: Vec<(u32, String)>,
     now_ms: i64,
     errors: BTreeMap<&'static str, u64>,
+    /// Job files read every tick, kept open while their job runs.
+    hot: HotFiles,
+    /// This tick's job directory listings (shared with per-task perf).
+    dirs: cgroup_v1::JobDirsCache,
 }
 
 impl SlurmJobsCollector {
@@ -131,6 +136,8 @@ impl SlurmJobsCollector {
             users: Vec::new(),
             now_ms: 0,
             errors: BTreeMap::new(),
+            hot: HotFiles::new(),
+            dirs: cgroup_v1::JobDirsCache::new(),
         }
     }
 
@@ -140,20 +147,20 @@ impl SlurmJobsCollector {
     }
 
     /// The job's processes: PIDs in `cgroup.procs` below its job directories.
-    fn job_pids(dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    fn job_pids(hot: &mut HotFiles, dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
         let mut pids = Vec::new();
         let mut stack: Vec<PathBuf> = dirs.to_vec();
         while let Some(d) = stack.pop() {
             if pids.len() >= MAX_PIDS_PER_JOB {
                 break;
             }
-            match std::fs::read_to_string(d.join("cgroup.procs")) {
-                Ok(t) => match proc_io::parse_pid_list(&t) {
+            match hot.read_opt(&d.join("cgroup.procs")) {
+                Ok(Some(t)) => match proc_io::parse_pid_list(t) {
                     Ok(p) => pids.extend(p),
                     Err(e) => errs.push(e),
                 },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => errs.push(LeafError::io(d.join("cgroup.procs"), e)),
+                Ok(None) => {}
+                Err(e) => errs.push(e),
             }
             match cgroup_v1::subdirs(&d) {
                 Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
@@ -174,7 +181,8 @@ impl SlurmJobsCollector {
     ) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
         for ctl in ["memory", "cpuacct"] {
-            match cgroup_v1::job_dirs(&self.cgroup_root.join(ctl)) {
+            let ctl = self.cgroup_root.join(ctl);
+            match self.dirs.job_dirs_seen(&ctl, self.now_ms, &mut false) {
                 Ok(dirs) => {
                     for (_, id, p) in dirs {
                         out.entry(id).or_default().push(p);
@@ -258,12 +266,13 @@ impl SlurmJobsCollector {
         v2_roots: &[PathBuf],
         first: &mut Option<LeafError>,
     ) -> (Vec<JobCgroup>, bool) {
-        let (mut jobs, errs, v1_layout) = cgroup_v1::scan_jobs_layout(&self.cgroup_root);
+        let (mut jobs, errs, v1_layout) =
+            cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot, &self.dirs, self.now_ms);
         for e in errs {
             self.count("cgroup", first, e);
         }
         for root in v2_roots {
-            let (v2, errs) = cgroup_v2::scan_jobs(root);
+            let (v2, errs) = cgroup_v2::scan_jobs_hot(root, &mut self.hot);
             for e in errs {
                 self.count("cgroup", first, e);
             }
@@ -274,6 +283,19 @@ impl SlurmJobsCollector {
             }
         }
         (jobs, v1_layout)
+    }
+
+    /// Lists the job directories through `dirs`, shared with other
+    /// collectors of the same ticks.
+    pub fn with_dirs_cache(mut self, dirs: cgroup_v1::JobDirsCache) -> Self {
+        self.dirs = dirs;
+        self
+    }
+
+    /// Job files held open (closed when their job ends).
+    #[cfg(test)]
+    pub(crate) fn open_job_files(&self) -> usize {
+        self.hot.open_count()
     }
 
     fn user_of(&mut self, uid: u32) -> String {
@@ -433,7 +455,7 @@ impl Collector for SlurmJobsCollector {
         for j in &jobs {
             let io = proc_io.get(&j.job_id).copied().or_else(|| {
                 dirs.get(&j.job_id).map(|d| {
-                    let pids = Self::job_pids(d, &mut errs);
+                    let pids = Self::job_pids(&mut self.hot, d, &mut errs);
                     let mut samples = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc_io::read_proc(&self.proc_root, pid) {
@@ -454,7 +476,8 @@ impl Collector for SlurmJobsCollector {
             let meta = self.meta.get(j.job_id);
             emit(&self.node, &l, j, meta, io, out);
         }
-        // Ended jobs: forget them; their series go stale.
+        // Ended jobs: forget them (and close their files); their series go stale.
+        self.hot.end_tick();
         self.io.retain(|id, _| ids.contains(id));
         self.labels.retain(|id, _| ids.contains(id));
         self.first_seen.retain(|id, _| ids.contains(id));

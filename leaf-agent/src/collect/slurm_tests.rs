@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::cgroup_v1;
 use super::proc_io::{parse_proc_io, parse_stat_identity};
 use super::{Collector, Observation, SlurmJobsCollector, SlurmJobsOptions};
 
@@ -168,6 +169,18 @@ fn job_io_and_scheduler_labels() {
                 && o.value >= 1.0)
     );
     assert_eq!(value(&out, "canopy_job_cpu_seconds_total", "5"), Some(2.5));
+    // Its files stay open from tick to tick (re-read in place): cpuacct.usage,
+    // memory.usage_in_bytes and the two cgroup.procs.
+    assert_eq!(c.open_job_files(), 4);
+    put(
+        &cg.join("cpuacct/slurm_n1/uid_1002/job_5/cpuacct.usage"),
+        "3500000000\n",
+    );
+    let mut out = Vec::new();
+    t += 1000;
+    c.set_tick_time(t);
+    let _ = c.collect(&mut out);
+    assert_eq!(value(&out, "canopy_job_cpu_seconds_total", "5"), Some(3.5));
 
     // The job ends: no series of it any more (the sampler marks them stale).
     std::fs::remove_dir_all(cg.join("memory/slurm_n1/uid_1002/job_5")).expect("rm");
@@ -179,6 +192,7 @@ fn job_io_and_scheduler_labels() {
         out.iter().all(|o| o.labels.get("job_id").is_none()),
         "{out:?}"
     );
+    assert_eq!(c.open_job_files(), 0, "an ended job's files are closed");
 }
 
 #[test]
@@ -299,4 +313,27 @@ fn odd_names_and_unreadable_files_degrade_without_panic() {
         .map(|o| o.value)
         .sum();
     assert!(errors >= 2.0, "{errors}");
+}
+
+#[test]
+fn job_directories_are_listed_once_per_tick_across_collectors() {
+    let d = crate::TestDir::new();
+    let cpuacct = d.path().join("cg/cpuacct");
+    put(&cpuacct.join("slurm_n1/uid_7/job_1/cpuacct.usage"), "1\n");
+    let cache = cgroup_v1::JobDirsCache::new();
+    let other = cache.clone();
+    let jobs = |c: &cgroup_v1::JobDirsCache, tick: i64| {
+        let mut seen = false;
+        let dirs = c.job_dirs_seen(&cpuacct, tick, &mut seen).expect("listed");
+        assert!(seen, "the slurm root is seen, listed or cached");
+        dirs.into_iter().map(|(_, id, _)| id).collect::<Vec<_>>()
+    };
+    assert_eq!(jobs(&cache, 1000), vec![1]);
+    put(&cpuacct.join("slurm_n1/uid_7/job_2/cpuacct.usage"), "1\n");
+    assert_eq!(jobs(&other, 1000), vec![1], "the same tick: one listing");
+    let mut next = jobs(&other, 2000);
+    next.sort_unstable();
+    assert_eq!(next, vec![1, 2], "the next tick lists again");
+    std::fs::remove_dir_all(cpuacct.join("slurm_n1/uid_7/job_1")).expect("rm");
+    assert_eq!(jobs(&cache, 0), vec![2], "no tick time: always listed");
 }

@@ -62,8 +62,8 @@ pub use control::Control;
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
 pub use uplink::{
-    AckError, BufferLimits, DEFAULT_ACK_TIMEOUT, Outbox, OutboxStats, Uplink, UplinkConfig,
-    UplinkEncoder, UplinkStats, UplinkTarget,
+    AckError, BufferLimits, DEFAULT_ACK_TIMEOUT, Outbox, OutboxStats, Recipe, Shadow, Uplink,
+    UplinkConfig, UplinkEncoder, UplinkStats, UplinkTarget,
 };
 
 /// Unix time now in ms: the one clock read the shells share (the pure cores

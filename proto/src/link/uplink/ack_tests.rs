@@ -1,6 +1,7 @@
 //! Acknowledgements and replay of the unacknowledged tail (sans-I/O).
 
 use super::outbox::{AckError, BufferLimits, Outbox};
+use super::shadow::Recipe;
 use crate::codec::{BoundsPolicy, CodecConfig, LinkDecoder, LinkEncoder, Sender, record};
 use crate::model::{Labels, MetricKind};
 
@@ -23,6 +24,11 @@ fn ticks() -> Labels {
 /// One node's stream: tick `t` (1-based) carries `ticks_total = t`, a gauge
 /// that exists from tick 4 on, and a gauge that ends after tick 5.
 fn stream(n: i64) -> Vec<Vec<u8>> {
+    stream_with_recipes(n).into_iter().map(|r| r.0).collect()
+}
+
+/// [`stream`] with each record's recipe, as the `UplinkEncoder` makes them.
+fn stream_with_recipes(n: i64) -> Vec<(Vec<u8>, Recipe)> {
     let cfg = CodecConfig::default();
     let mut tx = Sender::new(BoundsPolicy::default());
     let mut enc = LinkEncoder::new(&cfg).expect("encoder");
@@ -43,13 +49,136 @@ fn stream(n: i64) -> Vec<Vec<u8>> {
         let (table, cs) = tx.finish_tick();
         let mut rec = Vec::new();
         enc.encode(table, cs, &mut rec).expect("encode");
+        let recipe = Recipe::new(table, cs, t == 1);
         tx.end_tick();
         let (len, pre) = record::read_prefix(&rec, usize::MAX)
             .expect("prefix")
             .expect("complete");
-        out.push(rec[pre..pre + len].to_vec());
+        out.push((rec[pre..pre + len].to_vec(), recipe));
     }
     out
+}
+
+/// Every sample and retirement a fresh decoder reads from `recs`:
+/// (ts, labels, value or NaN for a retirement), in order.
+fn replayed_samples(recs: &[Vec<u8>]) -> Vec<(i64, String, f64)> {
+    let mut dec = LinkDecoder::new(&CodecConfig::default()).expect("decoder");
+    let mut out = Vec::new();
+    for r in recs {
+        let f = dec.decode(r).expect("a fresh decoder reads the replay");
+        for sec in &f.sections {
+            for &(id, v) in &sec.updates {
+                let l = dec.series(id).map(|s| format!("{:?}", s.labels));
+                out.push((sec.ts_ms, l.unwrap_or_default(), v));
+            }
+            for (_, s) in &sec.retired {
+                out.push((sec.ts_ms, format!("{:?}", s.labels), f64::NAN));
+            }
+        }
+        for (_, s) in &f.retired {
+            out.push((f.ts_ms, format!("{:?}", s.labels), f64::NAN));
+        }
+    }
+    out
+}
+
+/// Sends `sent` records of a fresh outbox fed `stream_with_recipes(n)`
+/// (with or without the recipes), acks `acked`, loses the link, and
+/// returns the replayed segment.
+fn lose_after(n: i64, sent: usize, acked: u64, recipes: bool) -> Vec<Vec<u8>> {
+    let mut o = outbox(1 << 20);
+    let e = o.epoch();
+    for (i, (r, rc)) in stream_with_recipes(n).into_iter().enumerate() {
+        let rc = recipes.then_some(rc);
+        assert!(o.push_recipe(e, 0, r, i as u64 + 1, rc));
+    }
+    for _ in 0..sent {
+        o.sent();
+    }
+    assert_eq!(o.ack(e, acked), Ok(acked as usize));
+    o.link_lost();
+    take_backlog(&mut o)
+}
+
+#[test]
+fn the_shadow_rebuilds_the_same_tail_as_the_mirror() {
+    // Acks before, at and after the series set changes (tick 4 adds one,
+    // tick 6 retires one), with written and unwritten tails.
+    for (acked, sent) in [(1, 1), (1, 8), (3, 5), (4, 4), (5, 9), (6, 6), (8, 10)] {
+        let from_shadow = replayed_samples(&lose_after(10, sent, acked, true));
+        let from_mirror = replayed_samples(&lose_after(10, sent, acked, false));
+        assert!(!from_shadow.is_empty());
+        let same = from_shadow.len() == from_mirror.len()
+            && from_shadow.iter().zip(&from_mirror).all(|(a, b)| {
+                a.0 == b.0 && a.1 == b.1 && (a.2 == b.2 || a.2.is_nan() && b.2.is_nan())
+            });
+        assert!(
+            same,
+            "acked {acked}, sent {sent}:\n{from_shadow:?}\n{from_mirror:?}"
+        );
+    }
+}
+
+#[test]
+fn with_recipes_the_acknowledged_records_are_not_decoded() {
+    // Records no decoder could read, with their true recipes: only a path
+    // that never decodes them rebuilds the tail (ticks 3..=6 here).
+    let mut o = outbox(1 << 20);
+    let e = o.epoch();
+    let recs = stream_with_recipes(6);
+    for (i, (_, rc)) in recs.into_iter().enumerate() {
+        assert!(o.push_recipe(e, 0, vec![0xff; 9], i as u64 + 1, Some(rc)));
+    }
+    send_all(&mut o);
+    assert_eq!(o.ack(e, 2), Ok(2));
+    o.link_lost();
+    let got = replayed_ticks(&take_backlog(&mut o));
+    let want: Vec<(i64, f64)> = (2..=6).map(|t| (t * 1000, t as f64)).collect();
+    assert_eq!(got, want, "the snapshot of tick 2, then ticks 3..=6");
+    assert_eq!(o.stats().dropped_records, 0);
+}
+
+#[test]
+fn recipes_over_the_byte_limit_fall_back_on_the_mirror() {
+    let recs = stream_with_recipes(6);
+    let rec_bytes: usize = recs.iter().map(|r| r.0.len()).sum();
+    let recipe_bytes: usize = recs.iter().map(|r| r.1.bytes()).sum();
+    // Room for every record, not for every recipe.
+    let max = rec_bytes.max(recipe_bytes / 2);
+    assert!(max < recipe_bytes, "{rec_bytes} {recipe_bytes}");
+    let mut o = outbox(max);
+    let e = o.epoch();
+    for (i, (r, rc)) in recs.into_iter().enumerate() {
+        assert!(o.push_recipe(e, 0, r, i as u64 + 1, Some(rc)));
+    }
+    send_all(&mut o);
+    assert_eq!(o.ack(e, 3), Ok(3));
+    o.link_lost();
+    let got = replayed_ticks(&take_backlog(&mut o));
+    let want: Vec<(i64, f64)> = (3..=6).map(|t| (t * 1000, t as f64)).collect();
+    assert_eq!(got, want, "the mirror decoded the acknowledged records");
+}
+
+#[test]
+fn recipes_lost_after_an_ack_drop_the_tail_without_panic() {
+    let recs = stream_with_recipes(6);
+    let mut o = outbox(1 << 20);
+    let e = o.epoch();
+    for (i, (r, rc)) in recs.into_iter().enumerate() {
+        // The fifth record comes without its recipe.
+        let rc = (i != 4).then_some(rc);
+        assert!(o.push_recipe(e, 0, r, i as u64 + 1, rc));
+        if i == 1 {
+            o.sent();
+            o.sent();
+            assert_eq!(o.ack(e, 2), Ok(2));
+        }
+    }
+    send_all(&mut o);
+    o.link_lost();
+    assert!(!o.has_backlog(), "no state to rebuild the tail from");
+    assert_eq!(o.stats().dropped_records, 4);
+    assert_eq!((o.records(), o.bytes()), (0, 0));
 }
 
 /// Decodes a replayed segment with a fresh decoder: (ts, ticks_total) samples.

@@ -31,6 +31,7 @@ mod ack_tests;
 mod outbox;
 mod parents;
 mod rebuild;
+mod shadow;
 mod stall;
 
 use std::future::Future;
@@ -41,6 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use outbox::{AckError, BufferLimits, Outbox, OutboxStats};
+pub use shadow::{Recipe, Shadow};
 
 use super::{Control, Dialer, OutboundLink, unix_now_ms};
 use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
@@ -299,10 +301,22 @@ impl Uplink {
     /// [`Uplink::send`] with a `tag` (a relay's tick number) that
     /// [`Uplink::acked_tag`] reports once the parent took the record.
     pub fn send_tagged(&self, epoch: u64, record: Vec<u8>, tag: u64) -> bool {
+        self.send_recipe(epoch, record, tag, None)
+    }
+
+    /// [`Uplink::send_tagged`] with the record's [`Recipe`], so that the
+    /// acknowledged state is kept without decoding the record again.
+    pub fn send_recipe(
+        &self,
+        epoch: u64,
+        record: Vec<u8>,
+        tag: u64,
+        recipe: Option<Recipe>,
+    ) -> bool {
         let ok = self
             .shared
             .outbox()
-            .push_tagged(epoch, unix_now_ms(), record, tag);
+            .push_recipe(epoch, unix_now_ms(), record, tag, recipe);
         if ok {
             self.shared.more.notify_one();
         }
@@ -363,7 +377,8 @@ impl UplinkEncoder {
     pub fn emit_tagged(&mut self, up: &Uplink, table: &SeriesTable, cs: &Changeset, tag: u64) {
         for _ in 0..2 {
             let epoch = up.epoch();
-            if epoch != self.epoch || self.enc.is_none() {
+            let first = epoch != self.epoch || self.enc.is_none();
+            if first {
                 self.enc = LinkEncoder::new(&self.codec).ok();
                 self.epoch = epoch;
             }
@@ -371,7 +386,8 @@ impl UplinkEncoder {
                 self.enc = None;
                 return;
             };
-            if up.send_tagged(epoch, payload, tag) {
+            let recipe = Recipe::new(table, cs, first);
+            if up.send_recipe(epoch, payload, tag, Some(recipe)) {
                 return;
             }
             self.enc = None;

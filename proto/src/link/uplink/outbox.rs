@@ -24,6 +24,7 @@
 use std::collections::VecDeque;
 
 use super::rebuild::rebuild_tail;
+use super::shadow::{Recipe, Shadow, rebuild_from_shadow};
 use crate::codec::{CodecConfig, LinkDecoder};
 
 /// Limits of the replay buffer.
@@ -59,6 +60,13 @@ struct Segment {
     sent: usize,
     /// Records released from the front by acks (the link's ack count).
     acked: u64,
+    /// Beside `recs`, each record's recipe (none: the mirror decodes it).
+    recipes: VecDeque<Option<Recipe>>,
+    /// Approximate bytes of `recipes`.
+    recipe_bytes: usize,
+    /// Records come with recipes (decided by the segment's first record;
+    /// off for good once one is missing or over the limit).
+    recipes_on: bool,
 }
 
 impl Segment {
@@ -69,11 +77,21 @@ impl Segment {
             recs: VecDeque::new(),
             sent: 0,
             acked: 0,
+            recipes: VecDeque::new(),
+            recipe_bytes: 0,
+            recipes_on: true,
         }
     }
 
     fn bytes(&self) -> usize {
         self.recs.iter().map(|r| r.1.len()).sum()
+    }
+
+    /// Forgets every recipe: the records replay as they are, or their
+    /// epoch's acknowledged state is no longer kept.
+    fn drop_recipes(&mut self) {
+        self.recipes.clear();
+        self.recipe_bytes = 0;
     }
 }
 
@@ -121,8 +139,14 @@ pub struct Outbox {
     segs: VecDeque<Segment>,
     bytes: usize,
     stats: OutboxStats,
-    /// Decoder fed the acknowledged records of the live epoch (its epoch).
+    /// Decoder fed the acknowledged records of the live epoch (its epoch),
+    /// for records queued without a recipe.
     mirror: Option<(u64, LinkDecoder)>,
+    /// The acknowledged state of the live epoch built from the records'
+    /// recipes (its epoch): no decoding.
+    shadow: Option<(u64, Shadow)>,
+    /// Bytes of the recipes held, all segments.
+    recipe_bytes: usize,
     /// Highest tag of a record the parent took for good.
     acked_tag: u64,
 }
@@ -139,6 +163,8 @@ impl Outbox {
             bytes: 0,
             stats: OutboxStats::default(),
             mirror: None,
+            shadow: None,
+            recipe_bytes: 0,
             acked_tag: 0,
         }
     }
@@ -166,6 +192,23 @@ impl Outbox {
     /// [`Outbox::push`] with a caller's `tag` (e.g. its tick number), which
     /// [`Outbox::acked_tag`] reports once the parent took the record.
     pub fn push_tagged(&mut self, epoch: u64, now_ms: i64, rec: Vec<u8>, tag: u64) -> bool {
+        self.push_recipe(epoch, now_ms, rec, tag, None)
+    }
+
+    /// [`Outbox::push_tagged`] with the record's [`Recipe`], from which the
+    /// acknowledged state is kept without decoding the record again. An
+    /// epoch's records come all with a recipe or all without; recipes past
+    /// the byte limit are dropped (an epoch with nothing acknowledged yet
+    /// then falls back on the mirror decoder, else its unacknowledged tail
+    /// can no longer be rebuilt).
+    pub fn push_recipe(
+        &mut self,
+        epoch: u64,
+        now_ms: i64,
+        rec: Vec<u8>,
+        tag: u64,
+        recipe: Option<Recipe>,
+    ) -> bool {
         if epoch != self.epoch {
             self.stats.stale_records += 1;
             return false;
@@ -176,8 +219,21 @@ impl Outbox {
             self.segs.push_back(Segment::new(epoch, now_ms));
         }
         self.bytes += rec.len();
+        let cap = self.limits.max_bytes;
         if let Some(s) = self.segs.back_mut() {
             s.recs.push_back((now_ms, rec, tag));
+            let keep = recipe.filter(|r| s.recipes_on && self.recipe_bytes + r.bytes() <= cap);
+            if keep.is_none() && s.recipes_on {
+                // All recipes or none in an epoch.
+                s.recipes_on = false;
+                self.recipe_bytes -= s.recipe_bytes;
+                s.drop_recipes();
+                s.recipes.resize_with(s.recs.len() - 1, || None);
+            }
+            let n = keep.as_ref().map_or(0, Recipe::bytes);
+            s.recipes.push_back(keep);
+            s.recipe_bytes += n;
+            self.recipe_bytes += n;
         }
         self.enforce(now_ms);
         true
@@ -219,6 +275,7 @@ impl Outbox {
         let n = s.recs.len() as u64;
         self.stats.dropped_records += n;
         self.bytes -= s.bytes();
+        self.recipe_bytes -= s.recipe_bytes;
     }
 
     /// While disconnected: start a new segment when the current one is
@@ -253,6 +310,7 @@ impl Outbox {
             && let Some(s) = self.segs.pop_front()
         {
             self.bytes -= s.bytes();
+            self.recipe_bytes -= s.recipe_bytes;
             if let Some(t) = s.recs.iter().map(|r| r.2).max() {
                 self.acked_tag = self.acked_tag.max(t);
             }
@@ -310,25 +368,44 @@ impl Outbox {
             return Err(AckError::Beyond { count, written });
         }
         let k = usize::try_from(count - s.acked).map_err(|_| AckError::Stale)?;
-        if self.mirror.as_ref().is_none_or(|m| m.0 != s.epoch) {
-            // A mirror must start at the stream's first record.
-            self.mirror = if s.acked == 0 {
-                LinkDecoder::new(&self.codec).ok().map(|d| (s.epoch, d))
-            } else {
-                None
-            };
+        let fresh = self.mirror.as_ref().is_none_or(|m| m.0 != s.epoch)
+            && self.shadow.as_ref().is_none_or(|m| m.0 != s.epoch);
+        if fresh {
+            // Either must start at the stream's first record: a shadow when
+            // it came with a recipe, else a mirror decoder.
+            self.mirror = None;
+            self.shadow = None;
+            if s.acked == 0 && k > 0 {
+                if s.recipes.front().is_some_and(Option::is_some) {
+                    self.shadow = Some((s.epoch, Shadow::default()));
+                } else {
+                    self.mirror = LinkDecoder::new(&self.codec).ok().map(|d| (s.epoch, d));
+                }
+            }
         }
         for _ in 0..k {
             let Some((_, rec, tag)) = s.recs.pop_front() else {
                 break;
             };
+            let recipe = s.recipes.pop_front().flatten();
             self.bytes -= rec.len();
             self.acked_tag = self.acked_tag.max(tag);
-            // A record the mirror cannot read leaves it poisoned: the tail
-            // is then dropped, not rebuilt, if the link dies.
-            if let Some((_, m)) = &mut self.mirror
+            if let Some(r) = &recipe {
+                let n = r.bytes();
+                s.recipe_bytes -= n;
+                self.recipe_bytes -= n;
+            }
+            if self.shadow.as_ref().is_some_and(|m| m.0 == s.epoch) {
+                // A record without its recipe leaves the shadow behind.
+                match (recipe, &mut self.shadow) {
+                    (Some(r), Some((_, sh))) => sh.apply(r),
+                    _ => self.shadow = None,
+                }
+            } else if let Some((_, m)) = &mut self.mirror
                 && !m.is_poisoned()
             {
+                // A record the mirror cannot read leaves it poisoned: the
+                // tail is then dropped, not rebuilt, if the link dies.
                 let _ = m.decode(&rec);
             }
         }
@@ -349,10 +426,17 @@ impl Outbox {
         {
             if s.acked > 0 {
                 let mirror = self.mirror.take().filter(|m| m.0 == s.epoch);
-                let rebuilt = mirror.and_then(|(_, mut m)| {
-                    let tail = s.recs.iter().map(|r| r.1.as_slice());
-                    rebuild_tail(&mut m, tail, &self.codec).ok()
-                });
+                let shadow = self.shadow.take().filter(|m| m.0 == s.epoch);
+                let rebuilt = if let Some((_, sh)) = shadow {
+                    let tail: Option<Vec<&Recipe>> = s.recipes.iter().map(Option::as_ref).collect();
+                    tail.filter(|t| t.len() == s.recs.len())
+                        .and_then(|t| rebuild_from_shadow(&sh, t, &self.codec).ok())
+                } else {
+                    mirror.and_then(|(_, mut m)| {
+                        let tail = s.recs.iter().map(|r| r.1.as_slice());
+                        rebuild_tail(&mut m, tail, &self.codec).ok()
+                    })
+                };
                 match rebuilt {
                     Some(recs) => {
                         let (at, tag) = s.recs.back().map_or((0, 0), |r| (r.0, r.2));
@@ -370,11 +454,16 @@ impl Outbox {
             } else {
                 self.stats.replayed_unacked += s.sent as u64;
             }
+            // A finished segment replays as it is: no recipe needed.
+            self.recipe_bytes -= s.recipe_bytes;
+            s.drop_recipes();
+            s.recipes_on = false;
             s.sent = 0;
             s.acked = 0;
             self.segs.push_back(s);
         }
         self.mirror = None;
+        self.shadow = None;
         self.new_epoch();
     }
 
@@ -388,6 +477,7 @@ impl Outbox {
             && let Some(s) = self.segs.pop_back()
         {
             self.bytes -= s.bytes();
+            self.recipe_bytes -= s.recipe_bytes;
             if let Some(t) = s.recs.iter().map(|r| r.2).max() {
                 self.acked_tag = self.acked_tag.max(t);
             }
@@ -397,6 +487,7 @@ impl Outbox {
             return;
         }
         self.mirror = None;
+        self.shadow = None;
         self.new_epoch();
     }
 
