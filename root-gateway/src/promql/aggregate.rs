@@ -13,12 +13,24 @@ use canopy_proto::model::METRIC_NAME;
 
 /// The grouping labels of `l` under `modifier`.
 pub(crate) fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels {
+    let mut pairs = Vec::new();
+    group_pairs(l, modifier, &mut pairs);
+    Labels::from_pairs(pairs)
+}
+
+/// The pairs of [`group_key`], borrowed from `l` in label order, appended
+/// to `out`: a key to look a group up without building its label set.
+pub(crate) fn group_pairs<'l>(
+    l: &'l Labels,
+    modifier: &Option<LabelModifier>,
+    out: &mut Vec<(&'l str, &'l str)>,
+) {
     match modifier {
-        None => Labels::default(),
+        None => {}
         Some(LabelModifier::Include(by)) => {
-            Labels::from_pairs(l.iter().filter(|(n, _)| by.labels.iter().any(|b| b == n)))
+            out.extend(l.iter().filter(|(n, _)| by.labels.iter().any(|b| b == n)));
         }
-        Some(LabelModifier::Exclude(wo)) => Labels::from_pairs(
+        Some(LabelModifier::Exclude(wo)) => out.extend(
             l.iter()
                 .filter(|(n, _)| *n != METRIC_NAME && !wo.labels.iter().any(|b| b == n)),
         ),
@@ -70,6 +82,54 @@ fn label_fraction(l: &Labels) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// `topk`, `bottomk` or `limitk` (`op`) with parameter `k` over `v`, per
+/// group of `m`: in each group the `k` first after a stable sort (NaN last),
+/// found by a partial selection instead of sorting the whole group.
+pub(crate) fn select_k(
+    op: &str,
+    k: f64,
+    v: Vec<VectorSample>,
+    m: &Option<LabelModifier>,
+) -> Result<Vec<VectorSample>, PromqlError> {
+    let k = int_param(k)?;
+    if k < 1 {
+        return Ok(Vec::new());
+    }
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let top = op == "topk";
+    let groups = match m {
+        // One group: no key to build per sample.
+        None => vec![(Labels::default(), v)],
+        Some(_) => group(v, |s| group_key(&s.labels, m)),
+    };
+    let mut out = Vec::new();
+    for (_, g) in groups {
+        if op == "limitk" {
+            out.extend(g.into_iter().take(k));
+            continue;
+        }
+        // Ties keep input order (the position breaks them), as a stable sort.
+        let cmp = |x: &(usize, VectorSample), y: &(usize, VectorSample)| {
+            let by_value = match (x.1.v.is_nan(), y.1.v.is_nan()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ if top => y.1.v.total_cmp(&x.1.v),
+                _ => x.1.v.total_cmp(&y.1.v),
+            };
+            by_value.then(x.0.cmp(&y.0))
+        };
+        let mut g: Vec<(usize, VectorSample)> = g.into_iter().enumerate().collect();
+        if k < g.len() {
+            g.select_nth_unstable_by(k - 1, cmp);
+            g.truncate(k);
+        }
+        g.sort_unstable_by(cmp);
+        out.extend(g.into_iter().map(|(_, s)| s));
+    }
+    Ok(out)
+}
+
 /// Evaluates an aggregation at `t`.
 pub(crate) fn eval(
     ev: &mut Evaluator<'_>,
@@ -96,27 +156,7 @@ pub(crate) fn eval(
     let m = &a.modifier;
     match op {
         "topk" | "bottomk" | "limitk" => {
-            let k = int_param(num_param)?;
-            if k < 1 {
-                return Ok(Value::Vector(Vec::new()));
-            }
-            let k = usize::try_from(k).unwrap_or(usize::MAX);
-            let mut out = Vec::new();
-            for (_, mut g) in group(v, |s| group_key(&s.labels, m)) {
-                if op != "limitk" {
-                    let top = op == "topk";
-                    g.sort_by(|x, y| match (x.v.is_nan(), y.v.is_nan()) {
-                        (true, true) => std::cmp::Ordering::Equal,
-                        (true, false) => std::cmp::Ordering::Greater,
-                        (false, true) => std::cmp::Ordering::Less,
-                        _ if top => y.v.total_cmp(&x.v),
-                        _ => x.v.total_cmp(&y.v),
-                    });
-                }
-                g.truncate(k);
-                out.extend(g);
-            }
-            return Ok(Value::Vector(out));
+            return Ok(Value::Vector(select_k(op, num_param, v, m)?));
         }
         "limit_ratio" => {
             let r = num_param.clamp(-1.0, 1.0);
