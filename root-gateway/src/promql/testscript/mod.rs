@@ -523,6 +523,9 @@ fn instant_step_by_step_agrees(
                     .zip(b)
                     .all(|(x, y)| x.labels == y.labels && x.t == y.t && bits(x.v, y.v))
         }
+        (Ok((Value::Scalar { t: ta, v: a }, wa)), Ok((Value::Scalar { t: tb, v: b }, wb))) => {
+            wa == wb && ta == tb && bits(*a, *b)
+        }
         (Ok((a, wa)), Ok((b, wb))) => a == b && wa == wb,
         (Err(a), Err(b)) => a == b,
         _ => false,
