@@ -13,13 +13,21 @@ use canopy_proto::model::METRIC_NAME;
 
 /// The grouping labels of `l` under `modifier`.
 pub(crate) fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels {
-    let mut pairs = Vec::new();
-    group_pairs(l, modifier, &mut pairs);
-    Labels::from_pairs(pairs)
+    match modifier {
+        None => Labels::default(),
+        Some(LabelModifier::Include(by)) => {
+            Labels::from_pairs(l.iter().filter(|(n, _)| by.labels.iter().any(|b| b == n)))
+        }
+        Some(LabelModifier::Exclude(wo)) => Labels::from_pairs(
+            l.iter()
+                .filter(|(n, _)| *n != METRIC_NAME && !wo.labels.iter().any(|b| b == n)),
+        ),
+    }
 }
 
-/// The pairs of [`group_key`], borrowed from `l` in label order, appended
-/// to `out`: a key to look a group up without building its label set.
+/// The pairs of [`group_key`] (same filter), borrowed from `l` in label
+/// order, appended to `out`: a key to look a group up without building its
+/// label set.
 pub(crate) fn group_pairs<'l>(
     l: &'l Labels,
     modifier: &Option<LabelModifier>,
@@ -35,6 +43,37 @@ pub(crate) fn group_pairs<'l>(
                 .filter(|(n, _)| *n != METRIC_NAME && !wo.labels.iter().any(|b| b == n)),
         ),
     }
+}
+
+/// Groups samples by their grouping labels under `m`, in order of first
+/// appearance: groups are looked up by label pairs borrowed from the
+/// samples, so a label set is built once per group, not once per sample.
+fn group_by(v: Vec<VectorSample>, m: &Option<LabelModifier>) -> Vec<(Labels, Vec<VectorSample>)> {
+    let mut keys: Vec<Labels> = Vec::new();
+    let mut of: Vec<usize> = Vec::with_capacity(v.len());
+    {
+        let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
+        let mut key: Vec<(&str, &str)> = Vec::new();
+        for s in &v {
+            key.clear();
+            group_pairs(&s.labels, m, &mut key);
+            let i = match index.get(key.as_slice()) {
+                Some(&i) => i,
+                None => {
+                    keys.push(Labels::from_pairs(key.iter().copied()));
+                    index.insert(key.clone(), keys.len() - 1);
+                    keys.len() - 1
+                }
+            };
+            of.push(i);
+        }
+    }
+    let mut out: Vec<(Labels, Vec<VectorSample>)> =
+        keys.into_iter().map(|k| (k, Vec::new())).collect();
+    for (s, i) in v.into_iter().zip(of) {
+        out[i].1.push(s);
+    }
+    out
 }
 
 /// Groups samples by key, in order of first appearance.
@@ -100,7 +139,7 @@ pub(crate) fn select_k(
     let groups = match m {
         // One group: no key to build per sample.
         None => vec![(Labels::default(), v)],
-        Some(_) => group(v, |s| group_key(&s.labels, m)),
+        Some(_) => group_by(v, m),
     };
     let mut out = Vec::new();
     for (_, g) in groups {
@@ -196,7 +235,7 @@ pub(crate) fn eval(
         _ => {}
     }
     let mut out = Vec::new();
-    for (k, g) in group(v, |s| group_key(&s.labels, m)) {
+    for (k, g) in group_by(v, m) {
         let vals = || g.iter().map(|s| s.v);
         let r = match op {
             "sum" => {
