@@ -1,10 +1,14 @@
 //! Times the issue's benchmark queries on the live store: `series` series
 //! of `canopy_job_io_read_bytes_total` (one per node and job) holding
-//! `minutes` of 1 s samples. Medians of `runs` runs each.
+//! `minutes` of samples every `interval` seconds (default 1). Medians of
+//! `runs` runs each; `only` (a word of the query's label: `instant`, `topk`,
+//! `one-pass`, `step-by-step`) runs just the matching queries, for profiling.
 //!
 //! ```text
-//! cargo run --release -p canopy-gateway --example query_bench -- [series] [minutes] [runs]
+//! cargo run --release -p canopy-gateway --example query_bench -- [series] [minutes] [runs] [interval] [only]
 //! ```
+//!
+//! The side-by-side benchmark's shape: `1000 65 20 15`.
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
@@ -21,6 +25,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let (n, minutes, runs) = (arg(1, 10_000), arg(2, 60), arg(3, 5));
+    let interval = arg(4, 1).clamp(1, 60) as i64;
+    let only = args.get(5).cloned().unwrap_or_default();
+    let per_min = 60 / interval;
     let mut store = LiveStore::new(LiveStoreConfig {
         max_series: n + 10,
         ..LiveStoreConfig::default()
@@ -39,13 +46,14 @@ fn main() {
         })
         .collect();
     let mut batch = Vec::with_capacity(60);
+    let step_ms = interval * 1000;
     for m in 0..minutes as i64 {
         for (s, l) in labels.iter().enumerate() {
             batch.clear();
-            batch.extend((0..60).map(|j| {
-                let k = m * 60 + j;
+            batch.extend((0..per_min).map(|j| {
+                let k = m * per_min + j;
                 Sample {
-                    ts_ms: t0 + k * 1000,
+                    ts_ms: t0 + k * step_ms,
                     value: (k * 4096 * (1 + s as i64 % 5) + (k * 31 + s as i64) % 977) as f64,
                 }
             }));
@@ -54,7 +62,7 @@ fn main() {
             });
         }
     }
-    let end = t0 + (minutes as i64 * 60 - 1) * 1000;
+    let end = t0 + (minutes as i64 * per_min - 1) * step_ms;
     store.maintain(end);
     let shared = SharedStore::new(store);
     let engine = Engine::new(EngineOpts {
@@ -64,8 +72,12 @@ fn main() {
     });
     let q1 = "sum by (job_id) (rate(canopy_job_io_read_bytes_total[1m]))";
     let q2 = "topk(10, rate(canopy_job_io_read_bytes_total[1m]))";
-    println!("{n} series x {minutes} min at 1 s");
+    println!("{n} series x {minutes} min at {interval} s");
     for q in [q1, q2] {
+        let word = if q == q2 { "topk" } else { "instant" };
+        if !only.is_empty() && only != word {
+            continue;
+        }
         let mut ms = Vec::new();
         for _ in 0..runs {
             let t = Instant::now();
@@ -81,14 +93,19 @@ fn main() {
         one_pass_ranges: false,
         ..engine.opts().clone()
     });
-    let fast = engine
-        .range(&shared, q1, start, end, 15_000)
-        .expect("query");
-    let slow = step_engine
-        .range(&shared, q1, start, end, 15_000)
-        .expect("query");
-    assert_eq!(fast, slow, "one-pass and step-by-step results differ");
+    if only.is_empty() {
+        let fast = engine
+            .range(&shared, q1, start, end, 15_000)
+            .expect("query");
+        let slow = step_engine
+            .range(&shared, q1, start, end, 15_000)
+            .expect("query");
+        assert_eq!(fast, slow, "one-pass and step-by-step results differ");
+    }
     for (label, e) in [("one-pass", &engine), ("step-by-step", &step_engine)] {
+        if !only.is_empty() && only != label {
+            continue;
+        }
         let mut ms = Vec::new();
         for _ in 0..runs {
             let t = Instant::now();

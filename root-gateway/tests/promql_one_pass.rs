@@ -1,8 +1,10 @@
 //! One-pass range evaluation gives bit-for-bit the step-by-step results on
 //! data with counter resets, gaps, staleness markers, start times and two
-//! metric names, for every aggregation and function shape it takes.
+//! metric names, for every aggregation and function shape it takes; so do
+//! instant queries of those shapes (and `topk`/`bottomk` over them), which
+//! run as a one-step sweep.
 
-use canopy_gateway::promql::{Engine, EngineOpts, RangeSeries};
+use canopy_gateway::promql::{Engine, EngineOpts, RangeSeries, Value};
 use canopy_gateway::store::{Labels, MemStore};
 use canopy_proto::model::STALE_NAN_BITS;
 
@@ -109,6 +111,74 @@ fn one_pass_range_queries_match_step_by_step() {
                         }
                         (Err(ea), Err(eb)) => assert_eq!(ea, eb, "{q}"),
                         _ => panic!("{q}: one-pass {a:?} vs step-by-step {b:?}"),
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 500, "only {checked} non-empty results compared");
+}
+
+#[test]
+fn one_step_instant_queries_match_step_by_step() {
+    let s = store();
+    let fast = Engine::new(EngineOpts::default());
+    let slow = Engine::new(EngineOpts {
+        one_pass_ranges: false,
+        ..EngineOpts::default()
+    });
+    let bits = |a: f64, b: f64| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan();
+    let mut checked = 0;
+    for agg in [
+        "",
+        "sum",
+        "count by (job)",
+        "min without (node)",
+        "topk(3,",
+        "bottomk(2,",
+        "topk by (job) (1,",
+        "topk by (__name__) (2,",
+        "bottomk(100,",
+    ] {
+        for f in [
+            "rate",
+            "increase",
+            "irate",
+            "last_over_time",
+            "count_over_time",
+            "changes",
+        ] {
+            for sel in [
+                "io_total[1m]",
+                "{__name__=~\".+_total\"}[2m] offset 30s",
+                "io_total[45s]",
+            ] {
+                let q = if agg.ends_with(',') {
+                    format!("{agg} {f}({sel}))")
+                } else {
+                    format!("{agg} ({f}({sel}))")
+                };
+                // Before the data, in the gap, around the staleness
+                // markers, after the last sample and past the lookback.
+                for t in [
+                    0, 30_000, 1_900_000, 2_100_000, 3_010_000, 5_990_000, 6_100_000,
+                ] {
+                    let a = fast.instant_annotated(&s, &q, t, &|| false);
+                    let b = slow.instant_annotated(&s, &q, t, &|| false);
+                    match (&a, &b) {
+                        (Ok((Value::Vector(va), wa)), Ok((Value::Vector(vb), wb))) => {
+                            assert!(
+                                wa == wb
+                                    && va.len() == vb.len()
+                                    && va.iter().zip(vb).all(|(x, y)| {
+                                        x.labels == y.labels && x.t == y.t && bits(x.v, y.v)
+                                    }),
+                                "{q} at {t}: one-pass {va:?} vs step-by-step {vb:?}"
+                            );
+                            checked += usize::from(!va.is_empty());
+                        }
+                        (Err(ea), Err(eb)) => assert_eq!(ea, eb, "{q}"),
+                        _ => panic!("{q} at {t}: one-pass {a:?} vs step-by-step {b:?}"),
                     }
                 }
             }

@@ -25,6 +25,57 @@ pub(crate) fn group_key(l: &Labels, modifier: &Option<LabelModifier>) -> Labels 
     }
 }
 
+/// The pairs of [`group_key`] (same filter), borrowed from `l` in label
+/// order, appended to `out`: a key to look a group up without building its
+/// label set.
+pub(crate) fn group_pairs<'l>(
+    l: &'l Labels,
+    modifier: &Option<LabelModifier>,
+    out: &mut Vec<(&'l str, &'l str)>,
+) {
+    match modifier {
+        None => {}
+        Some(LabelModifier::Include(by)) => {
+            out.extend(l.iter().filter(|(n, _)| by.labels.iter().any(|b| b == n)));
+        }
+        Some(LabelModifier::Exclude(wo)) => out.extend(
+            l.iter()
+                .filter(|(n, _)| *n != METRIC_NAME && !wo.labels.iter().any(|b| b == n)),
+        ),
+    }
+}
+
+/// Groups samples by their grouping labels under `m`, in order of first
+/// appearance: groups are looked up by label pairs borrowed from the
+/// samples, so a label set is built once per group, not once per sample.
+fn group_by(v: Vec<VectorSample>, m: &Option<LabelModifier>) -> Vec<(Labels, Vec<VectorSample>)> {
+    let mut keys: Vec<Labels> = Vec::new();
+    let mut of: Vec<usize> = Vec::with_capacity(v.len());
+    {
+        let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
+        let mut key: Vec<(&str, &str)> = Vec::new();
+        for s in &v {
+            key.clear();
+            group_pairs(&s.labels, m, &mut key);
+            let i = match index.get(key.as_slice()) {
+                Some(&i) => i,
+                None => {
+                    keys.push(Labels::from_pairs(key.iter().copied()));
+                    index.insert(key.clone(), keys.len() - 1);
+                    keys.len() - 1
+                }
+            };
+            of.push(i);
+        }
+    }
+    let mut out: Vec<(Labels, Vec<VectorSample>)> =
+        keys.into_iter().map(|k| (k, Vec::new())).collect();
+    for (s, i) in v.into_iter().zip(of) {
+        out[i].1.push(s);
+    }
+    out
+}
+
 /// Groups samples by key, in order of first appearance.
 fn group(
     v: Vec<VectorSample>,
@@ -70,6 +121,54 @@ fn label_fraction(l: &Labels) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// `topk`, `bottomk` or `limitk` (`op`) with parameter `k` over `v`, per
+/// group of `m`: in each group the `k` first after a stable sort (NaN last),
+/// found by a partial selection instead of sorting the whole group.
+pub(crate) fn select_k(
+    op: &str,
+    k: f64,
+    v: Vec<VectorSample>,
+    m: &Option<LabelModifier>,
+) -> Result<Vec<VectorSample>, PromqlError> {
+    let k = int_param(k)?;
+    if k < 1 {
+        return Ok(Vec::new());
+    }
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let top = op == "topk";
+    let groups = match m {
+        // One group: no key to build per sample.
+        None => vec![(Labels::default(), v)],
+        Some(_) => group_by(v, m),
+    };
+    let mut out = Vec::new();
+    for (_, g) in groups {
+        if op == "limitk" {
+            out.extend(g.into_iter().take(k));
+            continue;
+        }
+        // Ties keep input order (the position breaks them), as a stable sort.
+        let cmp = |x: &(usize, VectorSample), y: &(usize, VectorSample)| {
+            let by_value = match (x.1.v.is_nan(), y.1.v.is_nan()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                _ if top => y.1.v.total_cmp(&x.1.v),
+                _ => x.1.v.total_cmp(&y.1.v),
+            };
+            by_value.then(x.0.cmp(&y.0))
+        };
+        let mut g: Vec<(usize, VectorSample)> = g.into_iter().enumerate().collect();
+        if k < g.len() {
+            g.select_nth_unstable_by(k - 1, cmp);
+            g.truncate(k);
+        }
+        g.sort_unstable_by(cmp);
+        out.extend(g.into_iter().map(|(_, s)| s));
+    }
+    Ok(out)
+}
+
 /// Evaluates an aggregation at `t`.
 pub(crate) fn eval(
     ev: &mut Evaluator<'_>,
@@ -96,27 +195,7 @@ pub(crate) fn eval(
     let m = &a.modifier;
     match op {
         "topk" | "bottomk" | "limitk" => {
-            let k = int_param(num_param)?;
-            if k < 1 {
-                return Ok(Value::Vector(Vec::new()));
-            }
-            let k = usize::try_from(k).unwrap_or(usize::MAX);
-            let mut out = Vec::new();
-            for (_, mut g) in group(v, |s| group_key(&s.labels, m)) {
-                if op != "limitk" {
-                    let top = op == "topk";
-                    g.sort_by(|x, y| match (x.v.is_nan(), y.v.is_nan()) {
-                        (true, true) => std::cmp::Ordering::Equal,
-                        (true, false) => std::cmp::Ordering::Greater,
-                        (false, true) => std::cmp::Ordering::Less,
-                        _ if top => y.v.total_cmp(&x.v),
-                        _ => x.v.total_cmp(&y.v),
-                    });
-                }
-                g.truncate(k);
-                out.extend(g);
-            }
-            return Ok(Value::Vector(out));
+            return Ok(Value::Vector(select_k(op, num_param, v, m)?));
         }
         "limit_ratio" => {
             let r = num_param.clamp(-1.0, 1.0);
@@ -156,7 +235,7 @@ pub(crate) fn eval(
         _ => {}
     }
     let mut out = Vec::new();
-    for (k, g) in group(v, |s| group_key(&s.labels, m)) {
+    for (k, g) in group_by(v, m) {
         let vals = || g.iter().map(|s| s.v);
         let r = match op {
             "sum" => {

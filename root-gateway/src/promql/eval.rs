@@ -533,6 +533,11 @@ pub(crate) fn instant(
 ) -> Result<(Value, Vec<String>), PromqlError> {
     let mut ev = Evaluator::new(opts, q, cancel, expr, ts, ts);
     ev.text = text;
+    if opts.one_pass_ranges
+        && let Some(v) = super::sweep::instant(&mut ev, expr, ts)?
+    {
+        return Ok((finish(v, ts)?, ev.warnings));
+    }
     let v = ev.eval(expr, ts)?;
     Ok((finish(v, ts)?, ev.warnings))
 }

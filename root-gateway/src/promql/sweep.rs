@@ -3,7 +3,8 @@
 //! sliding each series' window once instead of re-evaluating step by step.
 //! Gives the same results as the step-by-step evaluator (it calls the same
 //! per-window functions, in the same series order); anything else is left
-//! to that evaluator.
+//! to that evaluator. Instant queries of these shapes (and `topk`/`bottomk`
+//! over a range function) run as a one-step sweep.
 
 use std::collections::HashMap;
 
@@ -12,7 +13,7 @@ use promql_parser::parser::{AggregateExpr, Call, Expr, MatrixSelector};
 
 use super::eval::Evaluator;
 use super::prepass::{self, Mode, adjust, dur_ms};
-use super::value::{Matrix, Point, RangeSeries, finish_labels};
+use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_labels};
 use super::{PromqlError, aggregate, functions};
 use crate::store::Labels;
 
@@ -116,7 +117,78 @@ struct Acc {
 pub(crate) fn range(
     ev: &mut Evaluator<'_>,
     e: &Expr,
+    window: (i64, i64, i64),
+) -> Result<Option<Matrix>, PromqlError> {
+    let Some(mut m) = sweep(ev, e, window, false)? else {
+        return Ok(None);
+    };
+    m.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(Some(m))
+}
+
+/// Evaluates the instant query `e` at `t` as a one-step sweep when its
+/// shape allows (also `topk`/`bottomk` with a literal `k` over a range
+/// function), in the order the step-by-step evaluator gives; `Ok(None)`
+/// leaves it to that evaluator.
+pub(crate) fn instant(
+    ev: &mut Evaluator<'_>,
+    e: &Expr,
+    t: i64,
+) -> Result<Option<Value>, PromqlError> {
+    if let Expr::Aggregate(a) = unparen(e) {
+        let op = a.op.to_string();
+        if op == "topk" || op == "bottomk" {
+            let Some(Expr::NumberLiteral(k)) = a.param.as_deref().map(unparen) else {
+                return Ok(None);
+            };
+            let Some((None, call, _)) = shape(&a.expr) else {
+                return Ok(None);
+            };
+            let Some(m) = sweep(ev, &a.expr, (t, t, 1), true)? else {
+                return Ok(None);
+            };
+            let v = to_vector(m, t, drops_name(call));
+            let v = aggregate::select_k(&op, k.val, v, &a.modifier)?;
+            return Ok(Some(Value::Vector(v)));
+        }
+    }
+    let Some((agg, call, _)) = shape(e) else {
+        return Ok(None);
+    };
+    let drop_name = agg.is_none() && drops_name(call);
+    Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
+}
+
+/// True when range function `call` removes the metric name (all but
+/// `last_over_time` and `first_over_time`).
+fn drops_name(call: &Call) -> bool {
+    !matches!(call.func.name, "last_over_time" | "first_over_time")
+}
+
+/// The one-point series of a one-step sweep as an instant vector at `t`.
+fn to_vector(m: Matrix, t: i64, drop_name: bool) -> Vec<VectorSample> {
+    m.into_iter()
+        .filter_map(|s| {
+            let p = s.points.first()?;
+            Some(VectorSample {
+                labels: s.labels,
+                t,
+                v: p.v,
+                drop_name,
+            })
+        })
+        .collect()
+}
+
+/// The sweep itself: output series in order of first appearance (input
+/// series order), unsorted. `raw`: without aggregation, keep the input
+/// label sets as they are (name removal and the duplicate check are the
+/// caller's, as for an instant query's [`VectorSample::drop_name`]).
+fn sweep(
+    ev: &mut Evaluator<'_>,
+    e: &Expr,
     (start, end, step): (i64, i64, i64),
+    raw: bool,
 ) -> Result<Option<Matrix>, PromqlError> {
     let Some((agg, call, ms)) = shape(e) else {
         return Ok(None);
@@ -134,28 +206,46 @@ pub(crate) fn range(
     let tt0 = adjust(&vs.at, &vs.offset, start, ev.qstart, ev.qend);
     let all = ev.fetch(vs, tt0, range)?;
     // Functions that keep the metric name until the query ends.
-    let keep_name = matches!(name, "last_over_time" | "first_over_time");
+    let keep_name = !drops_name(call);
 
     // Output series: one per group, or one per input series.
     let mut outs: Vec<Out> = Vec::new();
     let mut target: Vec<usize> = Vec::with_capacity(all.len());
     match agg {
         Some((a, _)) => {
-            let mut index: HashMap<Labels, usize> = HashMap::new();
+            // Groups looked up by their label pairs borrowed from the
+            // series: a label set is built once per group, not per series.
+            let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
+            let mut key: Vec<(&str, &str)> = Vec::new();
             for s in all.iter() {
-                let k = aggregate::group_key(&s.labels, &a.modifier);
-                if k.get(METRIC_NAME).is_some() {
+                key.clear();
+                aggregate::group_pairs(&s.labels, &a.modifier, &mut key);
+                if key.iter().any(|(n, _)| *n == METRIC_NAME) {
                     // Pending name removal across a group: not handled here.
                     return Ok(None);
                 }
-                let i = *index.entry(k).or_insert_with_key(|k| {
-                    outs.push(Out {
-                        labels: k.clone(),
-                        points: Vec::new(),
-                    });
-                    outs.len() - 1
-                });
+                let i = match index.get(key.as_slice()) {
+                    Some(&i) => i,
+                    None => {
+                        outs.push(Out {
+                            labels: Labels::from_pairs(key.iter().copied()),
+                            points: Vec::new(),
+                        });
+                        index.insert(key.clone(), outs.len() - 1);
+                        outs.len() - 1
+                    }
+                };
                 target.push(i);
+            }
+        }
+        None if raw => {
+            // The caller removes names and checks for duplicates.
+            for s in all.iter() {
+                target.push(outs.len());
+                outs.push(Out {
+                    labels: s.labels.clone(),
+                    points: Vec::new(),
+                });
             }
         }
         None => {
@@ -201,6 +291,16 @@ pub(crate) fn range(
     // For rate and increase: breaks (resets, overlaps) before each point,
     // so windows without any skip the reset scan.
     let counter = matches!(name, "rate" | "increase");
+    // rate, increase and delta go straight to the rate kernel (no
+    // dispatch on the name at every step): (counter, per second).
+    let kernel = match name {
+        "rate" => Some((true, true)),
+        "increase" => Some((true, false)),
+        "delta" => Some((false, false)),
+        _ => None,
+    };
+    // Without `@` (see `shape`) a step's window ends `off` before it.
+    let off = prepass::offset_ms(&vs.offset);
     let mut brk: Vec<u32> = Vec::new();
     for (s, &o) in all.iter().zip(&target) {
         ev.check_cancel()?;
@@ -234,7 +334,7 @@ pub(crate) fn range(
         let mut overlap = false;
         for (k, h) in held.iter_mut().enumerate() {
             let t = start + step * k as i64;
-            let tt = adjust(&vs.at, &vs.offset, t, ev.qstart, ev.qend);
+            let tt = t.saturating_sub(off);
             let lo = tt.saturating_sub(range);
             while a < pts.len() && pts[a].t <= lo {
                 a += 1;
@@ -248,15 +348,27 @@ pub(crate) fn range(
             }
             *h += b - a;
             let st = if sts.is_empty() { &[][..] } else { &sts[a..b] };
-            let r = functions::range_apply(
-                name,
-                &pts[a..b],
-                st,
-                (tt, range, t),
-                &[],
-                (Mode::Plain, !counter || brk[b] - brk[a + 1] > 0),
-                &mut overlap,
-            )?;
+            let breaks = !counter || brk[b] - brk[a + 1] > 0;
+            let r = match kernel {
+                Some((is_counter, is_rate)) => functions::extrapolated_rate(
+                    &pts[a..b],
+                    st,
+                    (tt, range),
+                    is_counter,
+                    is_rate,
+                    &mut overlap,
+                    breaks,
+                ),
+                None => functions::range_apply(
+                    name,
+                    &pts[a..b],
+                    st,
+                    (tt, range, t),
+                    &[],
+                    (Mode::Plain, breaks),
+                    &mut overlap,
+                )?,
+            };
             let Some(v) = r else { continue };
             *h += 1;
             match agg {
@@ -312,16 +424,15 @@ pub(crate) fn range(
             limit: ev.opts.max_samples,
         });
     }
-    let mut m: Matrix = outs
-        .into_iter()
-        .filter(|o| !o.points.is_empty())
-        .map(|o| RangeSeries {
-            labels: o.labels,
-            points: o.points,
-            drop_name: false,
-            start_ms: Vec::new(),
-        })
-        .collect();
-    m.sort_by(|a, b| a.labels.cmp(&b.labels));
-    Ok(Some(m))
+    Ok(Some(
+        outs.into_iter()
+            .filter(|o| !o.points.is_empty())
+            .map(|o| RangeSeries {
+                labels: o.labels,
+                points: o.points,
+                drop_name: false,
+                start_ms: Vec::new(),
+            })
+            .collect(),
+    ))
 }

@@ -267,3 +267,50 @@ async fn post_forms_limits_and_bad_params() {
     let (st, _) = get("/api/v1/query?query=temp&timeout=5s&time=300").await;
     assert_eq!(st, StatusCode::OK);
 }
+
+#[test]
+fn matrix_body_is_what_serde_json_writes() {
+    use crate::promql::{Point, RangeSeries};
+    let pts = |v: &[(i64, f64)]| v.iter().map(|&(t, v)| Point { t, v }).collect();
+    let m = vec![
+        RangeSeries {
+            labels: Labels::default(),
+            points: pts(&[(0, 0.0), (1_500, -2.5e-300), (-1_000, 1e21)]),
+            drop_name: false,
+            start_ms: Vec::new(),
+        },
+        RangeSeries {
+            labels: Labels::metric(
+                "a_total",
+                [
+                    ("quote", "say \"hi\"\\ \u{1}\u{7f}"),
+                    ("unicode", "zürich ✓"),
+                    ("zz", "1"),
+                ],
+            ),
+            points: pts(&[
+                (1_700_000_000_123, f64::NAN),
+                (1_700_000_015_000, f64::INFINITY),
+                (1_700_000_030_001, f64::NEG_INFINITY),
+                (1_700_000_045_000, 0.1 + 0.2),
+                (1_700_000_060_000, 123_456_789.0),
+            ]),
+            drop_name: false,
+            start_ms: Vec::new(),
+        },
+    ];
+    let mut got = Vec::new();
+    super::write_matrix_body(&m, &mut got);
+    let want = serde_json::to_vec(
+        &super::success(serde_json::json!({
+            "resultType": "matrix",
+            "result": super::matrix_json(&m),
+        }))
+        .0,
+    )
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(got).unwrap(),
+        String::from_utf8(want).unwrap()
+    );
+}

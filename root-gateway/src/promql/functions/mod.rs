@@ -22,7 +22,7 @@ use label::{label_join, label_replace, natural_cmp};
 use math::math_fn;
 pub(crate) use math::{avg, go_max, go_min, kahan_inc, quantile, variance};
 use range::range_fn;
-pub(crate) use range::{apply as range_apply, is_break};
+pub(crate) use range::{apply as range_apply, extrapolated_rate, is_break};
 use time::date_part;
 
 pub(super) fn arg(c: &Call, i: usize) -> Result<&Expr, PromqlError> {

@@ -68,7 +68,7 @@ pub(crate) fn is_break(p: &[Point], st: &[i64], i: usize) -> bool {
 /// start time inside the window replaces extrapolation to the left by a
 /// zero sample at that time. Sets `overlap` when start times overlap.
 /// `breaks` false: the caller knows no point of `p` is a reset or overlap.
-fn extrapolated_rate(
+pub(crate) fn extrapolated_rate(
     p: &[Point],
     st: &[i64],
     (t, range): (i64, i64),

@@ -354,7 +354,11 @@ fn run_eval(
     let result = match kind {
         Kind::Instant(t) => {
             let t = exp.range_vector.map_or(t, |(_, t2, _)| t2);
-            engine.instant_annotated(store, &expr, t, &|| false)
+            let r = engine.instant_annotated(store, &expr, t, &|| false);
+            if let Err(why) = instant_step_by_step_agrees(engine, store, &expr, t, &r) {
+                return report.fail(line, &expr, why);
+            }
+            r
         }
         Kind::Range(s, e, step) => {
             let r = engine.range_annotated(store, &expr, (s, e, step), &|| false);
@@ -492,6 +496,45 @@ fn step_by_step_agrees(
     } else {
         Err(format!(
             "one-pass range result {got:?} differs from step-by-step {want:?}"
+        ))
+    }
+}
+
+/// The same instant query with one-pass evaluation turned off must give
+/// the same value (in the same order, bit for bit), warnings or error.
+fn instant_step_by_step_agrees(
+    engine: &Engine,
+    store: &MemStore,
+    expr: &str,
+    t: i64,
+    got: &Result<(Value, Vec<String>), PromqlError>,
+) -> Result<(), String> {
+    let slow = Engine::new(EngineOpts {
+        one_pass_ranges: false,
+        ..engine.opts().clone()
+    });
+    let want = slow.instant_annotated(store, expr, t, &|| false);
+    let bits = |a: f64, b: f64| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan();
+    let same = match (got, &want) {
+        (Ok((Value::Vector(a), wa)), Ok((Value::Vector(b), wb))) => {
+            wa == wb
+                && a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| x.labels == y.labels && x.t == y.t && bits(x.v, y.v))
+        }
+        (Ok((Value::Scalar { t: ta, v: a }, wa)), Ok((Value::Scalar { t: tb, v: b }, wb))) => {
+            wa == wb && ta == tb && bits(*a, *b)
+        }
+        (Ok((a, wa)), Ok((b, wb))) => a == b && wa == wb,
+        (Err(a), Err(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(format!(
+            "one-pass instant result {got:?} differs from step-by-step {want:?}"
         ))
     }
 }
