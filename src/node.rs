@@ -79,7 +79,8 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// The tracing subscriber of every role: `RUST_LOG`, else info (quinn at
-/// warn), on stderr.
+/// warn), on stderr. (`canopy-node` has a lighter one of its own.)
+#[allow(dead_code)]
 pub fn init_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -265,7 +266,10 @@ pub async fn spawn_node(
     Ok(())
 }
 
-/// Serves a node's own counters as Prometheus text on `addr`.
+/// Serves a node's own counters as Prometheus text on `addr`: `GET` (or
+/// `HEAD`) `/metrics`, HTTP/1 only. Plain hyper rather than axum: in this
+/// workspace axum comes with HTTP/2 (tonic asks for it), and its server
+/// would link h2 into every compute node's binary for one route (issue 3).
 async fn serve_metrics(
     addr: SocketAddr,
     fabric: FabricMetrics,
@@ -274,25 +278,74 @@ async fn serve_metrics(
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the node's /metrics on {addr}"))?;
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let f = fabric.clone();
-            async move { ([("content-type", "text/plain; version=0.0.4")], f.render()) }
-        }),
-    );
     tokio::spawn(async move {
-        let r = axum::serve(tcp, app)
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|v| *v).await;
-            })
-            .await;
-        if let Err(e) = r {
-            tracing::error!(error = %e, "node /metrics stopped");
+        loop {
+            let accepted = tokio::select! {
+                a = tcp.accept() => a,
+                _ = shutdown.wait_for(|v| *v) => break,
+            };
+            let stream = match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: pause, do not spin.
+                    tracing::warn!(error = %e, "node /metrics: accept failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            let f = fabric.clone();
+            let mut sd = shutdown.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let r = metrics_response(&f, &req);
+                    async move { Ok::<_, std::convert::Infallible>(r) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                let mut conn = std::pin::pin!(conn);
+                let stop = async move {
+                    let _ = sd.wait_for(|v| *v).await;
+                };
+                let r = tokio::select! {
+                    r = conn.as_mut() => r,
+                    () = stop => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "node /metrics connection");
+                }
+            });
         }
     });
     tracing::info!(%addr, "node self-metrics on /metrics");
     Ok(())
+}
+
+/// The answer of the node's `/metrics` server to `req`.
+fn metrics_response<B>(
+    fabric: &FabricMetrics,
+    req: &hyper::Request<B>,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    use hyper::{Method, StatusCode, header};
+    let mut r = hyper::Response::new(http_body_util::Full::default());
+    if req.uri().path() != "/metrics" {
+        *r.status_mut() = StatusCode::NOT_FOUND;
+    } else if req.method() != Method::GET && req.method() != Method::HEAD {
+        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        r.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET,HEAD"));
+    } else {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        if req.method() == Method::GET {
+            *r.body_mut() = http_body_util::Full::new(bytes::Bytes::from(fabric.render()));
+        }
+    }
+    r
 }
 
 /// Options of `canopy node` besides its config file.

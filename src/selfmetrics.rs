@@ -24,7 +24,9 @@ pub struct FabricMetrics {
     listener: Arc<ListenerStats>,
     /// (subtree, primary parent, uplink).
     uplinks: Vec<(usize, String, Uplink)>,
-    /// Reparent times (ms) per uplink, same order.
+    /// Reparent times (ms) per uplink, same order; each histogram (~100 KiB
+    /// at 3 significant digits) is made at its uplink's first reparent, so
+    /// a node whose links never move does not carry them.
     reparent: Arc<Vec<Mutex<Option<Histogram<u64>>>>>,
 }
 
@@ -42,10 +44,7 @@ impl FabricMetrics {
         listener: Arc<ListenerStats>,
         uplinks: Vec<(usize, String, Uplink)>,
     ) -> Self {
-        let reparent = uplinks
-            .iter()
-            .map(|_| Mutex::new(Histogram::new_with_bounds(1, MAX_REPARENT_MS, 3).ok()))
-            .collect();
+        let reparent = uplinks.iter().map(|_| Mutex::new(None)).collect();
         Self {
             node: node.to_string(),
             relay,
@@ -140,24 +139,30 @@ impl FabricMetrics {
             ));
             if let Some(h) = self.reparent.get(i) {
                 let mut h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let fresh = s.take_reparents();
+                if h.is_none() && !fresh.is_empty() {
+                    *h = Histogram::new_with_bounds(1, MAX_REPARENT_MS, 3).ok();
+                }
                 if let Some(h) = h.as_mut() {
-                    for ms in s.take_reparents() {
+                    for ms in fresh {
                         h.saturating_record(ms.clamp(1, MAX_REPARENT_MS));
                     }
-                    for (q, qs) in QUANTILES {
-                        let v = if h.is_empty() {
-                            0.0
-                        } else {
-                            h.value_at_quantile(q) as f64 / 1000.0
-                        };
-                        out.push(g(
-                            "canopy_fabric_reparent_seconds",
-                            &[("subtree", &st), ("parent", parent), ("quantile", qs)],
-                            v,
-                        ));
-                    }
-                    out.push(c("canopy_fabric_reparent_seconds_count", lab, h.len()));
                 }
+                // No histogram yet: no reparent, quantiles 0 as for an empty one.
+                let h = h.as_ref().filter(|h| !h.is_empty());
+                for (q, qs) in QUANTILES {
+                    let v = h.map_or(0.0, |h| h.value_at_quantile(q) as f64 / 1000.0);
+                    out.push(g(
+                        "canopy_fabric_reparent_seconds",
+                        &[("subtree", &st), ("parent", parent), ("quantile", qs)],
+                        v,
+                    ));
+                }
+                out.push(c(
+                    "canopy_fabric_reparent_seconds_count",
+                    lab,
+                    h.map_or(0, |h| h.len()),
+                ));
             }
             for (reason, v) in [("send_blocked", &s.stalls), ("no_ack", &s.ack_stalls)] {
                 out.push(c(

@@ -23,13 +23,26 @@ fn systemd_units_use_real_subcommands_and_flags() {
             .unwrap_or_else(|| panic!("{}: no ExecStart", path.display()));
         let mut words = exec.split_whitespace();
         let bin = words.next().expect("a program");
-        assert!(bin.ends_with("/canopy"), "{}: runs {bin}", path.display());
-        let sub = words.next().expect("a subcommand");
-        let help = canopy(&[sub, "--help"]);
+        // `canopy-node` (the node role alone) or `canopy SUBCOMMAND`.
+        let (help, what) = if bin.ends_with("/canopy-node") {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_canopy-node"))
+                .arg("--help")
+                .output()
+                .expect("canopy-node runs");
+            assert!(out.status.success(), "canopy-node --help");
+            (
+                String::from_utf8(out.stdout).expect("UTF-8"),
+                "canopy-node".to_string(),
+            )
+        } else {
+            assert!(bin.ends_with("/canopy"), "{}: runs {bin}", path.display());
+            let sub = words.next().expect("a subcommand");
+            (canopy(&[sub, "--help"]), format!("canopy {sub}"))
+        };
         for flag in words.filter(|w| w.starts_with("--")) {
             assert!(
                 help.contains(flag),
-                "{}: `canopy {sub}` has no {flag}",
+                "{}: `{what}` has no {flag}",
                 path.display()
             );
         }

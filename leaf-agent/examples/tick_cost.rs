@@ -71,7 +71,9 @@ fn main() {
             eprintln!("encode: {e}");
             return;
         }
-        if i % 60 == 0 {
+        if i == 0 {
+            eprintln!("first frame {} B", out.len());
+        } else if i % 60 == 0 {
             keys += 1;
             key_bytes += out.len();
         } else {

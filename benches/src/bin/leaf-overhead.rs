@@ -2,8 +2,10 @@
 //! `prometheus-node-exporter`, on this host, in the same run.
 //!
 //! The nodes run the lean `canopy-node` binary (the node role alone, what
-//! a compute node runs) when it sits next to `canopy`, else `canopy node`
-//! (`--node-binary full` forces the multi-role binary).
+//! a compute node runs): the `node` profile's build
+//! (`cargo build --profile node -p canopy --bin canopy-node`, in
+//! `target/node/`) when there is one, else the one next to `canopy`, else
+//! `canopy node` (`--node-binary full` forces the multi-role binary).
 //!
 //! Each run starts fresh processes: a `canopy gateway` and a `canopy node`
 //! from the configs of `canopy plan --emit-configs --loopback` (the leaf
@@ -37,9 +39,10 @@ struct Cli {
     /// The canopy binary (default: `canopy` next to this program).
     #[arg(long)]
     canopy: Option<PathBuf>,
-    /// The nodes' binary: `lean` (`canopy-node` next to `canopy`, falling
-    /// back to `canopy node` when it is absent), `full` (`canopy node`), or
-    /// a path to a `canopy-node` binary.
+    /// The nodes' binary: `lean` (`canopy-node` of the `node` profile,
+    /// `target/node/`, else next to `canopy`, falling back to `canopy node`
+    /// when both are absent), `full` (`canopy node`), or a path to a
+    /// `canopy-node` binary.
     #[arg(long, default_value = "lean")]
     node_binary: String,
     /// The node exporter (default: `prometheus-node-exporter` on PATH).
@@ -122,10 +125,8 @@ impl NodeCmd {
     }
 
     fn describe(&self) -> String {
-        let name = self
-            .program
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        // The path, so a table says which build ran (target/node or release).
+        let name = self.program.display().to_string();
         std::iter::once(name)
             .chain(self.args.iter().map(|a| a.to_string()))
             .collect::<Vec<_>>()
@@ -146,15 +147,20 @@ fn node_command(choice: &str, canopy: &Path) -> Result<NodeCmd> {
     Ok(match choice {
         "full" => full,
         "lean" => {
-            let p = canopy.with_file_name("canopy-node");
-            if p.is_file() {
-                lean(p)
-            } else {
-                eprintln!(
-                    "no {} (build it with `cargo build --release -p canopy --bin canopy-node`): the nodes run `canopy node`",
-                    p.display()
-                );
-                full
+            // target/release/canopy -> target/node/canopy-node first.
+            let profile = canopy
+                .parent()
+                .and_then(Path::parent)
+                .map(|t| t.join("node").join("canopy-node"));
+            let sibling = canopy.with_file_name("canopy-node");
+            match profile.into_iter().chain([sibling]).find(|p| p.is_file()) {
+                Some(p) => lean(p),
+                None => {
+                    eprintln!(
+                        "no canopy-node (build it with `cargo build --profile node -p canopy --bin canopy-node`): the nodes run `canopy node`"
+                    );
+                    full
+                }
             }
         }
         path => {

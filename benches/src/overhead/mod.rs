@@ -118,6 +118,18 @@ impl Row {
         )
     }
 
+    /// Median file-backed RSS at the window's end (VmRSS - RssAnon: the
+    /// binary's and the libraries' pages), MiB.
+    pub fn file_mib(&self) -> f64 {
+        median(
+            &self
+                .windows
+                .iter()
+                .map(|w| w.rss_bytes.saturating_sub(w.anon_bytes) as f64 / 1048576.0)
+                .collect::<Vec<_>>(),
+        )
+    }
+
     fn cpu_range(&self) -> (f64, f64) {
         let v = self.windows.iter().map(|w| w.cpu_pct);
         (
@@ -175,14 +187,21 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
     let _ = writeln!(s, "{header}");
     let _ = writeln!(
         s,
-        "{:<38} {:>7} {:>10} {:>17} {:>11} {:>12} {:>9}",
-        "process", "series", "CPU %core", "(min..max)", "ticks %core", "peak RSS MiB", "anon MiB"
+        "{:<38} {:>7} {:>10} {:>17} {:>11} {:>12} {:>9} {:>9}",
+        "process",
+        "series",
+        "CPU %core",
+        "(min..max)",
+        "ticks %core",
+        "peak RSS MiB",
+        "anon MiB",
+        "file MiB"
     );
     for r in rows {
         let (lo, hi) = r.cpu_range();
         let _ = writeln!(
             s,
-            "{:<38} {:>7} {:>10.3} {:>17} {:>11.3} {:>12.1} {:>9.1}",
+            "{:<38} {:>7} {:>10.3} {:>17} {:>11.3} {:>12.1} {:>9.1} {:>9.1}",
             r.name,
             if r.series > 0 {
                 r.series.to_string()
@@ -193,7 +212,8 @@ pub fn table(rows: &[Row], v: &Verdict, header: &str) -> String {
             format!("({lo:.3}..{hi:.3})"),
             r.tick_pct(),
             r.hwm_mib(),
-            r.anon_mib()
+            r.anon_mib(),
+            r.file_mib()
         );
     }
     let _ = writeln!(
@@ -261,7 +281,7 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             .collect();
         let _ = write!(
             s,
-            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"tick_pct_median\":{},\"peak_rss_mib_median\":{},\"rss_anon_mib_median\":{},\"windows\":[{}]}}",
+            "{}{{\"name\":{},\"series\":{},\"counts_for_goals\":{},\"cpu_pct_median\":{},\"tick_pct_median\":{},\"peak_rss_mib_median\":{},\"rss_anon_mib_median\":{},\"rss_file_mib_median\":{},\"windows\":[{}]}}",
             if i > 0 { "," } else { "" },
             js(&r.name),
             r.series,
@@ -270,6 +290,7 @@ pub fn json(rows: &[Row], v: &Verdict, settings: &[(&str, String)]) -> String {
             jn(r.tick_pct()),
             jn(r.hwm_mib()),
             jn(r.anon_mib()),
+            jn(r.file_mib()),
             ws.join(",")
         );
     }
@@ -339,7 +360,11 @@ mod tests {
         assert!(!v.cpu_ok && !v.rss_ok && !v.ratio_ok, "{v:?}");
         let t = table(&[heavy, ne], &v, "h");
         assert!(t.contains("NOT met"), "{t}");
+        // row(): anon is half the RSS, so the file part is the other half.
+        assert_eq!(leaf.anon_mib(), 4.0);
+        assert_eq!(leaf.file_mib(), 4.0);
         let j = json(&[leaf], &v, &[("runs", "3".into())]);
+        assert!(j.contains("\"rss_file_mib_median\":4.000000"), "{j}");
         assert!(j.starts_with("{\"settings\":{\"runs\":\"3\"}"), "{j}");
         assert!(j.contains("\"leaf_cpu_met\":false"), "{j}");
         assert_eq!(js("a\"b\n"), "\"a\\\"b\\u000a\"");
