@@ -3,7 +3,7 @@
 //! that carry it) so a selector reads only the series it can match.
 //!
 //! Label sets are found by a keyed 64-bit hash of their strings (one pass
-//! of a fast seeded hash over the names and values, so a lookup from the
+//! of a fast seeded hash over the label set's buffer, so a lookup from the
 //! ingest path needs no string-by-string interning), confirmed against the
 //! held series' labels; the index does not hold a second copy of every
 //! label set, and the rare second label set with the same hash goes to a
@@ -87,32 +87,17 @@ impl SeriesIndex {
         n
     }
 
-    /// The keyed hash of a label set given as (name, value) pairs. A
-    /// 0xff byte (never part of UTF-8) ends every string, so no two
-    /// different label sets feed the hasher the same bytes.
-    fn hash_pairs<'a>(&self, pairs: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        for (n, v) in pairs {
-            h.write(n.as_bytes());
-            h.write_u8(0xff);
-            h.write(v.as_bytes());
-            h.write_u8(0xff);
-        }
-        h.finish()
-    }
-
-    /// The key of label set `labels`.
+    /// The key of label set `labels`: one seeded hash over its buffer
+    /// (the names and values back to back, then their end offsets).
     pub(crate) fn hash(&self, labels: &Labels) -> u64 {
-        self.hash_pairs(labels.iter())
+        self.hasher.hash_one(labels)
     }
 
-    /// The key of the interned label set `syms` (same as [`Self::hash`]
-    /// of the labels it stands for).
+    /// The key of the interned label set `syms` (the same as [`Self::hash`]
+    /// of the labels it stands for: label sets are canonical). It builds
+    /// the label set, which only removals (retention) need.
     fn hash_syms(&self, syms: &[u32], strings: &Interner) -> u64 {
-        self.hash_pairs(
-            syms.chunks_exact(2)
-                .map(|p| (strings.get(p[0]), strings.get(p[1]))),
-        )
+        self.hash(&strings.labels(syms))
     }
 
     /// The id of the series whose label-set key is `h` (from
