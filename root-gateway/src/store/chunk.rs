@@ -245,6 +245,17 @@ impl Chunk {
         self.bytes.len()
     }
 
+    /// Heap bytes of the chunk's header (its shared handle's allocation).
+    pub fn header_bytes(&self) -> usize {
+        // The reference counts of the `Arc` plus the struct.
+        2 * std::mem::size_of::<usize>() + std::mem::size_of::<Chunk>()
+    }
+
+    /// Allocated but unused encoded bytes.
+    pub fn slack_bytes(&self) -> usize {
+        self.bytes.capacity() - self.bytes.len()
+    }
+
     fn put(&mut self, v: u64, n: u32) {
         bits::put(&mut self.bytes, &mut self.bit_len, v, n);
     }

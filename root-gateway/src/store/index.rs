@@ -2,18 +2,23 @@
 //! series id, and postings (label name=value to the sorted ids of the series
 //! that carry it) so a selector reads only the series it can match.
 //!
-//! Label sets are found by a keyed 64-bit hash of their interned ids, so the
-//! index does not hold a second copy of every label set; the rare second
-//! label set with the same hash goes to a small overflow list. The hash key
-//! is random per store, so crafted label sets cannot force collisions.
+//! Label sets are found by a keyed 64-bit hash of their strings (one pass
+//! of a fast seeded hash over the label set's buffer, so a lookup from the
+//! ingest path needs no string-by-string interning), confirmed against the
+//! held series' labels; the index does not hold a second copy of every
+//! label set, and the rare second label set with the same hash goes to a
+//! small overflow list. The hash key is random per store (foldhash, seeded
+//! per process and per instance), so crafted label sets cannot force
+//! collisions.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
+use foldhash::quality::RandomState;
+
 use super::intern::Interner;
-use super::{MatchOp, Matcher};
+use super::{Labels, MatchOp, Matcher};
 
 /// Passes a `u64` key through: the keys are already keyed hashes (or
 /// packed ids), so hashing them again is wasted work.
@@ -57,36 +62,56 @@ pub(crate) struct SeriesIndex {
 }
 
 impl SeriesIndex {
-    fn hash(&self, syms: &[u32]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        for s in syms {
-            h.write_u32(*s);
-        }
-        h.finish()
+    /// Approximate heap bytes (tables at capacity, postings lists).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let table = |cap: usize, item: usize| cap * (item + 1);
+        let mut n = table(self.by_hash.capacity(), 16)
+            + table(self.overflow.capacity(), 32)
+            + table(self.postings.capacity(), 32)
+            + table(self.values.capacity(), 32);
+        n += self
+            .overflow
+            .values()
+            .map(|v| v.capacity() * 4)
+            .sum::<usize>();
+        n += self
+            .postings
+            .values()
+            .map(|v| v.capacity() * 4)
+            .sum::<usize>();
+        n += self
+            .values
+            .values()
+            .map(|v| v.capacity() * 4)
+            .sum::<usize>();
+        n
     }
 
-    /// The id of the series with interned labels `syms`; `labels_of` gives
-    /// the labels of a held id.
-    pub(crate) fn find<'a>(
-        &self,
-        syms: &[u32],
-        labels_of: impl Fn(u32) -> Option<&'a [u32]>,
-    ) -> Option<u32> {
-        let h = self.hash(syms);
+    /// The key of label set `labels`: one seeded hash over its buffer
+    /// (the names and values back to back, then their end offsets).
+    pub(crate) fn hash(&self, labels: &Labels) -> u64 {
+        self.hasher.hash_one(labels)
+    }
+
+    /// The key of the interned label set `syms` (the same as [`Self::hash`]
+    /// of the labels it stands for: label sets are canonical). It builds
+    /// the label set, which only removals (retention) need.
+    fn hash_syms(&self, syms: &[u32], strings: &Interner) -> u64 {
+        self.hash(&strings.labels(syms))
+    }
+
+    /// The id of the series whose label-set key is `h` (from
+    /// [`Self::hash`]) and that `is_it` confirms.
+    pub(crate) fn find(&self, h: u64, is_it: impl Fn(u32) -> bool) -> Option<u32> {
         let id = *self.by_hash.get(&h)?;
-        if labels_of(id) == Some(syms) {
+        if is_it(id) {
             return Some(id);
         }
-        self.overflow
-            .get(&h)?
-            .iter()
-            .copied()
-            .find(|&i| labels_of(i) == Some(syms))
+        self.overflow.get(&h)?.iter().copied().find(|&i| is_it(i))
     }
 
-    /// Adds series `id` with labels `syms` (not already held).
-    pub(crate) fn insert(&mut self, syms: &[u32], id: u32) {
-        let h = self.hash(syms);
+    /// Adds series `id` with labels `syms` whose key is `h` (not already held).
+    pub(crate) fn insert(&mut self, h: u64, syms: &[u32], id: u32) {
         match self.by_hash.entry(h) {
             Entry::Occupied(_) => self.overflow.entry(h).or_default().push(id),
             Entry::Vacant(v) => {
@@ -112,11 +137,11 @@ impl SeriesIndex {
 
     /// Removes the series `dead` (id and labels), in one pass per
     /// posting list they touch.
-    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, Box<[u32]>)]) {
+    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, Box<[u32]>)], strings: &Interner) {
         dead.sort_unstable_by_key(|d| d.0);
         let mut touched = Vec::new();
         for (id, syms) in dead.iter() {
-            let h = self.hash(syms);
+            let h = self.hash_syms(syms, strings);
             if self.by_hash.get(&h) == Some(id) {
                 self.by_hash.remove(&h);
                 if let Some(more) = self.overflow.get_mut(&h)
@@ -239,12 +264,17 @@ mod tests {
                 ],
             );
             let syms = strings.intern(&l);
-            idx.insert(&syms, i);
+            idx.insert(idx.hash(&l), &syms, i);
             held.push(syms);
         }
-        let labels_of = |i: u32| held.get(i as usize).map(|s| &s[..]);
+        let find = |idx: &SeriesIndex, syms: &[u32]| {
+            let l = strings.labels(syms);
+            idx.find(idx.hash(&l), |i| {
+                held.get(i as usize).is_some_and(|s| strings.same(s, &l))
+            })
+        };
         for (i, s) in held.iter().enumerate() {
-            assert_eq!(idx.find(s, labels_of), Some(i as u32));
+            assert_eq!(find(&idx, s), Some(i as u32));
         }
         let m = |name: &str, op| Matcher {
             name: name.into(),
@@ -265,11 +295,13 @@ mod tests {
             None
         );
         let mut dead = vec![(12, held[12].clone()), (0, held[0].clone())];
-        idx.remove_all(&mut dead);
+        idx.remove_all(&mut dead, &strings);
         assert_eq!(idx.candidates(&q, &strings), Some(vec![2, 10]));
-        assert_eq!(idx.find(&held[0], labels_of), None);
+        assert_eq!(find(&idx, &held[0]), None);
+        assert_eq!(find(&idx, &held[2]), Some(2));
         // A freed id comes back in order.
-        idx.insert(&held[0], 0);
+        let l0 = strings.labels(&held[0]);
+        idx.insert(idx.hash(&l0), &held[0], 0);
         assert_eq!(idx.candidates(&q, &strings), Some(vec![0, 2, 10]));
     }
 }

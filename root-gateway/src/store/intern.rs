@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
+
 use super::{Labels, Matcher};
 
 /// A series' labels as interned ids: name, value, name, value, ... in the
@@ -16,7 +18,8 @@ pub(crate) type SymLabels = Box<[u32]>;
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     strings: Vec<Arc<str>>,
-    ids: HashMap<Arc<str>, u32>,
+    /// Seeded per process (foldhash): strings come from the network.
+    ids: HashMap<Arc<str>, u32, RandomState>,
 }
 
 impl Interner {
@@ -24,6 +27,12 @@ impl Interner {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.strings.len()
+    }
+
+    /// Approximate heap bytes: the strings, their handles and lookup table.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let text: usize = self.strings.iter().map(|s| s.len() + 16).sum();
+        text + self.strings.capacity() * 16 + self.ids.capacity() * 25
     }
 
     /// The table of strings by id (shared, for a snapshot cut).
@@ -52,17 +61,13 @@ impl Interner {
         i
     }
 
-    /// The ids of `labels` into `out` if every string is already known
-    /// (otherwise no series with these labels exists); `out` is reused.
-    pub(crate) fn lookup(&self, labels: &Labels, out: &mut Vec<u32>) -> bool {
-        out.clear();
-        for (n, v) in labels.iter() {
-            match (self.ids.get(n), self.ids.get(v)) {
-                (Some(&a), Some(&b)) => out.extend([a, b]),
-                _ => return false,
-            }
-        }
-        true
+    /// True when `syms` stands for exactly the label set `labels`.
+    pub(crate) fn same(&self, syms: &[u32], labels: &Labels) -> bool {
+        syms.len() == 2 * labels.len()
+            && syms
+                .chunks_exact(2)
+                .zip(labels.iter())
+                .all(|(p, (n, v))| self.get(p[0]) == n && self.get(p[1]) == v)
     }
 
     /// Interns `labels`.
@@ -128,10 +133,9 @@ mod tests {
         assert_eq!(sa.len(), 6);
         assert_eq!(i.labels(&sa), a);
         assert_eq!(i.labels(&sb), b);
-        let mut buf = Vec::new();
-        assert!(i.lookup(&b, &mut buf));
-        assert_eq!(&buf[..], &sb[..]);
-        assert!(!i.lookup(&Labels::metric("other", [("job", "node")]), &mut buf));
+        assert!(i.same(&sb, &b));
+        assert!(!i.same(&sa, &b));
+        assert!(!i.same(&sb, &Labels::metric("cpu_seconds_total", [("job", "node")])));
         assert_eq!(i.value(&sa, "mode"), Some("idle"));
         assert_eq!(i.value(&sa, "absent"), None);
         let m = [

@@ -60,6 +60,43 @@ pub struct StoreStats {
     pub sources_died: u64,
 }
 
+/// Approximate heap bytes held by each part of a [`LiveStore`] (capacity,
+/// not length, so growth slack shows; allocator overhead excluded). For
+/// finding where memory per series goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryBreakdown {
+    /// The series table (one slot per id, freed ones included).
+    pub entries: usize,
+    /// Interned label ids of every series.
+    pub labels: usize,
+    /// Per-series lists of chunk handles.
+    pub chunk_lists: usize,
+    /// Chunk headers (the handle's target, excluding the encoded bytes).
+    pub chunk_headers: usize,
+    /// Encoded chunk bytes in use.
+    pub chunk_bytes: usize,
+    /// Allocated but unused chunk bytes (open chunks' growth room).
+    pub chunk_slack: usize,
+    /// The label-set lookup table and postings lists.
+    pub index: usize,
+    /// Interned strings and their lookup table.
+    pub strings: usize,
+}
+
+impl MemoryBreakdown {
+    /// Sum of all parts.
+    pub fn total(&self) -> usize {
+        self.entries
+            + self.labels
+            + self.chunk_lists
+            + self.chunk_headers
+            + self.chunk_bytes
+            + self.chunk_slack
+            + self.index
+            + self.strings
+    }
+}
+
 /// One period during which a source's heartbeats arrived in time.
 #[derive(Clone, Copy, Debug)]
 struct Alive {
@@ -116,10 +153,8 @@ pub struct LiveStore {
     /// Label sets and postings of the held series.
     index: SeriesIndex,
     strings: Interner,
-    /// Reused buffer for label lookups.
-    lookup: Vec<u32>,
     sources: Vec<Source>,
-    source_ids: HashMap<String, usize>,
+    source_ids: HashMap<String, usize, foldhash::fast::RandomState>,
     now_ms: i64,
     stats: StoreStats,
 }
@@ -156,6 +191,26 @@ impl LiveStore {
             }
         }
         s
+    }
+
+    /// Where the store's heap goes, by structure (a walk over every series).
+    pub fn memory_breakdown(&self) -> MemoryBreakdown {
+        let mut m = MemoryBreakdown {
+            entries: self.entries.capacity() * std::mem::size_of::<Option<Entry>>(),
+            index: self.index.heap_bytes(),
+            strings: self.strings.heap_bytes(),
+            ..MemoryBreakdown::default()
+        };
+        for e in self.entries.iter().flatten() {
+            m.labels += e.labels.len() * std::mem::size_of::<u32>();
+            m.chunk_lists += e.chunks.capacity() * std::mem::size_of::<Arc<Chunk>>();
+            for c in &e.chunks {
+                m.chunk_headers += c.header_bytes();
+                m.chunk_bytes += c.byte_len();
+                m.chunk_slack += c.slack_bytes();
+            }
+        }
+        m
     }
 
     fn deadline(&self, src: &Source) -> i64 {
@@ -234,23 +289,27 @@ impl LiveStore {
             }
         }
         if !gone.is_empty() {
-            self.index.remove_all(&mut gone);
+            self.index.remove_all(&mut gone, &self.strings);
         }
     }
 
+    /// The id of the held series `labels` whose index key is `h`.
+    fn find(&self, h: u64, labels: &Labels) -> Option<usize> {
+        let is_it = |i: u32| {
+            self.entries
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|e| self.strings.same(&e.labels, labels))
+        };
+        self.index.find(h, is_it).map(|i| i as usize)
+    }
+
     fn entry_id(&mut self, labels: &Labels, create: bool) -> Result<Option<usize>, StoreError> {
-        let known = self.strings.lookup(labels, &mut self.lookup);
-        if known {
-            let entries = &self.entries;
-            let labels_of = |i: u32| {
-                entries
-                    .get(i as usize)
-                    .and_then(Option::as_ref)
-                    .map(|e| &e.labels[..])
-            };
-            if let Some(id) = self.index.find(&self.lookup, labels_of) {
-                return Ok(Some(id as usize));
-            }
+        // One seeded hash over the label strings, confirmed against the
+        // held series' interned labels: no per-string lookups.
+        let h = self.index.hash(labels);
+        if let Some(id) = self.find(h, labels) {
+            return Ok(Some(id));
         }
         if !create {
             return Ok(None);
@@ -289,7 +348,7 @@ impl LiveStore {
         };
         self.live += 1;
         if let Some(e) = &self.entries[id] {
-            self.index.insert(&e.labels, id as u32);
+            self.index.insert(h, &e.labels, id as u32);
         }
         Ok(Some(id))
     }

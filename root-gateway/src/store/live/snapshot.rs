@@ -193,20 +193,14 @@ impl LiveStore {
                     Chunk::read_state(&mut c)?
                 }));
             }
-            let syms = s.strings.intern(&labels);
-            let entries = &s.entries;
-            let labels_of = |i: u32| {
-                entries
-                    .get(i as usize)
-                    .and_then(Option::as_ref)
-                    .map(|e| &e.labels[..])
-            };
             let id =
                 u32::try_from(id).map_err(|_| CodecError::Malformed("more series than ids"))?;
-            if s.index.find(&syms, labels_of).is_some() {
+            let h = s.index.hash(&labels);
+            if s.find(h, &labels).is_some() {
                 return Err(CodecError::Malformed("a series appears twice"));
             }
-            s.index.insert(&syms, id);
+            let syms = s.strings.intern(&labels);
+            s.index.insert(h, &syms, id);
             s.live += 1;
             s.entries.push(Some(Entry {
                 labels: syms,

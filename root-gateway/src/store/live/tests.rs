@@ -289,3 +289,69 @@ fn upgrade_reads_v1_snapshot_with_every_sample() {
         );
     }
 }
+
+#[test]
+fn memory_breakdown_counts_what_the_series_hold() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    for i in 0..10 {
+        let l = Labels::metric("io", [("node", format!("n{i}")), ("job", "a".into())]);
+        for t in 0..300 {
+            s.append(None, &l, t * 1000, (t * i) as f64).unwrap();
+        }
+    }
+    let m = s.memory_breakdown();
+    let st = s.stats();
+    assert_eq!(m.chunk_bytes, st.chunk_bytes);
+    // Three labels (name, node, job) as two u32 ids each, per series.
+    assert_eq!(m.labels, 10 * 3 * 2 * 4);
+    // 300 samples make two chunks per series.
+    assert!(m.chunk_headers >= 20 * std::mem::size_of::<Chunk>());
+    assert!(m.index > 0 && m.strings > 0 && m.entries >= 10 * std::mem::size_of::<Entry>());
+    assert_eq!(
+        m.total(),
+        m.entries
+            + m.labels
+            + m.chunk_lists
+            + m.chunk_headers
+            + m.chunk_bytes
+            + m.chunk_slack
+            + m.index
+            + m.strings
+    );
+    // Retention drops the series: the per-series parts go to zero.
+    s.maintain(10 * 3600 * 1000);
+    let m = s.memory_breakdown();
+    assert_eq!((m.labels, m.chunk_bytes, m.chunk_headers), (0, 0, 0));
+}
+
+#[test]
+fn series_found_again_after_removal_and_reuse_of_ids() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..LiveStoreConfig::default()
+    });
+    let a = Labels::metric("x", [("k", "a")]);
+    let b = Labels::metric("x", [("k", "b")]);
+    s.append(None, &a, 0, 1.0).unwrap();
+    s.maintain(100_000);
+    assert_eq!(s.stats().series, 0);
+    // `b` reuses `a`'s freed id; both are found by their own labels.
+    s.append(None, &b, 100_000, 2.0).unwrap();
+    s.append(None, &a, 100_000, 3.0).unwrap();
+    s.append(None, &b, 101_000, 4.0).unwrap();
+    assert_eq!(s.stats().series, 2);
+    let r = s.select(&m("x"), 0, 200_000, 10).unwrap();
+    let got: Vec<(String, Vec<f64>)> = r
+        .iter()
+        .map(|x| {
+            (
+                x.labels.get("k").unwrap_or("").to_string(),
+                x.samples.iter().map(|p| p.value).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![("a".into(), vec![3.0]), ("b".into(), vec![2.0, 4.0])]
+    );
+}

@@ -1,0 +1,107 @@
+//! The store half of `tsdb-side-by-side`, in one process: the same data
+//! (same `DataSpec` defaults, bodies cut the same way) fed through the
+//! remote_write receiver's `ingest` into a memory-only store, then the
+//! process's RSS growth per series, the CPU time of the ingest, and where
+//! the store's heap goes by structure. Small enough (`--nodes 100`) to run
+//! under callgrind.
+//!
+//! ```text
+//! cargo run --release -p canopy-benches --example sbs_store -- [nodes] [minutes]
+//! ```
+#![allow(clippy::print_stdout)]
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use canopy_benches::sidebyside::data::{self, Cut, DataSpec};
+use canopy_gateway::remote_write::receiver::{ReceiverState, ingest};
+use canopy_gateway::remote_write::wire::WireLimits;
+use canopy_gateway::store::{LiveStore, LiveStoreConfig, SharedStore};
+
+fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of this process.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after ")".
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    (field(11) + field(12)) as f64 / 100.0
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let (nodes, minutes) = (arg(1, 1000), arg(2, 65));
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
+    let spec = DataSpec {
+        nodes,
+        series_per_node: 100,
+        nodes_per_job: 8,
+        interval_ms: 15_000,
+        steps: minutes * 60 / 15,
+        end_ms: (now_ms / 1000 + 1) * 1000,
+        seed: 1,
+    };
+    let cut = Cut {
+        senders: 4,
+        nodes_per_request: 10,
+        steps_per_request: 4,
+    };
+    let bodies = data::bodies(&spec, &cut)?;
+    let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+    let st = ReceiverState::new(store.clone(), None, WireLimits::default());
+    let base = status_kib("VmRSS:");
+    let (c0, t0) = (cpu_secs(), Instant::now());
+    // Senders own disjoint nodes: interleave them slice by slice, as the
+    // concurrent senders of the benchmark roughly do.
+    let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..longest {
+        for list in &bodies {
+            if let Some(b) = list.get(i) {
+                ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
+            }
+        }
+    }
+    let (cpu, wall) = (cpu_secs() - c0, t0.elapsed().as_secs_f64());
+    let rss = (status_kib("VmRSS:").saturating_sub(base) * 1024) as f64;
+    let series = spec.series() as f64;
+    let samples = spec.samples() as f64;
+    println!(
+        "{} series x {} samples: {:.2} M samples/s by wall ({wall:.2} s), {:.2} M samples/s by CPU ({cpu:.2} s)",
+        spec.series(),
+        spec.steps,
+        samples / wall / 1e6,
+        samples / cpu.max(1e-9) / 1e6
+    );
+    println!(
+        "RSS growth {:.1} MiB = {:.0} B/series (includes the receiver's series cache)",
+        rss / 1_048_576.0,
+        rss / series
+    );
+    let m = store.read(|s| s.memory_breakdown());
+    let per = |b: usize| b as f64 / series;
+    println!(
+        "store heap {:.0} B/series: entries {:.0}, labels {:.0}, chunk lists {:.0}, chunk headers {:.0}, chunk bytes {:.0} ({:.2} B/sample), chunk slack {:.0}, index {:.0}, strings {:.0}",
+        per(m.total()),
+        per(m.entries),
+        per(m.labels),
+        per(m.chunk_lists),
+        per(m.chunk_headers),
+        per(m.chunk_bytes),
+        m.chunk_bytes as f64 / samples,
+        per(m.chunk_slack),
+        per(m.index),
+        per(m.strings)
+    );
+    Ok(())
+}
