@@ -19,7 +19,8 @@ use crate::schema::frame as pb;
 use super::compact;
 use super::encoder::get_uvarint;
 use super::packed::{
-    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, WireState, unzigzag,
+    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, ValueHashState as IdHashState,
+    WireState, unzigzag,
 };
 use super::quantise::Encoding;
 use super::rangecoder::RangeDecoder;
@@ -100,12 +101,14 @@ pub struct LinkDecoder {
     last_delta: i64,
     started: bool,
     poisoned: bool,
-    series: HashMap<u32, RxSeries>,
-    sources: HashMap<u32, RxSource>,
+    /// Maps keyed by the peer's ids: keyed fast hashing (every changed
+    /// series costs a few lookups; SipHash was a tenth of a relay's time).
+    series: HashMap<u32, RxSeries, IdHashState>,
+    sources: HashMap<u32, RxSource, IdHashState>,
     /// Live series ids by source, ascending: the order packed sections walk.
-    members: HashMap<u32, BTreeSet<u32>>,
+    members: HashMap<u32, BTreeSet<u32>, IdHashState>,
     /// Per source, the packed-section state both ends keep alike.
-    coding: HashMap<u32, SourceCoding>,
+    coding: HashMap<u32, SourceCoding, IdHashState>,
     model: LinkModel,
     raw: Vec<u8>,
     walk: Vec<u32>,
@@ -122,10 +125,10 @@ impl LinkDecoder {
             last_delta: 0,
             started: false,
             poisoned: false,
-            series: HashMap::new(),
-            sources: HashMap::new(),
-            members: HashMap::new(),
-            coding: HashMap::new(),
+            series: HashMap::default(),
+            sources: HashMap::default(),
+            members: HashMap::default(),
+            coding: HashMap::default(),
             model: LinkModel::default(),
             raw: Vec::new(),
             walk: Vec::new(),

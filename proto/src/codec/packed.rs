@@ -345,13 +345,14 @@ fn bit_len(u: u64) -> u32 {
 }
 
 /// Hashes the wire values of one section for twin finding
-/// ([`LinkModel::note`]): one keyed folded multiply per value where SipHash
-/// cost ~200 instructions, on both ends of every link, once per changed
-/// value (7 % of a leaf's tick under callgrind). The keys are drawn per
-/// model from std's random source, so a peer cannot aim values at one
-/// bucket.
+/// ([`LinkModel::note`]), and the peer-chosen ids of a link's maps (the
+/// decoder's series and sources, a merger's per-child caches): one keyed
+/// folded multiply per value where SipHash cost ~200 instructions, on both
+/// ends of every link, once per changed value (7 % of a leaf's tick under
+/// callgrind). The keys are drawn per map from std's random source, so a
+/// peer cannot aim values at one bucket.
 #[derive(Clone, Debug)]
-struct ValueHashState {
+pub struct ValueHashState {
     k0: u64,
     k1: u64,
 }
@@ -364,6 +365,12 @@ impl ValueHashState {
             k0: r.hash_one(0u64),
             k1: r.hash_one(1u64) | 1,
         }
+    }
+}
+
+impl Default for ValueHashState {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -380,7 +387,7 @@ impl std::hash::BuildHasher for ValueHashState {
 }
 
 /// The hasher of [`ValueHashState`].
-struct ValueHasher {
+pub struct ValueHasher {
     k0: u64,
     k1: u64,
     h: u64,
@@ -405,6 +412,10 @@ impl std::hash::Hasher for ValueHasher {
 
     fn write_i64(&mut self, v: i64) {
         self.write_u64(v as u64);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
     }
 
     fn write_u64(&mut self, v: u64) {
