@@ -43,6 +43,7 @@ pub(crate) fn reason(e: &CodecError) -> &'static str {
         CodecError::BadDefinition { .. } => "bad_definition",
         CodecError::TooManySeries { .. } => "too_many_series",
         CodecError::TooManySources { .. } => "too_many_sources",
+        CodecError::Format { .. } => "format",
         CodecError::Poisoned => "poisoned",
         _ => "other",
     }

@@ -49,8 +49,8 @@ use std::collections::HashMap;
 
 use canopy_proto::Labels;
 use canopy_proto::codec::{
-    ChangeSection, Changeset, CodecConfig, LinkDecoder, RxFrame, RxSeries, RxSource, SeriesEntry,
-    SeriesTable,
+    ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSeries, RxSource,
+    SeriesEntry, SeriesTable,
 };
 use tracing::{debug, info, warn};
 
@@ -81,14 +81,18 @@ struct Meta {
     dying: bool,
 }
 
+/// Maps keyed by ids (the child's or global handles) looked up per update:
+/// keyed fast hashing instead of SipHash.
+type IdMap<K, V> = HashMap<K, V, IdHashState>;
+
 #[derive(Debug)]
 struct Child {
     dec: LinkDecoder,
-    series: HashMap<u32, Slot>,
-    sources: HashMap<u32, Slot>,
+    series: IdMap<u32, Slot>,
+    sources: IdMap<u32, Slot>,
     /// Global series -> the child id that last resolved to it: a retirement
     /// of an older id of the same series (re-defined since) is not global.
-    owner: HashMap<u32, Slot>,
+    owner: IdMap<u32, Slot>,
     /// Series and sources the frame being applied retired: the decoder has
     /// already forgotten them, but the frame's updates before the
     /// retirement still need their labels.
@@ -127,7 +131,7 @@ pub struct Merger {
     /// Tick number, starting at 1 (0 means "never" in `Meta`).
     tick: u64,
     pending: Changeset,
-    section_at: HashMap<(u32, i64), usize>,
+    section_at: IdMap<(u32, i64), usize>,
     out: Changeset,
     late_series: Vec<u32>,
     late_sources: Vec<u32>,
@@ -135,10 +139,10 @@ pub struct Merger {
     cap_warned: bool,
     stats: MergeStats,
     /// Sections waiting for a hole before them to fill (see `holes`).
-    held: HashMap<u32, Vec<holes::Held>>,
+    held: IdMap<u32, Vec<holes::Held>>,
     /// Per source, the children (paths) that delivered it lately, with the
     /// newest timestamp each delivered (see `holes`).
-    paths: HashMap<u32, Vec<(ChildId, i64)>>,
+    paths: IdMap<u32, Vec<(ChildId, i64)>>,
 }
 
 enum Miss {
@@ -164,15 +168,15 @@ impl Merger {
             source_tombs: HashMap::new(),
             tick: 1,
             pending: Changeset::default(),
-            section_at: HashMap::new(),
+            section_at: IdMap::default(),
             out: Changeset::default(),
             late_series: Vec::new(),
             late_sources: Vec::new(),
             taken: false,
             cap_warned: false,
             stats: MergeStats::default(),
-            held: HashMap::new(),
-            paths: HashMap::new(),
+            held: IdMap::default(),
+            paths: IdMap::default(),
         }
     }
 
@@ -183,9 +187,9 @@ impl Merger {
             .map_err(|source| AggregatorError::Codec { child, source })?;
         let c = Child {
             dec,
-            series: HashMap::new(),
-            sources: HashMap::new(),
-            owner: HashMap::new(),
+            series: IdMap::default(),
+            sources: IdMap::default(),
+            owner: IdMap::default(),
             gone_series: HashMap::new(),
             gone_sources: HashMap::new(),
             records: 0,
@@ -270,7 +274,7 @@ impl Merger {
             }
             // Stable: sections of equal ts keep their arrival order.
             cs.sections.sort_by_key(|s| s.ts_ms);
-            let mut first_ts: HashMap<u32, i64> = HashMap::new();
+            let mut first_ts: IdMap<u32, i64> = IdMap::default();
             for s in &cs.sections {
                 first_ts.entry(s.source).or_insert(s.ts_ms);
             }

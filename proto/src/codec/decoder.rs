@@ -18,7 +18,10 @@ use crate::schema::frame as pb;
 
 use super::compact;
 use super::encoder::get_uvarint;
-use super::packed::{LinkModel, WireState};
+use super::packed::{
+    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, ValueHashState as IdHashState,
+    WireState, unzigzag,
+};
 use super::quantise::Encoding;
 use super::rangecoder::RangeDecoder;
 use super::zstream::ZDecoder;
@@ -98,10 +101,14 @@ pub struct LinkDecoder {
     last_delta: i64,
     started: bool,
     poisoned: bool,
-    series: HashMap<u32, RxSeries>,
-    sources: HashMap<u32, RxSource>,
+    /// Maps keyed by the peer's ids: keyed fast hashing (every changed
+    /// series costs a few lookups; SipHash was a tenth of a relay's time).
+    series: HashMap<u32, RxSeries, IdHashState>,
+    sources: HashMap<u32, RxSource, IdHashState>,
     /// Live series ids by source, ascending: the order packed sections walk.
-    members: HashMap<u32, BTreeSet<u32>>,
+    members: HashMap<u32, BTreeSet<u32>, IdHashState>,
+    /// Per source, the packed-section state both ends keep alike.
+    coding: HashMap<u32, SourceCoding, IdHashState>,
     model: LinkModel,
     raw: Vec<u8>,
     walk: Vec<u32>,
@@ -118,9 +125,10 @@ impl LinkDecoder {
             last_delta: 0,
             started: false,
             poisoned: false,
-            series: HashMap::new(),
-            sources: HashMap::new(),
-            members: HashMap::new(),
+            series: HashMap::default(),
+            sources: HashMap::default(),
+            members: HashMap::default(),
+            coding: HashMap::default(),
             model: LinkModel::default(),
             raw: Vec::new(),
             walk: Vec::new(),
@@ -246,6 +254,12 @@ impl LinkDecoder {
         if !self.started && !f.keyframe {
             return Err(CodecError::NeedKeyframe);
         }
+        if f.keyframe && f.format != super::FORMAT {
+            return Err(CodecError::Format {
+                got: f.format,
+                want: super::FORMAT,
+            });
+        }
         let ts = self.last_ts.wrapping_add(f.ts_delta_ms);
         let mut out = RxFrame {
             seq: f.seq,
@@ -297,6 +311,7 @@ impl LinkDecoder {
                 .sources
                 .remove(&id)
                 .ok_or(CodecError::UnknownSource { id })?;
+            self.coding.remove(&id);
             out.retired_sources.push((id, s));
         }
         self.last_delta = if self.started { f.ts_delta_ms } else { 0 };
@@ -380,6 +395,7 @@ impl LinkDecoder {
             Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
         };
         let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
+        let walks = self.coding.get(&d.source).map_or(0, |c| c.walks);
         if let Some(old) = self.series.get(&id).map(|s| s.source)
             && let Some(m) = self.members.get_mut(&old)
         {
@@ -393,7 +409,7 @@ impl LinkDecoder {
                 source: d.source,
                 encoding,
                 value,
-                wire: WireState::default(),
+                wire: WireState::defined(walks),
             },
         );
         Ok(())
@@ -425,14 +441,7 @@ impl LinkDecoder {
             retired: Vec::new(),
         };
         if !sec.packed.is_empty() {
-            let mut walk = std::mem::take(&mut self.walk);
-            walk.clear();
-            if let Some(m) = self.members.get(&sec.source) {
-                walk.extend(m.iter().copied());
-            }
-            let r = self.apply_packed(&sec.packed, &walk, &mut rs);
-            self.walk = walk;
-            r?;
+            self.apply_packed(&sec.packed, sec.source, &mut rs)?;
         }
         let mut prev: i64 = -1;
         for (gap, d) in sec.id_deltas.iter().zip(&sec.value_deltas) {
@@ -466,31 +475,59 @@ impl LinkDecoder {
         Ok(rs)
     }
 
-    /// Decodes a packed section over the source's series `walk`.
+    /// Decodes a packed section of `source`: its form, then its changes.
     fn apply_packed(
         &mut self,
         packed: &[u8],
-        walk: &[u32],
+        source: u32,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let mut d = RangeDecoder::new(packed);
-        self.model.start_section();
+        let coding = self.coding.entry(source).or_default();
+        coding.walks = coding.walks.wrapping_add(1);
+        self.model.start_section(coding.walks);
+        if self.model.get_sparse(&mut d) {
+            self.apply_sparse(&mut d, source, rs)?;
+        } else {
+            let mut walk = std::mem::take(&mut self.walk);
+            walk.clear();
+            if let Some(m) = self.members.get(&source) {
+                walk.extend(m.iter().copied());
+            }
+            let r = self.apply_dense(&mut d, &walk, rs);
+            self.walk = walk;
+            r?;
+        }
+        d.finish().map_err(|why| CodecError::Malformed(why.into()))
+    }
+
+    /// The twin of series `id`, as [`WireState::as_peer`] sees it.
+    fn peer(&self, id: u32) -> Option<(i64, bool)> {
+        self.series
+            .get(&id)
+            .and_then(|s| s.wire.twin())
+            .and_then(|t| self.series.get(&t))
+            .and_then(|t| t.wire.as_peer(self.model.walk()))
+    }
+
+    /// A dense packed section: a flag for every series of the `walk`.
+    fn apply_dense(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        walk: &[u32],
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
         for &id in walk {
-            let peer = self
-                .series
-                .get(&id)
-                .and_then(|s| s.wire.twin())
-                .and_then(|t| self.series.get(&t))
-                .and_then(|t| t.wire.as_peer());
+            let peer = self.peer(id);
             let s = self
                 .series
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            if self.model.get_flag(&mut d, &mut s.wire, peer.map(|p| p.1)) {
+            if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
                 let counter = s.encoding.is_counter();
                 let w = self
                     .model
-                    .get_value(&mut d, (id, &mut s.wire), counter, peer.map(|p| p.0))
+                    .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
                     .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
                 s.value = s.encoding.from_wire(w);
                 rs.updates.push((id, s.value));
@@ -499,6 +536,68 @@ impl LinkDecoder {
                 break;
             }
         }
-        d.finish().map_err(|why| CodecError::Malformed(why.into()))
+        Ok(())
+    }
+
+    /// A sparse packed section: the changed members' ids and values only,
+    /// O(changes). The ids must be live series of `source`, strictly
+    /// ascending (the gaps cannot say otherwise), at most as many as it has.
+    fn apply_sparse(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        source: u32,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let bad = |why: &str| CodecError::Malformed(format!("sparse section: {why}"));
+        let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
+        let k = self
+            .model
+            .get_sparse_u(d, SPARSE_COUNT)
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| bad("bad count"))?;
+        if k > members {
+            return Err(bad("lists more members than its source has"));
+        }
+        let first = self
+            .model
+            .get_sparse_u(d, SPARSE_FIRST)
+            .ok_or_else(|| bad("bad first id"))?;
+        let coding = self.coding.entry(source).or_default();
+        let id = i64::from(coding.first) + unzigzag(first);
+        let mut id = u32::try_from(id).map_err(|_| bad("id out of range"))?;
+        coding.first = id;
+        for i in 0..k {
+            if i > 0 {
+                let gap = self
+                    .model
+                    .get_sparse_u(d, SPARSE_GAP)
+                    .ok_or_else(|| bad("bad id gap"))?;
+                id = u64::from(id)
+                    .checked_add(gap)
+                    .and_then(|x| x.checked_add(1))
+                    .and_then(|x| u32::try_from(x).ok())
+                    .ok_or_else(|| bad("id out of range"))?;
+            }
+            let peer = self.peer(id);
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if s.source != source {
+                return Err(bad("id of another source"));
+            }
+            let counter = s.encoding.is_counter();
+            self.model.mark_changed(&mut s.wire);
+            let w = self
+                .model
+                .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
+                .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+            if d.overrun() {
+                break;
+            }
+        }
+        Ok(())
     }
 }

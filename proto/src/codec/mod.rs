@@ -18,8 +18,10 @@
 //! Frame (frame.proto): seq | ts delta | keyframe | defs | sections | retired sources
 //! Section, keyframe:  source | ts offset | id gaps + values vs last keyframe (columns) | retired
 //! Section, delta:     source | ts offset | packed (range-coded, packed.rs) | retired
-//!   packed: for each series the link holds for the source, ascending id:
-//!     [changed?] ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )?
+//!   packed: [sparse?] then which series of the source changed: dense, a
+//!     [changed?] flag for each series the link holds for it, ascending id;
+//!     sparse, [count] [first id] [id gaps] (few changed: O(changes) to read);
+//!     per change ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )
 //!   specials (NaN, inf, stale) stay in their columns, exact;
 //!   retired: series that ended at the section's ts, after its updates.
 //! A relay may send one source in several sections (several ticks of it);
@@ -50,6 +52,11 @@ pub mod zstream;
 #[cfg(test)]
 mod tests;
 
+/// Codec format a keyframe announces (`Frame.format`): 2 since packed
+/// sections may list their changed members sparsely (format 1, unannounced,
+/// flagged every member). A receiver refuses keyframes of another format.
+pub const FORMAT: u32 = 2;
+
 /// Largest scratch buffer a link keeps between frames. A link's first frame
 /// (every definition) can be hundreds of KiB raw; keeping a buffer that size
 /// for a link's life costs every leaf that much memory for nothing, while
@@ -65,6 +72,8 @@ fn release_oversized(buf: &mut Vec<u8>) {
 
 pub use decoder::{LinkDecoder, RxFrame, RxSection, RxSeries, RxSource};
 pub use encoder::LinkEncoder;
+/// Keyed fast hashing for maps keyed by ids a peer chose (see [`packed::ValueHashState`]).
+pub use packed::{ValueHashState as IdHashState, ValueHasher as IdHasher};
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};
 pub use record::{RecordSplitter, write_record};
 pub use sender::{BoundsPolicy, Sender, SeriesKey};
@@ -175,6 +184,15 @@ pub enum CodecError {
     TooManySources {
         /// Configured cap.
         max: usize,
+    },
+    /// A keyframe announces a codec format this build does not speak (a
+    /// peer of another release): the link cannot carry data.
+    #[error("peer speaks codec format {got}, this build speaks {want}")]
+    Format {
+        /// Format the keyframe announced (0: before formats were announced).
+        got: u32,
+        /// [`FORMAT`].
+        want: u32,
     },
     /// An earlier frame was rejected; the link must be reset.
     #[error("link state lost after an earlier error; reconnect")]

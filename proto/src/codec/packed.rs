@@ -6,13 +6,27 @@
 //! statistics. Everything is a deterministic function of the values already
 //! sent on the link, so nothing about the models travels on the wire.
 //!
-//! A packed section codes, for every live series of its source in id order:
+//! A packed section first says, in one adaptive bit, which of two forms
+//! lists its changed members (the encoder picks the one likely smaller):
 //!
 //! ```text
-//! changed?  one adaptive bit; context: this series, ticks since it last
-//!           changed (0..=3), did its twin (else the series before it in
-//!           the walk) change
-//! if changed:
+//! dense:  for every live series of its source in id order:
+//!   changed?  one adaptive bit; context: this series, packed sections of
+//!             its source since it last changed (0..=3), did its twin (else
+//!             the series before it in the walk) change
+//!   if changed: its value (below)
+//! sparse: k, the number of changed members (k >= 1)   length-coded
+//!   first changed id: zigzag(id - the previous sparse section's first)
+//!   then, per further changed member: id - previous id - 1
+//!   each followed by its value (below); ids strictly ascend and must be
+//!   live series of the source: the receiver's work is O(k), not O(members)
+//! ```
+//! (length-coded: the bit length in a 7-bit adaptive tree, the two bits
+//! below the leading one adaptive, the rest raw; one tree per number kind.)
+//!
+//! A value:
+//!
+//! ```text
 //!   noisy gauges (residuals of 8+ bits): the bin of the value in the
 //!     series' own histogram (hist.rs), then the offset in the bin raw;
 //!     bin 0 escapes to the residual coding below
@@ -62,6 +76,24 @@ const MEAN_DIV: i128 = 16;
 const CLASSES: usize = 2;
 /// Changed-flag contexts: ticks since the last change, 0..=3 (saturating).
 const FLAG_CTX: usize = 4;
+/// Sparse section tree: the number of changed members.
+pub(crate) const SPARSE_COUNT: usize = 0;
+/// Sparse section tree: the first changed member, as the zigzag distance
+/// from the previous sparse section's first of the same source.
+pub(crate) const SPARSE_FIRST: usize = 1;
+/// Sparse section tree: the gap to the next changed member (ids minus one).
+pub(crate) const SPARSE_GAP: usize = 2;
+const SPARSE_TREES: usize = 3;
+
+/// Per-source state of packed sections, identical on both ends of a link
+/// (kept while the source lives, across keyframes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SourceCoding {
+    /// Packed sections coded so far (wrapping): the walk count.
+    pub walks: u32,
+    /// First changed id of the latest sparse section (0: none yet).
+    pub first: u32,
+}
 
 /// Per-series coding state, identical on both ends of a link.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,8 +118,11 @@ pub(crate) struct WireState {
     on_grid: Prob,
     /// P(unchanged), given how many ticks ago the series last changed.
     flag: [Prob; FLAG_CTX * 2],
-    /// Ticks since the last change, saturating at `FLAG_CTX - 1`.
-    age: u8,
+    /// Walk count of its source (see [`LinkModel::start_section`]) at the
+    /// series' last change or (re)definition: its age is derived from it
+    /// when needed, so a section that skips the series (sparse) costs it
+    /// nothing.
+    mark: u32,
     /// An earlier series of the same walk that last took the same wire
     /// value as this one in the same section (Go's `alloc_bytes` and
     /// `heap_alloc_bytes`, the kernel's `KReclaimable` and `SReclaimable`):
@@ -108,12 +143,19 @@ impl WireState {
         self.mean = w;
     }
 
-    fn age_by(&mut self, changed: bool) {
-        self.age = if changed {
-            0
-        } else {
-            (self.age + 1).min(FLAG_CTX as u8 - 1)
-        };
+    /// Starts the series afresh (a definition) in a source whose walk
+    /// count is `walks`.
+    pub fn defined(walks: u32) -> Self {
+        Self {
+            mark: walks,
+            ..Self::default()
+        }
+    }
+
+    /// Packed sections of its source since the series last changed, before
+    /// walk `walk` (saturating at `FLAG_CTX - 1`): the flag context.
+    fn age_at(&self, walk: u32) -> usize {
+        (walk.wrapping_sub(self.mark).saturating_sub(1) as usize).min(FLAG_CTX - 1)
     }
 
     fn predictions(&self, counter: bool, peer: Option<i64>) -> [i64; PREDICTORS] {
@@ -134,10 +176,10 @@ impl WireState {
         self.twin
     }
 
-    /// What a series twinned to this one sees: the value held, and whether
-    /// it changed at its latest flag. `None` when nothing is held.
-    pub fn as_peer(&self) -> Option<(i64, bool)> {
-        self.known.then_some((self.last, self.age == 0))
+    /// What a series twinned to this one sees in walk `walk`: the value
+    /// held, and whether it changed in that walk. `None` when nothing is held.
+    pub fn as_peer(&self, walk: u32) -> Option<(i64, bool)> {
+        self.known.then_some((self.last, self.mark == walk))
     }
 
     fn best(&self) -> usize {
@@ -287,7 +329,6 @@ pub(crate) fn zigzag(r: i64) -> u64 {
 }
 
 /// Inverse of [`zigzag`].
-#[cfg(test)]
 pub(crate) fn unzigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
@@ -304,13 +345,14 @@ fn bit_len(u: u64) -> u32 {
 }
 
 /// Hashes the wire values of one section for twin finding
-/// ([`LinkModel::note`]): one keyed folded multiply per value where SipHash
-/// cost ~200 instructions, on both ends of every link, once per changed
-/// value (7 % of a leaf's tick under callgrind). The keys are drawn per
-/// model from std's random source, so a peer cannot aim values at one
-/// bucket.
+/// ([`LinkModel::note`]), and the peer-chosen ids of a link's maps (the
+/// decoder's series and sources, a merger's per-child caches): one keyed
+/// folded multiply per value where SipHash cost ~200 instructions, on both
+/// ends of every link, once per changed value (7 % of a leaf's tick under
+/// callgrind). The keys are drawn per map from std's random source, so a
+/// peer cannot aim values at one bucket.
 #[derive(Clone, Debug)]
-struct ValueHashState {
+pub struct ValueHashState {
     k0: u64,
     k1: u64,
 }
@@ -323,6 +365,12 @@ impl ValueHashState {
             k0: r.hash_one(0u64),
             k1: r.hash_one(1u64) | 1,
         }
+    }
+}
+
+impl Default for ValueHashState {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -339,7 +387,7 @@ impl std::hash::BuildHasher for ValueHashState {
 }
 
 /// The hasher of [`ValueHashState`].
-struct ValueHasher {
+pub struct ValueHasher {
     k0: u64,
     k1: u64,
     h: u64,
@@ -366,6 +414,10 @@ impl std::hash::Hasher for ValueHasher {
         self.write_u64(v as u64);
     }
 
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
     fn write_u64(&mut self, v: u64) {
         let p = u128::from(self.h ^ v ^ self.k0) * u128::from(self.k1);
         self.h = (p as u64) ^ ((p >> 64) as u64);
@@ -383,6 +435,16 @@ pub(crate) struct LinkModel {
     sign: Vec<Prob>,
     /// The previous series of the walk changed.
     prev_changed: bool,
+    /// Walk count of the section being coded (its source's).
+    walk: u32,
+    /// P(a section codes its changed members sparsely).
+    sparse: Prob,
+    /// Sparse sections: length trees of the number of changed members, of
+    /// the first one's distance from the previous section's first, and of
+    /// the gaps between the next ones.
+    sparse_len: Vec<[Prob; 128]>,
+    /// The two bits below the leading one of those, `[tree][length]`.
+    sparse_top: Vec<[Prob; 3]>,
     /// Values taken in the current section, by the first series to take
     /// them (twin finding).
     seen: std::collections::HashMap<i64, u32, ValueHashState>,
@@ -397,6 +459,10 @@ impl Default for LinkModel {
             top: vec![[Prob::default(); 3]; CLASSES * 65],
             sign: vec![Prob::default(); CLASSES * 65],
             prev_changed: false,
+            walk: 0,
+            sparse: Prob::default(),
+            sparse_len: vec![[Prob::default(); 128]; SPARSE_TREES],
+            sparse_top: vec![[Prob::default(); 3]; SPARSE_TREES * 65],
             seen: std::collections::HashMap::with_hasher(ValueHashState::new()),
             hists: Hists::default(),
         }
@@ -404,17 +470,61 @@ impl Default for LinkModel {
 }
 
 impl LinkModel {
-    /// Starts the walk of a packed section.
-    pub fn start_section(&mut self) {
+    /// Starts a packed section of a source; `walk`: the source's count of
+    /// packed sections, this one included (both ends count them alike).
+    pub fn start_section(&mut self, walk: u32) {
         self.prev_changed = false;
+        self.walk = walk;
         self.seen.clear();
+    }
+
+    /// Walk count of the section being coded (see [`WireState::as_peer`]).
+    pub fn walk(&self) -> u32 {
+        self.walk
+    }
+
+    /// Codes the section's form: sparse (the changed members listed) or
+    /// dense (a flag per member).
+    pub fn put_sparse(&mut self, e: &mut RangeEncoder, sparse: bool) {
+        e.bit(&mut self.sparse, sparse);
+    }
+
+    /// Decodes the section's form coded by [`LinkModel::put_sparse`].
+    pub fn get_sparse(&mut self, d: &mut RangeDecoder<'_>) -> bool {
+        d.bit(&mut self.sparse)
+    }
+
+    /// Codes one number of a sparse section's member list: `tree` is
+    /// [`SPARSE_COUNT`], [`SPARSE_FIRST`] or [`SPARSE_GAP`].
+    pub fn put_sparse_u(&mut self, e: &mut RangeEncoder, tree: usize, u: u64) {
+        put_len_coded(
+            e,
+            &mut self.sparse_len[tree],
+            &mut self.sparse_top[tree * 65..tree * 65 + 65],
+            u,
+        );
+    }
+
+    /// Decodes a number coded by [`LinkModel::put_sparse_u`].
+    pub fn get_sparse_u(&mut self, d: &mut RangeDecoder<'_>, tree: usize) -> Option<u64> {
+        get_len_coded(
+            d,
+            &mut self.sparse_len[tree],
+            &mut self.sparse_top[tree * 65..tree * 65 + 65],
+        )
+    }
+
+    /// A member changed in a sparse section (no flag coded): its age
+    /// restarts as a flag's would.
+    pub fn mark_changed(&mut self, st: &mut WireState) {
+        st.mark = self.walk;
     }
 
     /// Flag context: the series' age, and whether its twin changed (else
     /// whether the series before it in the walk did: neighbours in id
     /// order are related metrics).
     fn flag_ctx(&self, st: &WireState, peer_changed: Option<bool>) -> usize {
-        usize::from(st.age) * 2 + usize::from(peer_changed.unwrap_or(self.prev_changed))
+        st.age_at(self.walk) * 2 + usize::from(peer_changed.unwrap_or(self.prev_changed))
     }
 
     /// Codes whether series `st` changed in this section; `peer_changed`:
@@ -427,7 +537,9 @@ impl LinkModel {
         peer_changed: Option<bool>,
     ) {
         e.bit(&mut st.flag[self.flag_ctx(st, peer_changed)], changed);
-        st.age_by(changed);
+        if changed {
+            st.mark = self.walk;
+        }
         self.prev_changed = changed;
     }
 
@@ -439,7 +551,9 @@ impl LinkModel {
         peer_changed: Option<bool>,
     ) -> bool {
         let changed = d.bit(&mut st.flag[self.flag_ctx(st, peer_changed)]);
-        st.age_by(changed);
+        if changed {
+            st.mark = self.walk;
+        }
         self.prev_changed = changed;
         changed
     }
@@ -586,52 +700,74 @@ impl LinkModel {
     }
 
     fn put_u(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, u: u64) {
-        let n = bit_len(u);
-        let tree = &mut self.len[class * LEN_CTX + ctx];
-        let mut node = 1usize;
-        for i in (0..7).rev() {
-            let b = (n >> i) & 1 == 1;
-            e.bit(&mut tree[node], b);
-            node = node * 2 + usize::from(b);
-        }
-        if n < 2 {
-            return; // 0 and 1 are fully described by their length
-        }
-        let rest = n - 1; // bits below the leading one
-        let top = &mut self.top[class * 65 + n as usize];
-        let b1 = (u >> (rest - 1)) & 1 == 1;
-        e.bit(&mut top[0], b1);
-        if rest >= 2 {
-            let b2 = (u >> (rest - 2)) & 1 == 1;
-            e.bit(&mut top[1 + usize::from(b1)], b2);
-            e.direct(u, rest - 2);
-        }
+        put_len_coded(
+            e,
+            &mut self.len[class * LEN_CTX + ctx],
+            &mut self.top[class * 65..class * 65 + 65],
+            u,
+        );
     }
 
     fn get_u(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<u64> {
-        let tree = &mut self.len[class * LEN_CTX + ctx];
-        let mut node = 1usize;
-        for _ in 0..7 {
-            node = node * 2 + usize::from(d.bit(&mut tree[node]));
-        }
-        let n = (node - 128) as u32;
-        if n > 64 {
-            return None;
-        }
-        if n < 2 {
-            return Some(u64::from(n));
-        }
-        let rest = n - 1;
-        let top = &mut self.top[class * 65 + n as usize];
-        let b1 = d.bit(&mut top[0]);
-        let mut u = 2 | u64::from(b1);
-        if rest >= 2 {
-            let b2 = d.bit(&mut top[1 + usize::from(b1)]);
-            u = (u << 1) | u64::from(b2);
-            u = (u << (rest - 2)) | d.direct(rest - 2);
-        }
-        Some(u)
+        get_len_coded(
+            d,
+            &mut self.len[class * LEN_CTX + ctx],
+            &mut self.top[class * 65..class * 65 + 65],
+        )
     }
+}
+
+/// Codes `u` as its bit length (7-bit adaptive `tree`), the two bits below
+/// its leading one (adaptive, `top[length]`), then the rest raw.
+fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob; 3]], u: u64) {
+    let n = bit_len(u);
+    let mut node = 1usize;
+    for i in (0..7).rev() {
+        let b = (n >> i) & 1 == 1;
+        e.bit(&mut tree[node], b);
+        node = node * 2 + usize::from(b);
+    }
+    if n < 2 {
+        return; // 0 and 1 are fully described by their length
+    }
+    let rest = n - 1; // bits below the leading one
+    let top = &mut top[n as usize];
+    let b1 = (u >> (rest - 1)) & 1 == 1;
+    e.bit(&mut top[0], b1);
+    if rest >= 2 {
+        let b2 = (u >> (rest - 2)) & 1 == 1;
+        e.bit(&mut top[1 + usize::from(b1)], b2);
+        e.direct(u, rest - 2);
+    }
+}
+
+/// Decodes a number coded by [`put_len_coded`]; `None`: a length over 64.
+fn get_len_coded(
+    d: &mut RangeDecoder<'_>,
+    tree: &mut [Prob; 128],
+    top: &mut [[Prob; 3]],
+) -> Option<u64> {
+    let mut node = 1usize;
+    for _ in 0..7 {
+        node = node * 2 + usize::from(d.bit(&mut tree[node]));
+    }
+    let n = (node - 128) as u32;
+    if n > 64 {
+        return None;
+    }
+    if n < 2 {
+        return Some(u64::from(n));
+    }
+    let rest = n - 1;
+    let top = &mut top[n as usize];
+    let b1 = d.bit(&mut top[0]);
+    let mut u = 2 | u64::from(b1);
+    if rest >= 2 {
+        let b2 = d.bit(&mut top[1 + usize::from(b1)]);
+        u = (u << 1) | u64::from(b2);
+        u = (u << (rest - 2)) | d.direct(rest - 2);
+    }
+    Some(u)
 }
 
 #[cfg(test)]
@@ -691,18 +827,20 @@ mod tests {
             let (mut mt, mut mr) = (LinkModel::default(), LinkModel::default());
             let mut e = RangeEncoder::new(Vec::new());
             let mut after = Vec::with_capacity(seq.len());
-            for &(s, changed, w, counter, forget) in &seq {
+            for (i, &(s, changed, w, counter, forget)) in seq.iter().enumerate() {
+                if i % 7 == 0 { mt.start_section(i as u32 / 7 + 1); }
                 if forget { tx[s].known = false; }
-                let peer = tx[s].twin().and_then(|t| tx[t as usize].as_peer());
+                let peer = tx[s].twin().and_then(|t| tx[t as usize].as_peer(mt.walk()));
                 mt.put_flag(&mut e, &mut tx[s], changed, peer.map(|p| p.1));
                 if changed { mt.put_value(&mut e, (s as u32, &mut tx[s]), w, counter, peer.map(|p| p.0)); }
                 after.push(tx[s]);
             }
             let bytes = e.finish();
             let mut d = RangeDecoder::new(&bytes);
-            for (&(s, changed, w, counter, forget), want) in seq.iter().zip(&after) {
+            for (i, (&(s, changed, w, counter, forget), want)) in seq.iter().zip(&after).enumerate() {
+                if i % 7 == 0 { mr.start_section(i as u32 / 7 + 1); }
                 if forget { rx[s].known = false; }
-                let peer = rx[s].twin().and_then(|t| rx[t as usize].as_peer());
+                let peer = rx[s].twin().and_then(|t| rx[t as usize].as_peer(mr.walk()));
                 prop_assert_eq!(mr.get_flag(&mut d, &mut rx[s], peer.map(|p| p.1)), changed);
                 if changed {
                     prop_assert_eq!(mr.get_value(&mut d, (s as u32, &mut rx[s]), counter, peer.map(|p| p.0)), Some(w));

@@ -43,6 +43,10 @@ impl Default for LiveStoreConfig {
     }
 }
 
+/// Granularity of the retention walk over every series, ms (see
+/// [`LiveStore::maintain`]).
+const RETENTION_STEP_MS: i64 = 60_000;
+
 /// Counters the store keeps about itself.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -235,6 +239,7 @@ impl LiveStore {
     /// (e.g. once per second) with the current time; nothing else reads a
     /// clock.
     pub fn maintain(&mut self, now_ms: i64) {
+        let before = self.now_ms;
         self.now_ms = self.now_ms.max(now_ms);
         for i in 0..self.sources.len() {
             let dl = self.deadline(&self.sources[i]);
@@ -249,6 +254,16 @@ impl LiveStore {
             }
         }
         let cutoff = self.now_ms - self.cfg.retention_ms;
+        // The per-series retention walk runs when the cutoff enters a new
+        // `RETENTION_STEP_MS` step, not on every call: at once a second it
+        // was O(series) per second for series that did not change. Queries
+        // clamp to the cutoff anyway, so what it drops up to a step late is
+        // never answered; the decision depends only on `now_ms` (kept in
+        // snapshots), so a WAL replay takes the same steps.
+        let step = |t: i64| t.div_euclid(RETENTION_STEP_MS);
+        if step(before - self.cfg.retention_ms) == step(cutoff) && before != 0 {
+            return;
+        }
         for src in &mut self.sources {
             let keep_from = src.alive.partition_point(|a| a.end < cutoff);
             let keep_from = keep_from.min(src.alive.len().saturating_sub(1));

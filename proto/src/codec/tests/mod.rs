@@ -6,6 +6,7 @@ use super::*;
 use crate::model::{Labels, MetricKind, stale_nan};
 
 mod keys;
+mod sparse;
 
 /// A sender plus one link, and a receiver, wired back to back.
 struct Pair {
@@ -220,8 +221,18 @@ fn link_must_start_with_keyframe() {
     assert!(dec.decode(&frames[1]).is_err());
 }
 
-/// Compresses a raw protobuf frame as a sender would, for hand-built frames.
+/// Compresses a raw protobuf frame as a sender would, for hand-built frames
+/// (a keyframe that names no format gets this build's).
 fn compress(cfg: &CodecConfig, f: &crate::schema::frame::Frame) -> Vec<u8> {
+    let mut f = f.clone();
+    if f.keyframe && f.format == 0 {
+        f.format = super::FORMAT;
+    }
+    compress_as_is(cfg, &f)
+}
+
+/// Compresses a raw protobuf frame exactly as given.
+fn compress_as_is(cfg: &CodecConfig, f: &crate::schema::frame::Frame) -> Vec<u8> {
     use prost::Message;
     let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let raw = f.encode_to_vec();
@@ -426,6 +437,7 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
     let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let key = pb::Frame {
         keyframe: true,
+        format: super::FORMAT,
         sources: vec![pb::SourceDef {
             id: 0,
             name: "n".into(),

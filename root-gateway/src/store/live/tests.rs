@@ -355,3 +355,31 @@ fn series_found_again_after_removal_and_reuse_of_ids() {
         vec![("a".into(), vec![3.0]), ("b".into(), vec![2.0, 4.0])]
     );
 }
+
+/// The per-series retention walk runs once per `RETENTION_STEP_MS` step of
+/// the cutoff, not on every maintenance call (it was O(series) a second for
+/// series that did not change); queries never see past the cutoff meanwhile.
+#[test]
+fn retention_walk_runs_once_per_step() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..Default::default()
+    });
+    s.append(None, &Labels::metric("old", [("a", "1")]), 0, 1.0)
+        .unwrap();
+    s.maintain(1_000); // first call: walks (cutoff -9 s: nothing to drop)
+    assert_eq!(s.stats().series, 1);
+    // Cutoff 5 s: step 0 (-9 s was step -1), so this call walks and drops
+    // `old`.
+    s.append(None, &Labels::metric("mid", [("a", "1")]), 14_000, 1.0)
+        .unwrap();
+    s.maintain(15_000);
+    assert_eq!(s.stats().series, 1, "old dropped at the step change");
+    // Cutoff 30 s: still step 0, no walk: `mid` is held but not answered.
+    s.maintain(40_000);
+    assert_eq!(s.stats().series, 1, "no walk inside a step");
+    assert!(pts(&s, "mid", 0, 60_000).is_empty());
+    // Cutoff 60 s: step 1, the walk drops it.
+    s.maintain(70_000);
+    assert_eq!(s.stats().series, 0);
+}
