@@ -12,12 +12,8 @@
 //! shadow and the unacknowledged records' recipes into a fresh stream, as
 //! [`super::rebuild`] does from a mirror decoder.
 
-use std::collections::HashMap;
-
-use crate::codec::{
-    ChangeSection, Changeset, CodecConfig, CodecError, LinkEncoder, SeriesEntry, SeriesTable,
-    SourceEntry, record,
-};
+use super::rebuild::Restream;
+use crate::codec::{Changeset, CodecConfig, CodecError, SeriesEntry, SeriesTable, SourceEntry};
 
 /// What one queued record did to the sender's table.
 #[derive(Clone, Debug)]
@@ -169,159 +165,34 @@ fn live<T>(v: &[Option<T>]) -> impl Iterator<Item = (u32, &T)> {
         .filter_map(|(i, x)| x.as_ref().map(|x| (i as u32, x)))
 }
 
-/// A fresh stream's table built from a shadow, and the recipes' handles
-/// mapped onto it.
-struct Replayer {
-    table: SeriesTable,
-    series: HashMap<u32, u32>,
-    sources: HashMap<u32, u32>,
-    enc: LinkEncoder,
-}
-
-impl Replayer {
-    fn new(shadow: &Shadow, codec: &CodecConfig) -> Result<Self, CodecError> {
-        let mut r = Self {
-            table: SeriesTable::new(),
-            series: HashMap::new(),
-            sources: HashMap::new(),
-            enc: LinkEncoder::new(codec)?,
-        };
-        for (h, s) in shadow.sources() {
-            let n = r.table.add_source(&s.name, s.tick_ms);
-            if let Some(e) = r.table.source_mut(n) {
-                e.last_ts_ms = s.last_ts_ms;
-            }
-            r.sources.insert(h, n);
-        }
-        for (h, e) in shadow.series() {
-            let Some(&src) = r.sources.get(&e.source) else {
-                continue;
-            };
-            let n = r.table.insert(SeriesEntry {
-                source: src,
-                ..e.clone()
-            });
-            r.series.insert(h, n);
-        }
-        Ok(r)
+/// One unacknowledged record's tick re-encoded on `r` (its handles are the
+/// sender table's, as the shadow's).
+fn delta(
+    r: &mut Restream,
+    cs: &Changeset,
+    sources: &[(u32, SourceEntry)],
+    series: &[(u32, SeriesEntry)],
+    out: &mut Vec<Vec<u8>>,
+) -> Result<(), CodecError> {
+    let mut next = Changeset::new(cs.ts_ms);
+    for (h, s) in sources {
+        r.define_source(&mut next, *h, &s.name, s.tick_ms);
     }
-
-    /// The acknowledged state as one keyframe (none when it holds no source).
-    fn snapshot(&mut self, out: &mut Vec<Vec<u8>>) -> Result<(), CodecError> {
-        let Some(ts) = self.table.sources().map(|(_, s)| s.last_ts_ms).max() else {
-            return Ok(());
-        };
-        self.encode(&Changeset::new(ts), out)
+    for (h, e) in series {
+        r.define_series(&mut next, *h, e);
     }
-
-    /// One unacknowledged record's tick, encoded on the fresh stream.
-    fn delta(
-        &mut self,
-        cs: &Changeset,
-        sources: &[(u32, SourceEntry)],
-        series: &[(u32, SeriesEntry)],
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), CodecError> {
-        let mut next = Changeset::new(cs.ts_ms);
-        for (h, s) in sources {
-            let same = self
-                .sources
-                .get(h)
-                .is_some_and(|&n| self.table.source(n).is_some_and(|e| e.name == s.name));
-            if !same {
-                let n = self.table.add_source(&s.name, s.tick_ms);
-                self.sources.insert(*h, n);
-                next.new_sources.push(n);
-            }
-        }
-        for (h, e) in series {
-            let Some(&src) = self.sources.get(&e.source) else {
-                continue;
-            };
-            let held = self.series.get(h).copied().filter(|&n| {
-                self.table
-                    .get(n)
-                    .is_some_and(|x| x.source == src && x.labels == e.labels)
-            });
-            let n = match held {
-                Some(n) => {
-                    if let Some(x) = self.table.get_mut(n) {
-                        x.encoding = e.encoding;
-                    }
-                    n
-                }
-                None => {
-                    if let Some(old) = self.series.get(h) {
-                        self.table.remove(*old);
-                    }
-                    let n = self.table.insert(SeriesEntry {
-                        source: src,
-                        ..e.clone()
-                    });
-                    self.series.insert(*h, n);
-                    n
-                }
-            };
-            next.defs.push(n);
-        }
-        let mut gone = Vec::new();
-        for sec in &cs.sections {
-            let Some(&src) = self.sources.get(&sec.source) else {
-                continue;
-            };
-            let mut s = ChangeSection {
-                source: src,
-                ts_ms: sec.ts_ms,
-                updates: Vec::with_capacity(sec.updates.len()),
-                retired: Vec::new(),
-            };
-            for &(h, v) in &sec.updates {
-                if let Some(&n) = self.series.get(&h) {
-                    if let Some(e) = self.table.get_mut(n) {
-                        e.value = v;
-                    }
-                    s.updates.push((n, v));
-                }
-            }
-            for h in &sec.retired {
-                if let Some(n) = self.series.remove(h) {
-                    s.retired.push(n);
-                    gone.push(n);
-                }
-            }
-            if let Some(e) = self.table.source_mut(src) {
-                e.last_ts_ms = e.last_ts_ms.max(sec.ts_ms);
-            }
-            next.sections.push(s);
-        }
-        let mut dead = Vec::new();
-        for h in &cs.retired_sources {
-            if let Some(n) = self.sources.remove(h) {
-                next.retired_sources.push(n);
-                dead.push(n);
-            }
-        }
-        self.encode(&next, out)?;
-        for n in gone {
-            self.table.remove(n);
-        }
-        for n in dead {
-            self.table.remove_source(n);
-        }
-        self.table.end_tick();
-        Ok(())
+    let mut gone = Vec::new();
+    for sec in &cs.sections {
+        r.section(
+            &mut next,
+            &mut gone,
+            sec.source,
+            sec.ts_ms,
+            sec.updates.iter().copied(),
+            sec.retired.iter().copied(),
+        );
     }
-
-    fn encode(&mut self, cs: &Changeset, out: &mut Vec<Vec<u8>>) -> Result<(), CodecError> {
-        let mut rec = Vec::new();
-        self.enc.encode(&self.table, cs, &mut rec)?;
-        let (len, pre) = record::read_prefix(&rec, usize::MAX)?
-            .ok_or_else(|| CodecError::Malformed("encoder wrote a partial record".into()))?;
-        rec.drain(..pre);
-        rec.truncate(len);
-        out.push(rec);
-        Ok(())
-    }
+    r.finish(next, gone, cs.retired_sources.iter().copied(), out)
 }
 
 /// Rebuilds the unacknowledged tail (the recipes of the records after what
@@ -334,12 +205,13 @@ pub fn rebuild_from_shadow<'a>(
     tail: impl IntoIterator<Item = &'a Recipe>,
     codec: &CodecConfig,
 ) -> Result<Vec<Vec<u8>>, CodecError> {
-    // A fast zstd level, as for the mirror's rebuild.
-    let fast = CodecConfig {
-        zstd_level: codec.zstd_level.min(3),
-        ..codec.clone()
-    };
-    let mut r = Replayer::new(shadow, &fast)?;
+    let mut r = Restream::new(codec)?;
+    for (h, src) in shadow.sources() {
+        r.seed_source(h, &src.name, src.tick_ms, src.last_ts_ms);
+    }
+    for (h, e) in shadow.series() {
+        r.seed_series(h, e.clone());
+    }
     let mut out = Vec::new();
     r.snapshot(&mut out)?;
     for rec in tail {
@@ -348,7 +220,7 @@ pub fn rebuild_from_shadow<'a>(
                 cs,
                 sources,
                 series,
-            } => r.delta(cs, sources, series, &mut out)?,
+            } => delta(&mut r, cs, sources, series, &mut out)?,
             Recipe::Full(..) => {
                 return Err(CodecError::Malformed(
                     "a stream's first record after an acknowledgement".into(),
