@@ -524,13 +524,7 @@ impl LinkDecoder {
                 .get_mut(&id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
-                let counter = s.encoding.is_counter();
-                let w = self
-                    .model
-                    .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
-                    .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
-                s.value = s.encoding.from_wire(w);
-                rs.updates.push((id, s.value));
+                read_value(&mut self.model, d, id, s, peer, rs)?;
             }
             if d.overrun() {
                 break;
@@ -586,18 +580,32 @@ impl LinkDecoder {
             if s.source != source {
                 return Err(bad("id of another source"));
             }
-            let counter = s.encoding.is_counter();
             self.model.mark_changed(&mut s.wire);
-            let w = self
-                .model
-                .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
-                .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
-            s.value = s.encoding.from_wire(w);
-            rs.updates.push((id, s.value));
+            read_value(&mut self.model, d, id, s, peer, rs)?;
             if d.overrun() {
                 break;
             }
         }
         Ok(())
     }
+}
+
+/// Reads changed series `id`'s value (its twin `peer` as
+/// [`LinkDecoder::peer`] gives it) into `s` and the section's updates: the
+/// same for a dense and a sparse section.
+fn read_value(
+    model: &mut LinkModel,
+    d: &mut RangeDecoder<'_>,
+    id: u32,
+    s: &mut RxSeries,
+    peer: Option<(i64, bool)>,
+    rs: &mut RxSection,
+) -> Result<(), CodecError> {
+    let counter = s.encoding.is_counter();
+    let w = model
+        .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
+        .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
+    s.value = s.encoding.from_wire(w);
+    rs.updates.push((id, s.value));
+    Ok(())
 }
