@@ -381,7 +381,10 @@ fn retention_walk_runs_once_per_step() {
     assert!(pts(&s, "mid", 0, 60_000).is_empty());
     // Nor listed: series and label APIs go through the same clamp.
     let listed = s.series(&m("mid"), i64::MIN / 2, i64::MAX / 2, 10).unwrap();
-    assert!(listed.is_empty(), "held past retention but listed: {listed:?}");
+    assert!(
+        listed.is_empty(),
+        "held past retention but listed: {listed:?}"
+    );
     // Cutoff 60 s: step 1, the walk drops it.
     s.maintain(70_000);
     assert_eq!(s.stats().series, 0);
