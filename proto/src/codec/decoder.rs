@@ -18,9 +18,9 @@ use crate::schema::frame as pb;
 
 use super::compact;
 use super::encoder::get_uvarint;
+use super::idhash::ValueHashState as IdHashState;
 use super::packed::{
-    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, ValueHashState as IdHashState,
-    WireState, unzigzag,
+    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, WireState, unzigzag,
 };
 use super::quantise::Encoding;
 use super::rangecoder::RangeDecoder;

@@ -15,10 +15,8 @@ use prost::Message;
 use crate::schema::frame as pb;
 
 use super::compact;
-use super::packed::{
-    LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, ValueHashState as IdHashState,
-    WireState,
-};
+use super::idhash::ValueHashState as IdHashState;
+use super::packed::{LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, WireState};
 use super::quantise::Encoding;
 use super::rangecoder::RangeEncoder;
 use super::record::write_record;

@@ -41,6 +41,7 @@ mod compact;
 pub mod decoder;
 pub mod encoder;
 mod hist;
+mod idhash;
 mod packed;
 pub mod quantise;
 mod rangecoder;
@@ -72,8 +73,8 @@ fn release_oversized(buf: &mut Vec<u8>) {
 
 pub use decoder::{LinkDecoder, RxFrame, RxSection, RxSeries, RxSource};
 pub use encoder::LinkEncoder;
-/// Keyed fast hashing for maps keyed by ids a peer chose (see [`packed::ValueHashState`]).
-pub use packed::{ValueHashState as IdHashState, ValueHasher as IdHasher};
+/// Keyed fast hashing for maps keyed by ids a peer chose (see [`idhash::ValueHashState`]).
+pub use idhash::{ValueHashState as IdHashState, ValueHasher as IdHasher};
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};
 pub use record::{RecordSplitter, write_record};
 pub use sender::{BoundsPolicy, Sender, SeriesKey};
