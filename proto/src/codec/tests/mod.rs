@@ -433,11 +433,8 @@ fn packed_sections_of_several_sources_round_trip() {
 /// A valid keyframe, then a delta frame whose packed bytes are `packed`.
 fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
     use crate::schema::frame as pb;
-    let cfg = CodecConfig::default();
-    let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let key = pb::Frame {
         keyframe: true,
-        format: super::FORMAT,
         sources: vec![pb::SourceDef {
             id: 0,
             name: "n".into(),
@@ -470,20 +467,30 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
         }],
         ..Default::default()
     };
+    decode_key_then_delta(key, delta)
+}
+
+/// Feeds a fresh decoder the hand-built keyframe `key` (marked with this
+/// build's format), which must decode, then `delta`, whose result it
+/// returns.
+fn decode_key_then_delta(
+    mut key: crate::schema::frame::Frame,
+    delta: crate::schema::frame::Frame,
+) -> Result<RxFrame, CodecError> {
+    use prost::Message;
+    let cfg = CodecConfig::default();
+    let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
-    for f in [key, delta] {
-        use prost::Message;
+    key.format = FORMAT;
+    let mut decode = |f: &crate::schema::frame::Frame| {
         let raw = f.encode_to_vec();
         let mut out = Vec::new();
         encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
         z.compress_frame(&raw, &mut out).expect("compress");
-        let r = dec.decode(&out);
-        if !f.keyframe {
-            return r;
-        }
-        r.expect("keyframe");
-    }
-    unreachable!("the loop returns on the delta frame")
+        dec.decode(&out)
+    };
+    decode(&key).expect("keyframe");
+    decode(&delta)
 }
 
 #[test]

@@ -112,7 +112,6 @@ proptest! {
 /// section of source 0 packs what `script` codes, against a model in the
 /// state the receiver's is (walk 1).
 fn attack(script: impl FnOnce(&mut LinkModel, &mut RangeEncoder)) -> Result<RxFrame, CodecError> {
-    let cfg = CodecConfig::default();
     let def = |id: u32, source: u32| pb::SeriesDef {
         id,
         source,
@@ -155,25 +154,7 @@ fn attack(script: impl FnOnce(&mut LinkModel, &mut RangeEncoder)) -> Result<RxFr
         }],
         ..Default::default()
     };
-    let mut z = zstream::ZEncoder::new(cfg.zstd_level, cfg.window_log).expect("z");
-    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
-    for f in [key, delta] {
-        use prost::Message;
-        let mut f = f;
-        if f.keyframe {
-            f.format = FORMAT;
-        }
-        let raw = f.encode_to_vec();
-        let mut out = Vec::new();
-        encoder::put_uvarint(&mut out, (raw.len() as u64) << 2);
-        z.compress_frame(&raw, &mut out).expect("compress");
-        let r = dec.decode(&out);
-        if !f.keyframe {
-            return r;
-        }
-        r.expect("keyframe");
-    }
-    unreachable!("the loop returns on the delta frame")
+    decode_key_then_delta(key, delta)
 }
 
 /// Codes a sparse list: `count - 1`, then `first` (zigzag from 0), then per
