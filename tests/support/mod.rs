@@ -127,8 +127,20 @@ pub fn free_port() -> u16 {
 
 /// A base for a block of loopback QUIC ports, spread by PID so tests in
 /// parallel processes rarely collide.
+///
+/// The block lies below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a QUIC client socket bound to port 0
+/// takes a port from that range, and one did take a planned node's port
+/// while that node was not started yet (a CI run failed on it).
 pub fn port_base(spread: u32) -> u16 {
-    u16::try_from(20_000 + (std::process::id() * 37 + spread) % 30_000).expect("fits")
+    const LOW: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    // Room for a whole block (hosts and gateways) under the range.
+    let span = ephemeral.saturating_sub(LOW + 100).max(1_000);
+    u16::try_from(LOW + (std::process::id() * 37 + spread) % span).expect("fits")
 }
 
 /// Percent-encodes a query parameter value.
