@@ -628,8 +628,9 @@ impl Querier for LiveStore {
         }
         // In label order, compared on the interned ids: only the first
         // differing id costs a string comparison. Label sets are built
-        // only for the series returned.
-        hits.sort_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
+        // only for the series returned. Held label sets are unique, so an
+        // unstable sort gives the one order.
+        hits.sort_unstable_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
         let mut out: Vec<Series> = hits
             .into_iter()
             .map(|(e, samples)| Series {
