@@ -77,6 +77,65 @@ fn enc(q: &str) -> String {
         .collect()
 }
 
+/// A benchmark query: label, text, and for a range query (start s, step s).
+type Query = (&'static str, String, Option<(i64, i64)>);
+
+/// The side-by-side's queries at `t` (s).
+fn queries(t: i64) -> [Query; 3] {
+    let sum = format!("sum by (job_id) (rate({IO_READ}[1m]))");
+    let topk = format!("topk(10, rate({IO_READ}[1m]))");
+    [
+        ("sum", sum.clone(), None),
+        ("topk", topk, None),
+        ("range", sum, Some((t - 3600, 15))),
+    ]
+}
+
+/// The API path of query `q` at `t` (s).
+fn path(q: &str, range: Option<(i64, i64)>, t: i64) -> String {
+    match range {
+        None => format!("/api/v1/query?query={}&time={t}", enc(q)),
+        Some((start, step)) => format!(
+            "/api/v1/query_range?query={}&start={start}&end={t}&step={step}",
+            enc(q)
+        ),
+    }
+}
+
+fn connect(addr: std::net::SocketAddr) -> anyhow::Result<BufReader<TcpStream>> {
+    let s = TcpStream::connect(addr).context("connect")?;
+    s.set_nodelay(true)?;
+    Ok(BufReader::new(s))
+}
+
+/// Sends the data to the gateway at `addr`, then times each query there.
+fn remote(
+    addr: std::net::SocketAddr,
+    spec: &DataSpec,
+    bodies: &[Vec<data::Body>],
+    runs: usize,
+) -> anyhow::Result<()> {
+    let ing = canopy_benches::sidebyside::send::send_all(addr, bodies, 10)?;
+    println!(
+        "sent {} samples in {:.1} s",
+        ing.samples,
+        ing.wall.as_secs_f64()
+    );
+    let t = spec.end_ms / 1000;
+    let mut c = connect(addr)?;
+    for (label, q, range) in queries(t) {
+        let path = path(&q, range, t);
+        let mut ms = Vec::new();
+        for _ in 0..runs {
+            let t0 = Instant::now();
+            get(&mut c, &path)?;
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        println!("{label}: HTTP {:.3} ms", median(&mut ms));
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
@@ -98,6 +157,9 @@ fn main() -> anyhow::Result<()> {
         steps_per_request: 4,
     };
     let bodies = data::bodies(&spec, &cut)?;
+    if let Ok(addr) = only.parse::<std::net::SocketAddr>() {
+        return remote(addr, &spec, &bodies, runs);
+    }
     let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
     let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
@@ -113,13 +175,7 @@ fn main() -> anyhow::Result<()> {
     let engine = Engine::new(EngineOpts::default());
     // As the side-by-side asks: at a whole second, the range over 1 h at 15 s.
     let t = spec.end_ms / 1000;
-    let sum = format!("sum by (job_id) (rate({IO_READ}[1m]))");
-    let topk = format!("topk(10, rate({IO_READ}[1m]))");
-    let queries = [
-        ("sum", sum.clone(), None),
-        ("topk", topk, None),
-        ("range", sum, Some((t - 3600, 15))),
-    ];
+    let queries = queries(t);
     println!(
         "{} series, 65 min at 15 s; medians of {runs}",
         spec.series()
@@ -158,20 +214,12 @@ fn main() -> anyhow::Result<()> {
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let addr = listener.local_addr()?;
     rt.spawn(async move { axum::serve(listener, router(api)).await });
-    let s = TcpStream::connect(addr).context("connect")?;
-    s.set_nodelay(true)?;
-    let mut c = BufReader::new(s);
+    let mut c = connect(addr)?;
     // A buffer larger than any cache, written to evict the store's data.
     let mut flush = vec![0u8; 256 << 20];
     let mut round = 0u8;
     for ((label, q, range), e) in queries.iter().zip(engine_ms) {
-        let path = match range {
-            None => format!("/api/v1/query?query={}&time={t}", enc(q)),
-            Some((start, step)) => format!(
-                "/api/v1/query_range?query={}&start={start}&end={t}&step={step}",
-                enc(q)
-            ),
-        };
+        let path = path(q, *range, t);
         let bytes = get(&mut c, &path)?;
         let mut ms = Vec::new();
         for _ in 0..runs {

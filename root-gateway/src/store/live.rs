@@ -612,7 +612,9 @@ impl Querier for LiveStore {
             ),
             None => Box::new(self.entries.iter().flatten()),
         };
-        let mut hits = Vec::new();
+        // Sized once: growing it by doubling means large reallocations,
+        // each a walk of the allocator's free lists on a fragmented heap.
+        let mut hits = Vec::with_capacity(ids.as_ref().map_or(0, |ids| ids.len().min(limit)));
         for e in candidates {
             if !self.strings.all_match(matchers, &e.labels) {
                 continue;
