@@ -76,6 +76,28 @@ impl Labels {
         Self::pack(v.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
+    /// Builds a label set from borrowed pairs that are usually already
+    /// canonical (sorted by name, unique, non-empty values, as a store's
+    /// label sets are): then packed in one pass without per-string copies;
+    /// anything else goes through [`Labels::from_pairs`], so the result is
+    /// the same either way.
+    pub fn from_sorted_pairs<'a, I>(pairs: I) -> Self
+    where
+        I: Iterator<Item = (&'a str, &'a str)> + Clone,
+    {
+        let mut prev: Option<&str> = None;
+        let canonical = pairs.clone().all(|(k, v)| {
+            let ok = !v.is_empty() && prev.is_none_or(|p| p < k);
+            prev = Some(k);
+            ok
+        });
+        if canonical {
+            Self::pack(pairs)
+        } else {
+            Self::from_pairs(pairs)
+        }
+    }
+
     /// Packs pairs already sorted by name, unique, with non-empty values.
     fn pack<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)> + Clone) -> Self {
         let (mut bytes, mut n) = (0usize, 0usize);
@@ -324,6 +346,24 @@ mod tests {
         assert!(Labels::default() < x);
         assert_eq!(x, Labels::from_pairs([("c", "d"), ("a", "b")]));
         assert!(!x.shares_buffer(&Labels::from_pairs([("c", "d"), ("a", "b")])));
+    }
+
+    #[test]
+    fn from_sorted_pairs_equals_from_pairs_for_any_input() {
+        let cases: [&[(&str, &str)]; 6] = [
+            &[("__name__", "m"), ("a", "1"), ("b", "2")],
+            &[("b", "2"), ("a", "1")],
+            &[("a", "1"), ("a", "2")],
+            &[("a", ""), ("b", "2")],
+            &[("a", "1"), ("b", "")],
+            &[],
+        ];
+        for pairs in cases {
+            let fast = Labels::from_sorted_pairs(pairs.iter().copied());
+            let slow = Labels::from_pairs(pairs.iter().copied());
+            assert_eq!(fast, slow, "{pairs:?}");
+            assert_eq!(fast.to_string(), slow.to_string());
+        }
     }
 
     #[test]

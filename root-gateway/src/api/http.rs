@@ -193,11 +193,22 @@ async fn run_blocking<T: Send + 'static>(
     })
 }
 
-async fn query(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
+async fn query(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
     let q = required(&p, "query")?.to_string();
     let t = time_param(&p, "time", (st.now_ms)())?;
     let v = run_blocking(&st, &p, move |qr, e, c| e.instant_with_cancel(qr, &q, t, c)).await?;
-    Ok(success(value_json(&v)))
+    Ok(match &v {
+        Value::Vector(vec) => {
+            let mut out = Vec::with_capacity(64 + vec.len() * 160);
+            write_vector_body(vec, &mut out);
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                axum::body::Bytes::from(out),
+            )
+                .into_response()
+        }
+        _ => success(value_json(&v)).into_response(),
+    })
 }
 
 async fn query_range(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
@@ -236,46 +247,75 @@ fn matrix_response(m: &Matrix) -> Response {
 
 /// Writes `{"data":{"result":[...],"resultType":"matrix"},"status":"success"}`.
 fn write_matrix_body(m: &Matrix, out: &mut Vec<u8>) {
-    use std::io::Write as _;
     out.extend_from_slice(b"{\"data\":{\"result\":[");
     for (i, s) in m.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"metric\":{");
-        for (j, (k, v)) in s.labels.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            write_json_str(out, k);
-            out.push(b':');
-            write_json_str(out, v);
-        }
-        out.extend_from_slice(b"},\"values\":[");
+        write_metric(out, &s.labels);
+        out.extend_from_slice(b",\"values\":[");
         for (j, p) in s.points.iter().enumerate() {
             if j > 0 {
                 out.push(b',');
             }
-            out.push(b'[');
-            if p.t % 1000 == 0 {
-                // Writing to a Vec cannot fail.
-                let _ = write!(out, "{}", p.t / 1000);
-            } else {
-                let _ = serde_json::to_writer(&mut *out, &(p.t as f64 / 1000.0));
-            }
-            out.extend_from_slice(b",\"");
-            // format_value's text (digits, signs, '.', 'e', "NaN", "+Inf",
-            // "-Inf"), without its allocation for finite values.
-            if p.v.is_finite() {
-                let _ = write!(out, "{}", p.v);
-            } else {
-                out.extend_from_slice(format_value(p.v).as_bytes());
-            }
-            out.extend_from_slice(b"\"]");
+            write_pair(out, p.t, p.v);
         }
         out.extend_from_slice(b"]}");
     }
     out.extend_from_slice(b"],\"resultType\":\"matrix\"},\"status\":\"success\"}");
+}
+
+/// Writes `{"data":{"result":[...],"resultType":"vector"},"status":"success"}`,
+/// the bytes `success(value_json(..))` gives for a vector, without a
+/// `serde_json::Value` (several allocations) per sample.
+fn write_vector_body(v: &[crate::promql::VectorSample], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"data\":{\"result\":[");
+    for (i, s) in v.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_metric(out, &s.labels);
+        out.extend_from_slice(b",\"value\":");
+        write_pair(out, s.t, s.v);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"resultType\":\"vector\"},\"status\":\"success\"}");
+}
+
+/// Writes `{"metric":{"name":"value",...}` (the object left open).
+fn write_metric(out: &mut Vec<u8>, labels: &Labels) {
+    out.extend_from_slice(b"{\"metric\":{");
+    for (j, (k, v)) in labels.iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        write_json_str(out, k);
+        out.push(b':');
+        write_json_str(out, v);
+    }
+    out.push(b'}');
+}
+
+/// Writes `[t,"v"]`: the time in seconds as [`json_ts`] gives it, the
+/// value as [`format_value`]'s text.
+fn write_pair(out: &mut Vec<u8>, t: i64, v: f64) {
+    use std::io::Write as _;
+    out.push(b'[');
+    if t % 1000 == 0 {
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, "{}", t / 1000);
+    } else {
+        let _ = serde_json::to_writer(&mut *out, &(t as f64 / 1000.0));
+    }
+    out.extend_from_slice(b",\"");
+    // format_value's text (digits, signs, '.', 'e', "NaN", "+Inf", "-Inf"),
+    // without its allocation for finite values.
+    if v.is_finite() {
+        let _ = write!(out, "{v}");
+    } else {
+        out.extend_from_slice(format_value(v).as_bytes());
+    }
+    out.extend_from_slice(b"\"]");
 }
 
 /// Writes `s` as a JSON string, escaped as serde_json escapes it.

@@ -45,6 +45,11 @@ pub(crate) fn unzigzag(z: u64) -> i64 {
 }
 
 /// Reads a bit stream written by [`put`].
+///
+/// Each read loads the 8 bytes at the current byte as one big-endian word
+/// (a single unaligned load away from the buffer's end), so a code of up
+/// to 56 bits costs a load, a shift and a bounds check, and a unary
+/// prefix is counted with one `leading_ones` instead of bit by bit.
 #[derive(Debug)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
@@ -62,7 +67,39 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The 64 bits from the current position, most significant first; at
+    /// least the top 57 are stream bits (or zeros past the buffer's end).
+    #[inline(always)]
+    pub(crate) fn peek(&self) -> u64 {
+        let byte = self.pos / 8;
+        let word = match self.buf.get(byte..byte + 8) {
+            Some(b) => <[u8; 8]>::try_from(b).map_or(0, u64::from_be_bytes),
+            None => {
+                let tail = self.buf.get(byte..).unwrap_or(&[]);
+                let n = tail.len().min(8);
+                let mut w = [0u8; 8];
+                w[..n].copy_from_slice(&tail[..n]);
+                u64::from_be_bytes(w)
+            }
+        };
+        word << (self.pos % 8)
+    }
+
+    /// Bits left to read.
+    #[inline(always)]
+    pub(crate) fn left(&self) -> usize {
+        self.end - self.pos
+    }
+
+    /// Moves past `n` bits the caller has read through [`Self::peek`]
+    /// (at most [`Self::left`]).
+    #[inline(always)]
+    pub(crate) fn skip(&mut self, n: u32) {
+        self.pos = (self.pos + n as usize).min(self.end);
+    }
+
     /// One bit.
+    #[inline(always)]
     pub(crate) fn bit(&mut self) -> Option<bool> {
         if self.pos >= self.end {
             return None;
@@ -74,37 +111,42 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `n` (0..=64) bits as an unsigned value.
+    #[inline(always)]
     pub(crate) fn read(&mut self, n: u32) -> Option<u64> {
-        if n == 0 {
-            return Some(0);
+        if n > 56 {
+            return self.read_long(n);
         }
-        if n > 64 || self.pos + n as usize > self.end {
+        if n as usize > self.left() {
             return None;
         }
-        if n > 56 {
-            let hi = self.read(n - 32)?;
-            let lo = self.read(32)?;
-            return Some((hi << 32) | lo);
-        }
-        let byte = self.pos / 8;
-        let off = (self.pos % 8) as u32;
-        let mut w = [0u8; 8];
-        let avail = self.buf.len().saturating_sub(byte).min(8);
-        w[..avail].copy_from_slice(self.buf.get(byte..byte + avail)?);
-        let word = u64::from_be_bytes(w) << off;
+        // `n` may be 0: shift in two steps (a shift by 64 would overflow).
+        let v = (self.peek() >> 1) >> (63 - n);
         self.pos += n as usize;
-        Some(word >> (64 - n))
+        Some(v)
     }
 
-    /// Counts `1` bits before the first `0`, reading at most `max` bits.
-    pub(crate) fn ones(&mut self, max: u32) -> Option<u32> {
-        let mut k = 0;
-        while k < max {
-            if !self.bit()? {
-                return Some(k);
-            }
-            k += 1;
+    /// [`Self::read`] of 57..=64 bits (raw values, rare): two reads.
+    #[inline(never)]
+    fn read_long(&mut self, n: u32) -> Option<u64> {
+        if n > 64 || n as usize > self.left() {
+            return None;
         }
+        let hi = self.read(n - 32)?;
+        let lo = self.read(32)?;
+        Some((hi << 32) | lo)
+    }
+
+    /// Counts `1` bits before the first `0`, reading at most `max` (at
+    /// most 56) bits; `None` when the stream ends first.
+    #[inline(always)]
+    pub(crate) fn ones(&mut self, max: u32) -> Option<u32> {
+        let max = max.min(56);
+        let k = self.peek().leading_ones().min(max);
+        let used = if k < max { k + 1 } else { k };
+        if used as usize > self.left() {
+            return None;
+        }
+        self.pos += used as usize;
         Some(k)
     }
 }
@@ -139,5 +181,85 @@ mod tests {
         assert_eq!(zigzag(-1), 1);
         assert_eq!(bit_len(0), 0);
         assert_eq!(bit_len(u64::MAX), 64);
+    }
+
+    /// The plain bit-by-bit reader the word-at-a-time one replaced.
+    struct Naive<'a> {
+        buf: &'a [u8],
+        pos: usize,
+        end: usize,
+    }
+
+    impl Naive<'_> {
+        fn bit(&mut self) -> Option<bool> {
+            if self.pos >= self.end {
+                return None;
+            }
+            let v = (self.buf[self.pos / 8] >> (7 - self.pos % 8)) & 1;
+            self.pos += 1;
+            Some(v == 1)
+        }
+
+        fn read(&mut self, n: u32) -> Option<u64> {
+            if n > 64 || self.pos + n as usize > self.end {
+                return None;
+            }
+            let mut v = 0u64;
+            for _ in 0..n {
+                v = (v << 1) | u64::from(self.bit()?);
+            }
+            Some(v)
+        }
+
+        fn ones(&mut self, max: u32) -> Option<u32> {
+            let mut k = 0;
+            while k < max {
+                if !self.bit()? {
+                    return Some(k);
+                }
+                k += 1;
+            }
+            Some(k)
+        }
+    }
+
+    proptest::proptest! {
+        /// Any mix of reads and unary counts, over any bytes cut at any
+        /// bit length (damaged streams included), gives what reading bit
+        /// by bit gives, `None` at the same read.
+        #[test]
+        fn word_reader_matches_bit_by_bit(
+            buf in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            cut in 0u32..400,
+            ops in proptest::collection::vec((0u8..3, 0u32..=65), 0..80),
+        ) {
+            let len = cut.min(buf.len() as u32 * 8);
+            let mut fast = Reader::new(&buf, len);
+            let mut slow = Naive { buf: &buf, pos: 0, end: len as usize };
+            for (kind, n) in ops {
+                // A `None` ends a decoding, so the position after it is moot.
+                let done = match kind {
+                    0 => {
+                        let (a, b) = (fast.read(n), slow.read(n));
+                        proptest::prop_assert_eq!(a, b);
+                        a.is_none()
+                    }
+                    1 => {
+                        let (a, b) = (fast.ones(n % 8), slow.ones(n % 8));
+                        proptest::prop_assert_eq!(a, b);
+                        a.is_none()
+                    }
+                    _ => {
+                        let (a, b) = (fast.bit(), slow.bit());
+                        proptest::prop_assert_eq!(a, b);
+                        a.is_none()
+                    }
+                };
+                if done {
+                    break;
+                }
+                proptest::prop_assert_eq!(fast.pos, slow.pos);
+            }
+        }
     }
 }

@@ -83,7 +83,8 @@ impl Interner {
 
     /// The label set of `syms`.
     pub(crate) fn labels(&self, syms: &[u32]) -> Labels {
-        Labels::from_pairs(
+        // Interned sets are canonical: packed in one pass.
+        Labels::from_sorted_pairs(
             syms.chunks_exact(2)
                 .map(|p| (self.get(p[0]), self.get(p[1]))),
         )

@@ -612,7 +612,9 @@ impl Querier for LiveStore {
             ),
             None => Box::new(self.entries.iter().flatten()),
         };
-        let mut hits = Vec::new();
+        // Sized once: growing it by doubling means large reallocations,
+        // each a walk of the allocator's free lists on a fragmented heap.
+        let mut hits = Vec::with_capacity(ids.as_ref().map_or(0, |ids| ids.len().min(limit)));
         for e in candidates {
             if !self.strings.all_match(matchers, &e.labels) {
                 continue;
@@ -628,8 +630,9 @@ impl Querier for LiveStore {
         }
         // In label order, compared on the interned ids: only the first
         // differing id costs a string comparison. Label sets are built
-        // only for the series returned.
-        hits.sort_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
+        // only for the series returned. Held label sets are unique, so an
+        // unstable sort gives the one order.
+        hits.sort_unstable_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
         let mut out: Vec<Series> = hits
             .into_iter()
             .map(|(e, samples)| Series {

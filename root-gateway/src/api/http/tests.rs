@@ -314,3 +314,50 @@ fn matrix_body_is_what_serde_json_writes() {
         String::from_utf8(want).unwrap()
     );
 }
+
+#[test]
+fn vector_body_is_what_serde_json_writes() {
+    use crate::promql::VectorSample;
+    let tricky = Labels::metric(
+        "a_total",
+        [
+            ("quote", "say \"hi\"\\ \u{1}\u{7f}"),
+            ("unicode", "zürich ✓"),
+            ("zz", "1"),
+        ],
+    );
+    let sample = |labels: Labels, t: i64, v: f64| VectorSample {
+        labels,
+        t,
+        v,
+        drop_name: false,
+    };
+    let cases = [
+        Vec::new(),
+        vec![sample(Labels::default(), 0, 0.0)],
+        vec![
+            sample(tricky.clone(), 1_700_000_000_123, f64::NAN),
+            sample(
+                Labels::metric("b", [("x", "1")]),
+                1_700_000_015_000,
+                f64::INFINITY,
+            ),
+            sample(tricky, -1_000, f64::NEG_INFINITY),
+            sample(Labels::from_pairs([("job", "j")]), 1_500, 0.1 + 0.2),
+            sample(Labels::from_pairs([("job", "k")]), 15_000, -2.5e-300),
+            sample(Labels::from_pairs([("job", "l")]), 15_000, 1e21),
+        ],
+    ];
+    for v in cases {
+        let mut got = Vec::new();
+        super::write_vector_body(&v, &mut got);
+        let want = serde_json::to_vec(
+            &super::success(super::value_json(&crate::promql::Value::Vector(v))).0,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
+}

@@ -306,3 +306,82 @@ fn decimal_values_after_noise_are_found_again() {
         Some((240_000, 1.25))
     );
 }
+
+/// Every sample of `c` through the general decoder alone (no one-word
+/// fast path), as `decode_window` decoded before the fast path existed.
+fn decode_general(c: &Chunk) -> Vec<(i64, u64)> {
+    let mut out = Vec::new();
+    if c.count == 0 {
+        return out;
+    }
+    let mut r = Reader::new(&c.bytes, c.bit_len);
+    let Some(first) = r.read(64) else {
+        return out;
+    };
+    let mut st = State::first(c.first_ts, first);
+    out.push((st.ts, st.bits));
+    for _ in 1..c.count {
+        if next(&mut r, &mut st).is_none() {
+            break;
+        }
+        out.push((st.ts, st.bits));
+    }
+    out
+}
+
+fn decode_bits(c: &Chunk) -> Vec<(i64, u64)> {
+    let mut out = Vec::new();
+    c.decode(&mut out);
+    out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect()
+}
+
+proptest! {
+    /// The fast path gives what the general decoder gives, on counters
+    /// with small and large increments, flat stretches, jitter and noise.
+    #[test]
+    fn fast_path_equals_general_decoder(
+        start in -1_000_000_000i64..1_000_000_000,
+        pts in proptest::collection::vec(
+            (prop_oneof![Just(15_000i64), 14_990i64..15_010], 0u8..5, 0u64..1 << 45, value()),
+            1..CHUNK_SAMPLES,
+        ),
+        scale in 0u32..4,
+    ) {
+        let (mut t, mut m) = (start, 0i64);
+        let mut samples = Vec::new();
+        for (dt, kind, inc, noise) in pts {
+            t = t.saturating_add(dt);
+            let v = match kind {
+                0 => m as f64 / 10f64.powi(scale as i32),
+                1 => noise,
+                _ => {
+                    m = m.saturating_add((inc >> (kind * 10)) as i64);
+                    m as f64 / 10f64.powi(scale as i32)
+                }
+            };
+            samples.push((t, v));
+        }
+        let c = encode(&samples);
+        prop_assert_eq!(decode_bits(&c), decode_general(&c));
+    }
+
+    /// Damaged streams too (a counter chunk with bytes overwritten, or cut
+    /// short): the same samples up to the same stop.
+    #[test]
+    fn fast_path_equals_general_decoder_on_damage(
+        n in 2usize..CHUNK_SAMPLES,
+        hits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        cut in any::<u32>(),
+    ) {
+        let samples: Vec<(i64, f64)> = (0..n as i64)
+            .map(|i| (i * 15_000, (i * i * 4097 + i % 3) as f64))
+            .collect();
+        let mut c = encode(&samples);
+        for (at, b) in hits {
+            let i = at % c.bytes.len();
+            c.bytes[i] ^= b;
+        }
+        c.bit_len = c.bit_len.min(cut % (c.bit_len + 1) + 32);
+        prop_assert_eq!(decode_bits(&c), decode_general(&c));
+    }
+}
