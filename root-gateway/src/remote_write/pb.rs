@@ -293,6 +293,30 @@ impl WriteBatch {
         let mut r = Reader::new(buf, span);
         let mut label_bytes: Option<Span> = None;
         let mut contiguous = true;
+        // What senders write first: `Label` fields with key 0x0a and a
+        // one-byte length. That leading run is walked without the general
+        // key and varint reads (same spans as the loop below, which takes
+        // over at anything else, and reports what is wrong).
+        let first = r.pos;
+        while r.end.saturating_sub(r.pos) >= 2
+            && let (Some(&0x0a), Some(&n)) = (buf.get(r.pos), buf.get(r.pos + 1))
+            && n < 0x80
+            && r.pos + 2 + usize::from(n) <= r.end
+        {
+            let start = r.pos + 2;
+            r.pos = start + usize::from(n);
+            // Offsets are below `r.end`, which fits u32 (checked in decode).
+            self.labels.push(Span {
+                start: start as u32,
+                end: r.pos as u32,
+            });
+        }
+        if r.pos > first {
+            label_bytes = Some(Span {
+                start: first as u32,
+                end: r.pos as u32,
+            });
+        }
         while !r.done() {
             let at = r.pos;
             let (tag, wire) = r.key()?;

@@ -350,3 +350,52 @@ fn timestamps_of_every_varint_length_decode_as_prost_does() {
         }
     }
 }
+
+#[test]
+fn short_and_long_labels_are_cache_hits_the_second_time() {
+    // Labels under 124 bytes take the in-place check, longer ones (two-byte
+    // lengths) the field-by-field one: both must hit, with the same labels.
+    for len in [1usize, 100, 119, 120, 300] {
+        let value = "v".repeat(len);
+        let ts = TimeSeries {
+            labels: vec![
+                Label {
+                    name: "__name__".into(),
+                    value: "m".into(),
+                },
+                Label {
+                    name: "long".into(),
+                    value: value.clone(),
+                },
+            ],
+            samples: vec![PbSample {
+                value: 1.0,
+                timestamp: 5,
+            }],
+        };
+        let req = WriteRequest {
+            timeseries: vec![ts],
+        };
+        let buf = req.encode_to_vec();
+        let mut b = WriteBatch::default();
+        b.decode(&buf).expect("valid");
+        let cache = SeriesCache::new(4);
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        cache.resolve(&buf, &b, &mut first).expect("labels");
+        cache.resolve(&buf, &b, &mut second).expect("labels");
+        assert!(first[0].shares_buffer(&second[0]), "a hit at {len}");
+        assert_eq!(second[0].get("long"), Some(value.as_str()));
+        // One byte of the value changed: not the cached series.
+        let mut other = buf.clone();
+        if let Some(last) = other.iter().rposition(|&c| c == b'v') {
+            other[last] = b'w';
+        }
+        b.decode(&other).expect("valid");
+        let mut third = Vec::new();
+        cache.resolve(&other, &b, &mut third).expect("labels");
+        assert_eq!(
+            third[0].get("long"),
+            Some(format!("{}w", "v".repeat(len - 1)).as_str())
+        );
+    }
+}

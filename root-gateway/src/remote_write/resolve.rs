@@ -215,6 +215,26 @@ pub fn parse(buf: &[u8], batch: &WriteBatch, s: &SeriesView) -> Result<Labels, R
 fn encodes(bytes: &[u8], labels: &Labels) -> bool {
     let mut pos = 0usize;
     for (n, v) in labels.iter() {
+        let (nb, vb) = (n.as_bytes(), v.as_bytes());
+        // The usual case, a label of under 124 bytes: every length is one
+        // varint byte, so the field's bytes are known and checked in place
+        // (an overlong varint there is only a miss: parsed, not trusted).
+        let inner = 4 + nb.len() + vb.len();
+        if inner < 0x80 {
+            let Some(f) = bytes.get(pos..pos + 2 + inner) else {
+                return false;
+            };
+            let k = 4 + nb.len();
+            let same = f.starts_with(&[0x0a, inner as u8, 0x0a, nb.len() as u8])
+                && f.get(4..k) == Some(nb)
+                && f.get(k..k + 2) == Some(&[0x12, vb.len() as u8][..])
+                && f.get(k + 2..) == Some(vb);
+            if !same {
+                return false;
+            }
+            pos += 2 + inner;
+            continue;
+        }
         let Some(label) = delimited(bytes, &mut pos, 0x0a) else {
             return false;
         };

@@ -185,7 +185,7 @@ mod tests {
     /// The bit-at-a-time writer `put` replaced, as the reference.
     fn put_reference(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
         for i in (0..n.min(64)).rev() {
-            if *len % 8 == 0 {
+            if (*len).is_multiple_of(8) {
                 buf.push(0);
             }
             if (v >> i) & 1 == 1
@@ -230,7 +230,7 @@ mod tests {
             let v = x.rotate_left((i % 64) as u32);
             put(&mut direct, &mut len, v, n);
             w.put(v, n);
-            if x % 7 == 0 {
+            if x.is_multiple_of(7) {
                 let (buf, l) = w.finish();
                 assert_eq!((&buf, l), (&direct, len), "after item {i}");
                 w = Writer::new(buf, l);
