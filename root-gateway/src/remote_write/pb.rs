@@ -160,6 +160,27 @@ impl<'a> Reader<'a> {
     #[inline(never)]
     fn varint_long(&mut self) -> Result<u64, PbError> {
         let at = self.pos;
+        // Eight bytes left in the buffer: the varint's length from its
+        // stop bits and its 7-bit groups packed in three steps, with no
+        // per-byte branch (timestamps take 6 bytes). Longer varints, and
+        // ones that would end past the message, take the checked loop
+        // below, which reports them.
+        if let Some(w) = self.buf.get(self.pos..self.pos.saturating_add(8))
+            && let Ok(w) = <[u8; 8]>::try_from(w)
+        {
+            let x = u64::from_le_bytes(w);
+            let stops = !x & 0x8080_8080_8080_8080;
+            let len = (stops.trailing_zeros() / 8 + 1) as usize;
+            if stops != 0 && self.pos + len <= self.end {
+                let keep = u64::MAX >> (64 - 8 * len);
+                let x = x & keep & 0x7f7f_7f7f_7f7f_7f7f;
+                let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+                let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+                let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+                self.pos += len;
+                return Ok(x);
+            }
+        }
         let mut v = 0u64;
         for i in 0..10 {
             let Some(&b) = self.buf.get(self.pos).filter(|_| self.pos < self.end) else {
@@ -272,6 +293,30 @@ impl WriteBatch {
         let mut r = Reader::new(buf, span);
         let mut label_bytes: Option<Span> = None;
         let mut contiguous = true;
+        // What senders write first: `Label` fields with key 0x0a and a
+        // one-byte length. That leading run is walked without the general
+        // key and varint reads (same spans as the loop below, which takes
+        // over at anything else, and reports what is wrong).
+        let first = r.pos;
+        while r.end.saturating_sub(r.pos) >= 2
+            && let (Some(&0x0a), Some(&n)) = (buf.get(r.pos), buf.get(r.pos + 1))
+            && n < 0x80
+            && r.pos + 2 + usize::from(n) <= r.end
+        {
+            let start = r.pos + 2;
+            r.pos = start + usize::from(n);
+            // Offsets are below `r.end`, which fits u32 (checked in decode).
+            self.labels.push(Span {
+                start: start as u32,
+                end: r.pos as u32,
+            });
+        }
+        if r.pos > first {
+            label_bytes = Some(Span {
+                start: first as u32,
+                end: r.pos as u32,
+            });
+        }
         while !r.done() {
             let at = r.pos;
             let (tag, wire) = r.key()?;

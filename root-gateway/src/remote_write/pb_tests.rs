@@ -317,3 +317,85 @@ fn sample_fast_path_falls_back_on_anything_unusual() {
         same_as_prost(&buf);
     }
 }
+
+#[test]
+fn timestamps_of_every_varint_length_decode_as_prost_does() {
+    // A timestamp of each varint length (1..=10 bytes, negatives take 10),
+    // as the last field of the buffer and followed by more data, cut
+    // short inside the varint and with the sample's length too short.
+    let mut stamps: Vec<i64> = (0..63).map(|k| (1i64 << k) - 1).collect();
+    stamps.extend([i64::MAX, -1, i64::MIN, 1_700_000_000_123]);
+    for ts in stamps {
+        let mut s = vec![key(1, 1)];
+        s.extend_from_slice(&1.5f64.to_le_bytes());
+        s.push(key(2, 0));
+        prost::encoding::encode_varint(ts as u64, &mut s);
+        let series = len_field(2, &s);
+        let last = len_field(1, &series);
+        let got = plain_ours(&last).expect("valid");
+        assert_eq!(got[0].1, vec![(ts, 1.5f64.to_bits())], "ts {ts}");
+        same_as_prost(&last);
+        let mut more = last.clone();
+        more.extend(len_field(1, &len_field(2, &s)));
+        same_as_prost(&more);
+        // The sample message ends one byte early: the varint runs past it.
+        let mut short = s.clone();
+        short.pop();
+        let mut cut = len_field(1, &len_field(2, &short));
+        cut.extend_from_slice(&last);
+        assert!(plain_ours(&cut).is_none() || short.last().is_some_and(|b| *b < 0x80));
+        same_as_prost(&cut);
+        for n in 1..last.len() {
+            same_as_prost(&last[..n]);
+        }
+    }
+}
+
+#[test]
+fn short_and_long_labels_are_cache_hits_the_second_time() {
+    // Labels under 124 bytes take the in-place check, longer ones (two-byte
+    // lengths) the field-by-field one: both must hit, with the same labels.
+    for len in [1usize, 100, 119, 120, 300] {
+        let value = "v".repeat(len);
+        let ts = TimeSeries {
+            labels: vec![
+                Label {
+                    name: "__name__".into(),
+                    value: "m".into(),
+                },
+                Label {
+                    name: "long".into(),
+                    value: value.clone(),
+                },
+            ],
+            samples: vec![PbSample {
+                value: 1.0,
+                timestamp: 5,
+            }],
+        };
+        let req = WriteRequest {
+            timeseries: vec![ts],
+        };
+        let buf = req.encode_to_vec();
+        let mut b = WriteBatch::default();
+        b.decode(&buf).expect("valid");
+        let cache = SeriesCache::new(4);
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        cache.resolve(&buf, &b, &mut first).expect("labels");
+        cache.resolve(&buf, &b, &mut second).expect("labels");
+        assert!(first[0].shares_buffer(&second[0]), "a hit at {len}");
+        assert_eq!(second[0].get("long"), Some(value.as_str()));
+        // One byte of the value changed: not the cached series.
+        let mut other = buf.clone();
+        if let Some(last) = other.iter().rposition(|&c| c == b'v') {
+            other[last] = b'w';
+        }
+        b.decode(&other).expect("valid");
+        let mut third = Vec::new();
+        cache.resolve(&other, &b, &mut third).expect("labels");
+        assert_eq!(
+            third[0].get("long"),
+            Some(format!("{}w", "v".repeat(len - 1)).as_str())
+        );
+    }
+}

@@ -16,11 +16,11 @@ use axum::routing::post;
 
 use super::RemoteWriteError;
 use super::pb::WriteBatch;
-use super::resolve::SeriesCache;
+use super::resolve::{Resolved, SeriesCache};
 use super::sender::Tap;
 use super::tracker::TapEvent;
 use super::wire::{self, WireLimits};
-use crate::store::{Labels, Op, Sample, SharedStore};
+use crate::store::{Op, Sample, SeriesHint, SharedStore};
 
 /// What the receiver needs.
 #[derive(Clone, Debug)]
@@ -130,8 +130,12 @@ const KEEP_SAMPLES: usize = 256 << 10;
 struct Scratch {
     raw: Vec<u8>,
     batch: WriteBatch,
-    labels: Vec<Labels>,
+    resolved: Vec<Resolved>,
     ops: Vec<Op>,
+    /// Per op: the store hint its series had, then (after the apply) has.
+    hints: Vec<SeriesHint>,
+    /// Per op: its cache key and the hint it came with.
+    keys: Vec<(Option<u64>, SeriesHint)>,
     /// Sample vectors of the previous request's ops, to refill.
     spare: Vec<Vec<Sample>>,
 }
@@ -158,9 +162,10 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
             Err(_) => &mut fresh,
         };
         let res = match decode_ops(st, body, sc) {
-            Ok(()) => store_ops(st, &sc.ops),
+            Ok(()) => store_ops(st, &sc.ops, &mut sc.hints),
             Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
         };
+        remember_hints(st, sc);
         if sc.raw.capacity() > KEEP_BUFFER_BYTES || sc.batch.sample_count() > KEEP_SAMPLES {
             *sc = Scratch::default();
         }
@@ -168,13 +173,32 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
     })
 }
 
+/// Hands the store hints that changed during the apply to the cache.
+fn remember_hints(st: &ReceiverState, sc: &Scratch) {
+    let changed = sc.ops.iter().zip(sc.hints.iter().zip(&sc.keys)).filter_map(
+        |(op, (now, (key, was)))| match (op, key) {
+            (Op::Samples { labels, .. }, Some(k)) if now != was => Some((*k, labels, *now)),
+            _ => None,
+        },
+    );
+    let mut changed = changed.peekable();
+    if changed.peek().is_some() {
+        st.series.remember(changed);
+    }
+}
+
 /// Applies `ops` to the store in slices of about [`SAMPLES_PER_APPLY`]
-/// samples; refused samples make a 400 naming the first reason.
-fn store_ops(st: &ReceiverState, ops: &[Op]) -> Result<(), (StatusCode, String)> {
+/// samples, each with its store hint in `hints` (refreshed by the apply);
+/// refused samples make a 400 naming the first reason.
+fn store_ops(
+    st: &ReceiverState,
+    ops: &[Op],
+    hints: &mut [SeriesHint],
+) -> Result<(), (StatusCode, String)> {
     let (mut refused, mut total, mut first) = (0usize, 0usize, None::<String>);
-    let mut apply = |batch: &[Op]| -> Result<(), (StatusCode, String)> {
+    let mut apply = |batch: &[Op], hints: &mut [SeriesHint]| -> Result<(), (StatusCode, String)> {
         st.store
-            .apply_each(batch, |i, k, r| match r {
+            .apply_each_hinted(batch, hints, |i, k, r| match r {
                 Err(e) => {
                     refused += 1;
                     first.get_or_insert_with(|| e.to_string());
@@ -205,12 +229,12 @@ fn store_ops(st: &ReceiverState, ops: &[Op]) -> Result<(), (StatusCode, String)>
     for (i, op) in ops.iter().enumerate() {
         held += op.samples();
         if held >= SAMPLES_PER_APPLY {
-            apply(&ops[from..=i])?;
+            apply(&ops[from..=i], hints.get_mut(from..=i).unwrap_or_default())?;
             (from, held) = (i + 1, 0);
         }
     }
     if from < ops.len() {
-        apply(&ops[from..])?;
+        apply(&ops[from..], hints.get_mut(from..).unwrap_or_default())?;
     }
     match first {
         None => Ok(()),
@@ -237,9 +261,11 @@ fn decode_ops(st: &ReceiverState, body: &[u8], sc: &mut Scratch) -> Result<(), R
     sc.batch
         .decode(raw)
         .map_err(|e| RemoteWriteError::Protobuf(e.to_string()))?;
-    st.series.resolve(raw, &sc.batch, &mut sc.labels)?;
+    sc.hints.clear();
+    sc.keys.clear();
+    st.series.resolve_hinted(raw, &sc.batch, &mut sc.resolved)?;
     let views = sc.batch.series_views();
-    for (s, labels) in views.iter().zip(sc.labels.drain(..)) {
+    for (s, r) in views.iter().zip(sc.resolved.drain(..)) {
         let samples = sc.batch.samples(s);
         if samples.is_empty() {
             continue;
@@ -248,7 +274,12 @@ fn decode_ops(st: &ReceiverState, body: &[u8], sc: &mut Scratch) -> Result<(), R
         let mut v = sc.spare.pop().unwrap_or_default();
         v.clear();
         v.extend_from_slice(samples);
-        sc.ops.push(Op::Samples { labels, samples: v });
+        sc.ops.push(Op::Samples {
+            labels: r.labels,
+            samples: v,
+        });
+        sc.hints.push(r.hint);
+        sc.keys.push((r.key, r.hint));
     }
     Ok(())
 }

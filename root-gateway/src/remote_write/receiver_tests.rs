@@ -194,3 +194,42 @@ fn reused_scratch_stores_each_request_exactly() {
         "both series cached by their label bytes"
     );
 }
+
+#[test]
+fn cached_series_carry_store_hints_and_a_colliding_entry_is_a_miss() {
+    use super::pb::WriteBatch;
+    use super::receiver::ingest;
+    use super::resolve::SeriesCache;
+
+    let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+    let st = ReceiverState::new(store.clone(), None, WireLimits::default());
+    let (b1, b2) = (body("h1", &[(1000, 1.0)]), body("h1", &[(2000, 2.0)]));
+    ingest(&st, &b1).expect("first");
+    // The cache now holds the series with the store's hint for it.
+    let mut raw = Vec::new();
+    let n = wire::decompress_into(&b2, &WireLimits::default(), &mut raw).expect("snappy");
+    let mut batch = WriteBatch::default();
+    batch.decode(&raw[..n]).expect("decode");
+    let mut got = Vec::new();
+    st.series
+        .resolve_hinted(&raw[..n], &batch, &mut got)
+        .expect("resolve");
+    let key = got[0].key.expect("canonical labels have a key");
+    assert_ne!(got[0].hint, Default::default());
+    assert_eq!(st.series.hint_of(key), Some(got[0].hint));
+    ingest(&st, &b2).expect("second");
+    assert_eq!(stored(&store, "h1"), vec![(1000, 1.0), (2000, 2.0)]);
+
+    // Another series planted under h1's key (a hash collision): the
+    // bytes do not encode it, so it is a miss, parsed, never returned.
+    let cache = SeriesCache::new(16);
+    let other = Labels::from_pairs([("__name__", "rw_metric"), ("node", "zz"), ("job", "t")]);
+    cache.plant(key, other.clone());
+    let mut out = Vec::new();
+    cache.resolve(&raw[..n], &batch, &mut out).expect("resolve");
+    assert_eq!(out[0].get("node"), Some("h1"));
+    // A hint kept for a label set no longer under that key is dropped.
+    cache.plant(key, other.clone());
+    cache.remember([(key, &out[0], got[0].hint)]);
+    assert_eq!(cache.hint_of(key), Some(Default::default()));
+}

@@ -9,6 +9,8 @@
 //! name) and the result cached. Only canonical encodings hit: labels sorted
 //! by name with non-empty values, each `Label` holding name then value, as
 //! Prometheus sends them; anything else takes the parsing path every time.
+//! Beside each label set the cache keeps the store's [`SeriesHint`] for
+//! it, so the store skips its own lookup of a series the cache confirmed.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
@@ -17,14 +19,34 @@ use std::sync::{Mutex, PoisonError};
 use canopy_proto::model::Labels;
 use rustc_hash::FxHasher;
 
+use crate::store::SeriesHint;
+
 use super::RemoteWriteError;
 use super::pb::{PbError, SeriesView, WriteBatch};
 
 /// Known series by the hash of their label bytes (bounded).
 #[derive(Debug)]
 pub struct SeriesCache {
-    map: Mutex<HashMap<u64, Labels, BuildHasherDefault<FxHasher>>>,
+    map: Mutex<HashMap<u64, Cached, BuildHasherDefault<FxHasher>>>,
     max_entries: usize,
+}
+
+/// A cached series: its label set and where the store last found it.
+#[derive(Debug)]
+struct Cached {
+    labels: Labels,
+    hint: SeriesHint,
+}
+
+/// One series of a request, as [`SeriesCache::resolve_hinted`] found it.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// Its label set.
+    pub labels: Labels,
+    /// Its cache key, when its label bytes are cached (or now cacheable).
+    pub key: Option<u64>,
+    /// The store's hint for it (the default when not known yet).
+    pub hint: SeriesHint,
 }
 
 impl Default for SeriesCache {
@@ -65,6 +87,20 @@ impl SeriesCache {
         batch: &WriteBatch,
         out: &mut Vec<Labels>,
     ) -> Result<(), RemoteWriteError> {
+        let mut all = Vec::new();
+        let res = self.resolve_hinted(buf, batch, &mut all);
+        out.clear();
+        out.extend(all.into_iter().map(|r| r.labels));
+        res
+    }
+
+    /// [`SeriesCache::resolve`] with each series' cache key and store hint.
+    pub fn resolve_hinted(
+        &self,
+        buf: &[u8],
+        batch: &WriteBatch,
+        out: &mut Vec<Resolved>,
+    ) -> Result<(), RemoteWriteError> {
         out.clear();
         out.reserve(batch.series_views().len());
         let hasher = BuildHasherDefault::<FxHasher>::default();
@@ -75,10 +111,14 @@ impl SeriesCache {
                 (bytes, hasher.hash_one(bytes))
             });
             if let Some((bytes, h)) = key
-                && let Some(l) = map.get(&h)
-                && encodes(bytes, l)
+                && let Some(c) = map.get(&h)
+                && encodes(bytes, &c.labels)
             {
-                out.push(l.clone());
+                out.push(Resolved {
+                    labels: c.labels.clone(),
+                    key: Some(h),
+                    hint: c.hint,
+                });
                 continue;
             }
             let labels = parse(buf, batch, s)?;
@@ -86,11 +126,55 @@ impl SeriesCache {
                 if map.len() >= self.max_entries {
                     map.clear();
                 }
-                map.insert(h, labels.clone());
+                map.insert(
+                    h,
+                    Cached {
+                        labels: labels.clone(),
+                        hint: SeriesHint::default(),
+                    },
+                );
             }
-            out.push(labels);
+            out.push(Resolved {
+                labels,
+                key: key.map(|(_, h)| h),
+                hint: SeriesHint::default(),
+            });
         }
         Ok(())
+    }
+
+    /// Keeps store hints refreshed by an apply: `(key, label set, hint)`,
+    /// kept only where the entry under `key` still holds that very label
+    /// set (not replaced meanwhile), so a hint stays with its label set.
+    pub fn remember<'a>(&self, hints: impl IntoIterator<Item = (u64, &'a Labels, SeriesHint)>) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, labels, hint) in hints {
+            if let Some(c) = map.get_mut(&key)
+                && c.labels.shares_buffer(labels)
+            {
+                c.hint = hint;
+            }
+        }
+    }
+
+    /// Puts `labels` under `key` with no hint (to stage collisions).
+    #[cfg(test)]
+    pub(crate) fn plant(&self, key: u64, labels: Labels) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.insert(
+            key,
+            Cached {
+                labels,
+                hint: SeriesHint::default(),
+            },
+        );
+    }
+
+    /// The hint cached for the series whose label bytes hash to `key`.
+    #[cfg(test)]
+    pub(crate) fn hint_of(&self, key: u64) -> Option<SeriesHint> {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&key).map(|c| c.hint)
     }
 }
 
@@ -131,6 +215,26 @@ pub fn parse(buf: &[u8], batch: &WriteBatch, s: &SeriesView) -> Result<Labels, R
 fn encodes(bytes: &[u8], labels: &Labels) -> bool {
     let mut pos = 0usize;
     for (n, v) in labels.iter() {
+        let (nb, vb) = (n.as_bytes(), v.as_bytes());
+        // The usual case, a label of under 124 bytes: every length is one
+        // varint byte, so the field's bytes are known and checked in place
+        // (an overlong varint there is only a miss: parsed, not trusted).
+        let inner = 4 + nb.len() + vb.len();
+        if inner < 0x80 {
+            let Some(f) = bytes.get(pos..pos + 2 + inner) else {
+                return false;
+            };
+            let k = 4 + nb.len();
+            let same = f.starts_with(&[0x0a, inner as u8, 0x0a, nb.len() as u8])
+                && f.get(4..k) == Some(nb)
+                && f.get(k..k + 2) == Some(&[0x12, vb.len() as u8][..])
+                && f.get(k + 2..) == Some(vb);
+            if !same {
+                return false;
+            }
+            pos += 2 + inner;
+            continue;
+        }
         let Some(label) = delimited(bytes, &mut pos, 0x0a) else {
             return false;
         };

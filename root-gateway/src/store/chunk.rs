@@ -41,7 +41,7 @@
 
 use canopy_proto::model::Sample;
 
-use super::bits::{self, Reader, bit_len, unzigzag, zigzag};
+use super::bits::{Reader, Writer, bit_len, unzigzag, zigzag};
 
 /// Samples per chunk before a new one is started.
 pub const CHUNK_SAMPLES: usize = 240;
@@ -88,13 +88,13 @@ fn resid_cost(r: u64) -> u32 {
     if r == 0 { 1 } else { 5 + bit_len(r) }
 }
 
-fn put_resid(buf: &mut Vec<u8>, len: &mut u32, r: u64) {
+fn put_resid(w: &mut Writer, r: u64) {
     if r == 0 {
-        bits::put(buf, len, 0, 1);
+        w.put(0, 1);
     } else {
         let n = bit_len(r);
-        bits::put(buf, len, 0b10000 | u64::from(n), 5);
-        bits::put(buf, len, r, n);
+        w.put(0b10000 | u64::from(n), 5);
+        w.put(r, n);
     }
 }
 
@@ -114,14 +114,14 @@ fn delta_cost(z: u64) -> u32 {
     if n <= 15 { 5 + n } else { 7 + n }
 }
 
-fn put_delta(buf: &mut Vec<u8>, len: &mut u32, z: u64) {
+fn put_delta(w: &mut Writer, z: u64) {
     let n = bit_len(z);
     if n <= 15 {
-        bits::put(buf, len, u64::from(n), 5);
+        w.put(u64::from(n), 5);
     } else {
-        bits::put(buf, len, 0b100_0000 | u64::from(n - 1), 7);
+        w.put(0b100_0000 | u64::from(n - 1), 7);
     }
-    bits::put(buf, len, z, n);
+    w.put(z, n);
 }
 
 #[inline(always)]
@@ -258,44 +258,48 @@ impl Chunk {
         self.bytes.capacity() - self.bytes.len()
     }
 
-    fn put(&mut self, v: u64, n: u32) {
-        bits::put(&mut self.bytes, &mut self.bit_len, v, n);
-    }
-
     /// Appends a sample; the caller guarantees `ts >= last_ts`.
     pub fn push(&mut self, ts: i64, v: f64) {
+        // The sample's codes are gathered in a word and written to the
+        // buffer in one or two steps (the buffer is lent to the writer).
+        let mut w = Writer::new(std::mem::take(&mut self.bytes), self.bit_len);
+        self.push_to(&mut w, ts, v);
+        (self.bytes, self.bit_len) = w.finish();
+        if self.is_full() {
+            // Sealed: give back the growth slack.
+            self.bytes.shrink_to_fit();
+        }
+    }
+
+    fn push_to(&mut self, w: &mut Writer, ts: i64, v: f64) {
         let bits = v.to_bits();
         if self.count == 0 {
             self.first_ts = ts;
             self.st = State::first(ts, bits);
-            self.put(bits, 64);
+            w.put(bits, 64);
             self.count = 1;
             return;
         }
         let delta = ts.wrapping_sub(self.st.ts);
         let dod = zigzag(delta.wrapping_sub(self.st.delta));
         match bit_len(dod) {
-            0 => self.put(0, 1),
-            1..=7 => self.put((0b10 << 7) | dod, 9),
-            8..=12 => self.put((0b110 << 12) | dod, 15),
-            13..=20 => self.put((0b1110 << 20) | dod, 24),
+            0 => w.put(0, 1),
+            1..=7 => w.put((0b10 << 7) | dod, 9),
+            8..=12 => w.put((0b110 << 12) | dod, 15),
+            13..=20 => w.put((0b1110 << 20) | dod, 24),
             _ => {
-                self.put(0b1111, 4);
-                self.put(dod, 64);
+                w.put(0b1111, 4);
+                w.put(dod, 64);
             }
         }
         self.st.ts = ts;
         self.st.delta = delta;
         if bits == self.st.bits {
-            self.put(0, 1);
+            w.put(0, 1);
         } else {
-            self.push_value(v);
+            self.push_value(w, v);
         }
         self.count += 1;
-        if self.is_full() {
-            // Sealed: give back the growth slack.
-            self.bytes.shrink_to_fit();
-        }
     }
 
     /// Writes a value that differs from the previous one. The form is
@@ -304,7 +308,7 @@ impl Chunk {
     /// no residual (the common case of counters and rounded gauges), else
     /// the shorter of it and XOR, and only then (when XOR is long) a search
     /// for a new exponent, skipped for a while after searches that failed.
-    fn push_value(&mut self, v: f64) {
+    fn push_value(&mut self, w: &mut Writer, v: f64) {
         let st = self.st;
         let bits = v.to_bits();
         let dec = (st.exp != NONE)
@@ -328,29 +332,29 @@ impl Chunk {
         };
         match best {
             Form::Decimal(z, r) => {
-                self.put(0b10, 2);
-                put_delta(&mut self.bytes, &mut self.bit_len, z);
-                put_resid(&mut self.bytes, &mut self.bit_len, r);
+                w.put(0b10, 2);
+                put_delta(w, z);
+                put_resid(w, r);
                 self.st.mant = self.st.mant.wrapping_add(unzigzag(z));
             }
             Form::Xor { x, lead, sig, new } => {
                 if new {
-                    self.put(0b1101, 4);
-                    self.put(u64::from(lead), 6);
-                    self.put(u64::from(sig - 1), 6);
+                    w.put(0b1101, 4);
+                    w.put(u64::from(lead), 6);
+                    w.put(u64::from(sig - 1), 6);
                     self.st.lead = lead;
                     self.st.sig = sig;
                 } else {
-                    self.put(0b1100, 4);
+                    w.put(0b1100, 4);
                 }
-                self.put(x >> (64 - lead - sig), u32::from(sig));
+                w.put(x >> (64 - lead - sig), u32::from(sig));
                 self.st.exp = NONE;
             }
             Form::NewExp(e, m, z, r) => {
-                self.put(0b111, 3);
-                self.put(u64::from(e), 3);
-                put_delta(&mut self.bytes, &mut self.bit_len, z);
-                put_resid(&mut self.bytes, &mut self.bit_len, r);
+                w.put(0b111, 3);
+                w.put(u64::from(e), 3);
+                put_delta(w, z);
+                put_resid(w, r);
                 self.st.exp = e;
                 self.st.mant = m;
             }

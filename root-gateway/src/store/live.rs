@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan, stale_nan};
 
@@ -101,6 +102,23 @@ impl MemoryBreakdown {
     }
 }
 
+/// Where an append found its series, for the next append of the same label
+/// set to skip the lookup (the remote_write receiver keeps one beside each
+/// label set it caches). It is used only while it still names that series:
+/// same store, and the series' slot not freed since (each free moves the
+/// slot's generation on). Only ever pass it back with the label set it was
+/// filled for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeriesHint {
+    /// The store's instance number (0: no hint).
+    store: u32,
+    id: u32,
+    generation: u32,
+}
+
+/// Instance numbers of stores, for [`SeriesHint`]s (0 is never one).
+static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(1);
+
 /// One period during which a source's heartbeats arrived in time.
 #[derive(Clone, Copy, Debug)]
 struct Alive {
@@ -161,6 +179,12 @@ pub struct LiveStore {
     source_ids: HashMap<String, usize, foldhash::fast::RandomState>,
     now_ms: i64,
     stats: StoreStats,
+    /// This store's number in [`SeriesHint`]s, taken when the first hint is
+    /// given (0 until then, and again after a generation wrapped).
+    instance: u32,
+    /// Generation of each slot of `entries`, moved on when the slot is
+    /// freed (missing: 0). Grows only as slots are freed.
+    generations: Vec<u32>,
 }
 
 impl LiveStore {
@@ -301,10 +325,52 @@ impl LiveStore {
                 gone.push((id as u32, e.labels));
                 self.free.push(id);
                 self.live -= 1;
+                self.next_generation(id);
             }
         }
         if !gone.is_empty() {
             self.index.remove_all(&mut gone, &self.strings);
+        }
+    }
+
+    /// Voids every [`SeriesHint`] naming slot `id` (it was freed).
+    fn next_generation(&mut self, id: usize) {
+        if self.generations.len() <= id {
+            self.generations.resize(id + 1, 0);
+        }
+        if let Some(g) = self.generations.get_mut(id) {
+            *g = g.wrapping_add(1);
+            if *g == 0 {
+                // Wrapped: an old hint could name this slot again, so
+                // every hint given so far is voided with a new instance.
+                self.instance = 0;
+            }
+        }
+    }
+
+    fn generation(&self, id: usize) -> u32 {
+        self.generations.get(id).copied().unwrap_or(0)
+    }
+
+    /// The series `hint` names, if it still holds the series it was filled for.
+    fn hinted(&self, hint: &SeriesHint) -> Option<usize> {
+        let id = hint.id as usize;
+        (hint.store != 0
+            && hint.store == self.instance
+            && self.entries.get(id).is_some_and(Option::is_some)
+            && self.generation(id) == hint.generation)
+            .then_some(id)
+    }
+
+    fn hint_for(&mut self, id: usize) -> SeriesHint {
+        while self.instance == 0 {
+            // 0 is never an instance (skipped if the counter wraps).
+            self.instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
+        }
+        SeriesHint {
+            store: self.instance,
+            id: id as u32,
+            generation: self.generation(id),
         }
     }
 
@@ -428,15 +494,44 @@ impl LiveStore {
         samples: &[Sample],
         f: &mut dyn FnMut(usize, Result<(), StoreError>),
     ) {
-        let id = match self.entry_id(labels, true) {
-            Ok(Some(id)) => id,
-            Ok(None) => return,
-            Err(e) => {
-                for i in 0..samples.len() {
-                    f(i, Err(e.clone()));
-                }
-                return;
+        self.append_samples_hinted(labels, samples, &mut SeriesHint::default(), f);
+    }
+
+    /// [`LiveStore::append_samples`], finding the series through `hint`
+    /// when it still names it (no label-set lookup), else by its labels,
+    /// and then refreshing `hint`. `hint` must be one filled by an earlier
+    /// call with this same label set, or the default.
+    pub fn append_samples_hinted(
+        &mut self,
+        labels: &Labels,
+        samples: &[Sample],
+        hint: &mut SeriesHint,
+        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+    ) {
+        let id = match self.hinted(hint) {
+            Some(id) => {
+                debug_assert!(
+                    self.entries
+                        .get(id)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|e| self.strings.same(&e.labels, labels)),
+                    "a series hint passed with another label set"
+                );
+                id
             }
+            None => match self.entry_id(labels, true) {
+                Ok(Some(id)) => {
+                    *hint = self.hint_for(id);
+                    id
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    for i in 0..samples.len() {
+                        f(i, Err(e.clone()));
+                    }
+                    return;
+                }
+            },
         };
         for (i, smp) in samples.iter().enumerate() {
             f(i, self.push_point(id, None, smp.ts_ms, smp.value));

@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use canopy_proto::model::{Labels, Sample};
-pub use live::{LiveStore, LiveStoreConfig, MemoryBreakdown, SnapshotCut, StoreStats};
+pub use live::{LiveStore, LiveStoreConfig, MemoryBreakdown, SeriesHint, SnapshotCut, StoreStats};
 pub use mem::MemStore;
 pub use op::{Journal, Op, PendingCheckpoint};
 pub use shared::{ApplyOutcome, SharedStore};

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::op::{Journal, Op};
-use super::{LiveStore, Matcher, Querier, Series, StoreError};
+use super::{LiveStore, Matcher, Querier, Series, SeriesHint, StoreError};
 
 /// What one [`SharedStore::apply`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,6 +89,19 @@ impl SharedStore {
     pub fn apply_each(
         &self,
         ops: &[Op],
+        f: impl FnMut(usize, usize, Result<(), StoreError>),
+    ) -> Result<ApplyOutcome, StoreError> {
+        self.apply_each_hinted(ops, &mut [], f)
+    }
+
+    /// [`SharedStore::apply_each`] with a [`SeriesHint`] per op (`hints[i]`
+    /// for `ops[i]`; missing ones are not used): an [`Op::Samples`] finds
+    /// its series through its hint when the hint still names it, and its
+    /// hint is refreshed otherwise (see [`LiveStore::append_samples_hinted`]).
+    pub fn apply_each_hinted(
+        &self,
+        ops: &[Op],
+        hints: &mut [SeriesHint],
         mut f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
         let mut j = self.journal();
@@ -103,12 +116,18 @@ impl SharedStore {
         let mut out = ApplyOutcome::default();
         for (i, op) in ops.iter().enumerate() {
             out.applied += 1;
-            op.apply_each(&mut s, &mut |k, r| {
+            let mut each = |k, r: Result<(), StoreError>| {
                 if r.is_err() {
                     out.rejected += 1;
                 }
                 f(i, k, r);
-            });
+            };
+            match (op, hints.get_mut(i)) {
+                (Op::Samples { labels, samples }, Some(h)) => {
+                    s.append_samples_hinted(labels, samples, h, &mut each);
+                }
+                _ => op.apply_each(&mut s, &mut each),
+            }
         }
         Ok(out)
     }

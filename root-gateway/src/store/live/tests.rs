@@ -389,3 +389,68 @@ fn retention_walk_runs_once_per_step() {
     s.maintain(70_000);
     assert_eq!(s.stats().series, 0);
 }
+
+#[test]
+fn a_series_hint_skips_the_lookup_only_while_it_names_its_series() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..LiveStoreConfig::default()
+    });
+    let a = Labels::metric("hint_a", [("node", "n1")]);
+    let b = Labels::metric("hint_b", [("node", "n2")]);
+    let smp = |ts: i64, v: f64| {
+        [Sample {
+            ts_ms: ts,
+            value: v,
+        }]
+    };
+    let ok = |_: usize, r: Result<(), StoreError>| r.unwrap();
+    let mut ha = SeriesHint::default();
+    s.append_samples_hinted(&a, &smp(1000, 1.0), &mut ha, &mut ok.clone());
+    assert_ne!(ha, SeriesHint::default(), "the first append fills the hint");
+    let filled = ha;
+    s.append_samples_hinted(&a, &smp(2000, 2.0), &mut ha, &mut ok.clone());
+    assert_eq!(ha, filled, "a valid hint is used as it is");
+    assert_eq!(pts(&s, "hint_a", 0, 5000), vec![(1000, 1.0), (2000, 2.0)]);
+    // Retention frees a's slot and b takes it: a's old hint must not be
+    // taken for b's series.
+    s.maintain(100_000);
+    assert_eq!(s.stats().series, 0);
+    let mut hb = SeriesHint::default();
+    s.append_samples_hinted(&b, &smp(100_000, 5.0), &mut hb, &mut ok.clone());
+    assert_eq!(hb.id, filled.id, "b reuses a's slot");
+    let mut stale = filled;
+    s.append_samples_hinted(&a, &smp(100_500, 3.0), &mut stale, &mut ok.clone());
+    assert_ne!(stale, filled, "the stale hint was replaced");
+    assert_eq!(pts(&s, "hint_b", 90_000, 200_000), vec![(100_000, 5.0)]);
+    assert_eq!(pts(&s, "hint_a", 90_000, 200_000), vec![(100_500, 3.0)]);
+    // A hint from another store is not used either.
+    let mut other = LiveStore::new(LiveStoreConfig::default());
+    let mut foreign = hb;
+    other.append_samples_hinted(&a, &smp(7, 7.0), &mut foreign, &mut ok.clone());
+    assert_ne!(foreign.store, hb.store);
+    assert_eq!(pts(&other, "hint_a", 0, 10), vec![(7, 7.0)]);
+    assert!(pts(&other, "hint_b", 0, 10).is_empty());
+}
+
+#[test]
+fn a_wrapped_slot_generation_voids_every_hint() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let a = Labels::metric("wrap_a", [("node", "n1")]);
+    let mut h = SeriesHint::default();
+    s.append_samples_hinted(
+        &a,
+        &[Sample {
+            ts_ms: 1,
+            value: 1.0,
+        }],
+        &mut h,
+        &mut |_, r| r.unwrap(),
+    );
+    let before = h.store;
+    s.generations = vec![u32::MAX];
+    s.next_generation(0);
+    assert_eq!(s.generation(0), 0);
+    assert_eq!(s.hinted(&SeriesHint { generation: 0, ..h }), None);
+    assert_ne!(s.hint_for(0).store, before);
+}
