@@ -180,6 +180,9 @@ struct LoadSeries {
     hi: f64,
     every: i64,
     value: f64,
+    /// Gauges: the period `value` was drawn for (redrawn only when the
+    /// period changes: the same value, without a hash per series per step).
+    period: Option<i64>,
     /// The sender's key, once recorded.
     slot: Option<SeriesKey>,
 }
@@ -204,6 +207,7 @@ impl LoadSeries {
             hi,
             every,
             value,
+            period: None,
             slot: None,
         }
     }
@@ -229,6 +233,10 @@ impl LoadSeries {
                 // Each series has its own phase within its period.
                 let phase = (self.key % self.every as u64) as i64;
                 let period = (to + phase).div_euclid(self.every);
+                if self.period == Some(period) {
+                    return;
+                }
+                self.period = Some(period);
                 let v = range(&[self.key, period as u64, 4], self.lo, self.hi);
                 // Ratios to two decimals (as NVML's percent), the rest in whole units.
                 self.value = if self.hi <= 1.0 {
