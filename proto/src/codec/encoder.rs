@@ -179,15 +179,24 @@ impl LinkEncoder {
             self.force_keyframe = false;
         } else {
             for sec in &cs.sections {
-                let mut updates: Vec<(u32, f64)> = sec.updates.clone();
-                // Stable, then keep the last of duplicates: the value the
-                // table (and a later keyframe) holds.
-                updates.sort_by_key(|u| u.0);
-                updates.reverse();
-                updates.dedup_by_key(|u| u.0);
-                updates.reverse();
+                // A leaf's sender records in handle order, once each: then
+                // the section's list is used as it is (no copy, no sort).
+                let sorted;
+                let updates: &[(u32, f64)] = if sec.updates.windows(2).all(|p| p[0].0 < p[1].0) {
+                    &sec.updates
+                } else {
+                    let mut u = sec.updates.clone();
+                    // Stable, then keep the last of duplicates: the value the
+                    // table (and a later keyframe) holds.
+                    u.sort_by_key(|u| u.0);
+                    u.reverse();
+                    u.dedup_by_key(|u| u.0);
+                    u.reverse();
+                    sorted = u;
+                    &sorted
+                };
                 let mut ps =
-                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, updates)?;
                 for &h in &sec.retired {
                     if self.leave(h) {
                         ps.retired.push(h);

@@ -83,12 +83,9 @@ impl Encoding {
             Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
             Encoding::LogGauge { ppb } => LogGrid::new(ppb).index(v),
             Encoding::GaugeInt | Encoding::CounterInt => {
-                (v.fract() == 0.0 && v.abs() <= MAX_EXACT).then_some(v as i64)
+                (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
             }
-            Encoding::CounterFloat { scale } => {
-                let k = (v * f64::from(scale)).round();
-                (k.abs() <= MAX_EXACT).then_some(k as i64)
-            }
+            Encoding::CounterFloat { scale } => round_exact(v * f64::from(scale)),
         }
     }
 
@@ -197,6 +194,43 @@ impl LogGrid {
         }
         None
     }
+}
+
+/// Below this magnitude an f64 may have a fraction; from it on every
+/// finite f64 is an integer.
+const TWO_52: f64 = 4_503_599_627_370_496.0;
+
+/// `v.fract() == 0.0`, without the libm `trunc` call that `fract` is on
+/// baseline x86-64 (a leaf asks this of every counter value, three times a
+/// tick: issue 3). Casts are exact below 2^52.
+#[inline]
+fn is_integral(v: f64) -> bool {
+    if v.abs() < TWO_52 {
+        (v as i64) as f64 == v
+    } else {
+        v.is_finite()
+    }
+}
+
+/// `x.round()` (half away from zero) as an integer when it is at most
+/// 2^53 in magnitude (`None` otherwise, NaN included), without libm's
+/// `round`: below 2^52 the truncation and the fraction `x - trunc(x)` are
+/// exact, so comparing the fraction with 1/2 rounds exactly as `round`.
+#[inline]
+fn round_exact(x: f64) -> Option<i64> {
+    if x.abs() < TWO_52 {
+        let t = x as i64;
+        let f = x - t as f64;
+        return Some(if f >= 0.5 {
+            t + 1
+        } else if f <= -0.5 {
+            t - 1
+        } else {
+            t
+        });
+    }
+    let k = x.round();
+    (k.abs() <= MAX_EXACT).then_some(k as i64)
 }
 
 /// Rounds `|v|` to `bits` mantissa bits and returns the signed grid index.
@@ -317,7 +351,7 @@ impl Quantiser {
         let mut redefined = false;
         if self.encoding == Encoding::GaugeInt
             && v.is_finite()
-            && (v.fract() != 0.0 || v.abs() > 0.5 / self.epsilon)
+            && (!is_integral(v) || v.abs() > 0.5 / self.epsilon)
         {
             // Not a small integer: the grid from now on (the logarithmic one
             // is as fine as the integers at 1/(2 eps) and finer below).
@@ -445,7 +479,69 @@ mod tests {
         }
     }
 
+    /// Values where a hand-made trunc or round usually goes wrong.
+    fn awkward() -> Vec<f64> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            0.499_999_999_999_999_94,
+            -0.499_999_999_999_999_94,
+            TWO_52 - 0.5,
+            -(TWO_52 - 0.5),
+            TWO_52,
+            TWO_52 + 1.0,
+            MAX_EXACT,
+            MAX_EXACT + 2.0,
+            -MAX_EXACT - 2.0,
+            9.3e18,
+            1e300,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for &x in &[0.5, 1.0, 2.5, 1e6 + 0.5, 4e15 + 0.5] {
+            v.push(f64::from_bits(f64::to_bits(x) + 1));
+            v.push(f64::from_bits(f64::to_bits(x) - 1));
+        }
+        v
+    }
+
+    /// What `to_wire` computed with libm before `is_integral`/`round_exact`.
+    fn libm_round(x: f64) -> Option<i64> {
+        let k = x.round();
+        (k.abs() <= MAX_EXACT).then_some(k as i64)
+    }
+
+    #[test]
+    fn fast_integral_and_round_match_libm_on_edges() {
+        for x in awkward() {
+            assert_eq!(is_integral(x), x.fract() == 0.0, "{x:e}");
+            assert_eq!(round_exact(x), libm_round(x), "{x:e}");
+        }
+    }
+
     proptest! {
+        /// `is_integral` and `round_exact` are `fract() == 0` and `round()`
+        /// exactly (the wire values must not move by a single unit).
+        #[test]
+        fn fast_integral_and_round_match_libm(
+            x in prop_oneof![any::<f64>(), -1e6f64..1e6, -1e17f64..1e17],
+            scale in prop_oneof![Just(1u32), Just(100), Just(1000), 1u32..1_000_000],
+        ) {
+            prop_assert_eq!(is_integral(x), x.fract() == 0.0);
+            prop_assert_eq!(round_exact(x), libm_round(x));
+            let y = x * f64::from(scale);
+            prop_assert_eq!(round_exact(y), libm_round(y));
+            let h = (x * 2.0).round() / 2.0; // halves
+            prop_assert_eq!(round_exact(h), libm_round(h));
+        }
+
         /// The logarithmic grid keeps every value within its relative
         /// bound, re-encodes its own values exactly (relays do not drift),
         /// is monotone, and keeps the sign.
