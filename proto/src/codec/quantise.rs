@@ -81,7 +81,7 @@ impl Encoding {
         }
         match self {
             Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
-            Encoding::LogGauge { ppb } => LogGrid::new(ppb).index(v),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).index(v).map(|(w, _)| w),
             Encoding::GaugeInt | Encoding::CounterInt => {
                 (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
             }
@@ -101,7 +101,7 @@ impl Encoding {
                 let mag = f64::from_bits(w.unsigned_abs().wrapping_shl(shift));
                 if w < 0 { -mag } else { mag }
             }
-            Encoding::LogGauge { ppb } => LogGrid::new(ppb).value(w),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).value(w),
             Encoding::GaugeInt | Encoding::CounterInt => w as f64,
             Encoding::CounterFloat { scale } => w as f64 / f64::from(scale.max(1)),
         }
@@ -156,6 +156,22 @@ struct LogGrid {
 }
 
 impl LogGrid {
+    /// `new(ppb)`, remembered per thread for the last `ppb` asked: a
+    /// sender's gauges share one bound, and `new` costs a logarithm.
+    fn of(ppb: u32) -> Self {
+        thread_local! {
+            static LAST: std::cell::Cell<Option<(u32, LogGrid)>> = const { std::cell::Cell::new(None) };
+        }
+        LAST.with(|c| match c.get() {
+            Some((p, g)) if p == ppb => g,
+            _ => {
+                let g = Self::new(ppb);
+                c.set(Some((ppb, g)));
+                g
+            }
+        })
+    }
+
     fn new(ppb: u32) -> Self {
         let eps = f64::from(ppb.clamp(1, MAX_LOG_PPB)) * 1e-9;
         let step = 2.0 * eps.ln_1p() - 4e-12;
@@ -174,9 +190,11 @@ impl LogGrid {
         if w < 0 { -mag } else { mag }
     }
 
-    fn index(&self, v: f64) -> Option<i64> {
+    /// The wire value of `v` and the value it stands for (`value` of it,
+    /// found on the way).
+    fn index(&self, v: f64) -> Option<(i64, f64)> {
         if v == 0.0 {
-            return Some(0);
+            return Some((0, 0.0));
         }
         let a = v.abs();
         if a < f64::MIN_POSITIVE {
@@ -189,7 +207,8 @@ impl LogGrid {
             let m = self.k0 + c;
             let r = self.value(m);
             if r.is_finite() && (r - a).abs() <= self.eps * a {
-                return Some(if v < 0.0 { -m } else { m });
+                // `value` of a negative index is the negated magnitude.
+                return Some(if v < 0.0 { (-m, -r) } else { (m, r) });
             }
         }
         None
@@ -399,6 +418,13 @@ impl Quantiser {
 
     /// The on-grid value for `v`, or `v` itself when it must go as raw bits.
     pub fn quantise(&self, v: f64) -> f64 {
+        if let Encoding::LogGauge { ppb } = self.encoding {
+            // The grid search already computed the cell's value.
+            return match v.is_finite().then(|| LogGrid::of(ppb).index(v)).flatten() {
+                Some((_, q)) => q,
+                None => v,
+            };
+        }
         match self.encoding.to_wire(v) {
             Some(w) => self.encoding.from_wire(w),
             None => v,
@@ -540,6 +566,30 @@ mod tests {
             prop_assert_eq!(round_exact(y), libm_round(y));
             let h = (x * 2.0).round() / 2.0; // halves
             prop_assert_eq!(round_exact(h), libm_round(h));
+        }
+
+        /// A log gauge's `quantise` (the value found by the grid search)
+        /// is `from_wire(to_wire(v))` bit for bit, for any bound.
+        #[test]
+        fn log_quantise_is_the_wire_round_trip(
+            v in prop_oneof![any::<f64>(), -1e12f64..1e12, 0.0f64..1.0],
+            eps in prop_oneof![Just(1e-3), Just(1e-2), 1e-9f64..0.4],
+        ) {
+            let bounds = Bounds { gauge_epsilon: eps, ..Bounds::default() };
+            let e = Encoding::gauge(eps);
+            let q = Quantiser { encoding: e, ..Quantiser::new(MetricKind::Gauge, bounds) };
+            let want = |e: Encoding| match e.to_wire(v) {
+                Some(w) => e.from_wire(w),
+                None => v,
+            };
+            prop_assert_eq!(q.quantise(v).to_bits(), want(e).to_bits());
+            // Another bound in between (the per-thread grid moves to it and
+            // back), and the grid made afresh: the same numbers.
+            let other = Encoding::gauge(eps * 0.5);
+            if let (Encoding::LogGauge { ppb }, Some(w)) = (other, other.to_wire(v)) {
+                prop_assert_eq!(other.from_wire(w).to_bits(), LogGrid::new(ppb).value(w).to_bits());
+            }
+            prop_assert_eq!(q.quantise(v).to_bits(), want(e).to_bits());
         }
 
         /// The logarithmic grid keeps every value within its relative
