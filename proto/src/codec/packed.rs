@@ -268,7 +268,8 @@ impl WireState {
         }
         if counter {
             let d = w.wrapping_sub(self.last).unsigned_abs();
-            if d != 0 {
+            // gcd(1, d) is 1: most counters settle there, skip the divisions.
+            if d != 0 && self.step != 1 {
                 self.step = gcd(self.step, d);
             }
         }

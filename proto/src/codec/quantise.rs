@@ -377,17 +377,24 @@ impl Quantiser {
             self.encoding = Encoding::gauge(self.epsilon);
             redefined = self.held.is_some();
         }
-        if self.encoding == Encoding::CounterInt
-            && v.is_finite()
-            && Encoding::CounterInt.to_wire(v).is_none()
-        {
-            // First non-integral (or huge) value: this counter is a float one
-            // from now on. Monotone across the switch: the held integer n has
-            // n*scale exact, so round(v*scale) >= n*scale for v >= n.
-            self.encoding = Encoding::CounterFloat { scale: self.scale };
-            redefined = self.held.is_some();
+        // An integer counter's wire value, found once (quantising it again
+        // would give the same).
+        let mut int_wire = None;
+        if self.encoding == Encoding::CounterInt && v.is_finite() {
+            int_wire = Encoding::CounterInt.to_wire(v);
+            if int_wire.is_none() {
+                // First non-integral (or huge) value: this counter is a float
+                // one from now on. Monotone across the switch: the held
+                // integer n has n*scale exact, so round(v*scale) >= n*scale
+                // for v >= n.
+                self.encoding = Encoding::CounterFloat { scale: self.scale };
+                redefined = self.held.is_some();
+            }
         }
-        let q = self.quantise(v);
+        let q = match int_wire {
+            Some(w) => Encoding::CounterInt.from_wire(w),
+            None => self.quantise(v),
+        };
         let changed = match self.held {
             None => true,
             Some(h) if h.to_bits() == q.to_bits() => false,
