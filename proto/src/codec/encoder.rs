@@ -392,13 +392,11 @@ impl LinkEncoder {
             }
         } else {
             self.forms.0 += 1;
-            let members: Vec<u32> = self
-                .members
-                .get(&source)
-                .map(|m| m.iter().copied().collect())
-                .unwrap_or_default();
+            // Walked in place: no copy of the member list per section.
+            let none = BTreeSet::new();
+            let members = self.members.get(&source).unwrap_or(&none);
             let mut j = 0;
-            for h in members {
+            for &h in members {
                 let w = match coded.get(j) {
                     Some(&(c, w)) if c == h => {
                         j += 1;
