@@ -295,7 +295,7 @@ impl SimJobs {
                 }
                 let key = hash(&[jk, i as u64]);
                 series.push(LoadSeries::new(
-                    Labels::metric(name, pairs),
+                    Labels::metric_strs(name, pairs),
                     key,
                     *shape,
                     scale,
