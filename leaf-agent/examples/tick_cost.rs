@@ -7,7 +7,10 @@
 //! valgrind --tool=callgrind target/release/examples/tick_cost 121 50   # [zstd level] [window log]
 //! ```
 //! Instructions per tick: (count at N ticks - count at 1 tick) / (N - 1).
-//! Prints the bytes encoded per tick and per keyframe on stderr.
+//! Prints the bytes encoded per tick and per keyframe on stderr. With
+//! `TICK_COST_OUT=FILE` it also writes every record to FILE (to check that
+//! an encoder change leaves the bytes as they were: `cmp` two runs, with
+//! `TICK_COST_SIM_ONLY=1` so the host's collectors do not run).
 #![allow(clippy::print_stderr)]
 
 use std::path::Path;
@@ -23,11 +26,18 @@ fn main() {
     let jobs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(50);
     let level: Option<i32> = args.next().and_then(|a| a.parse().ok());
     let window_log: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(18);
-    let mut collectors: Vec<Box<dyn Collector + Send>> = host_collectors(
-        "bench-leaf",
-        Path::new("/proc"),
-        Path::new("/sys/fs/cgroup"),
-    );
+    // `TICK_COST_SIM_ONLY`: the simulated jobs alone, a stream that is the
+    // same on every run (the host's is not).
+    let mut collectors: Vec<Box<dyn Collector + Send>> =
+        if std::env::var_os("TICK_COST_SIM_ONLY").is_some() {
+            Vec::new()
+        } else {
+            host_collectors(
+                "bench-leaf",
+                Path::new("/proc"),
+                Path::new("/sys/fs/cgroup"),
+            )
+        };
     if jobs > 0 {
         collectors.push(Box::new(SimJobs::new("bench-leaf", 0x5eed, jobs)));
     }
@@ -49,6 +59,7 @@ fn main() {
         return;
     };
     let decode = std::env::var_os("TICK_COST_DECODE").is_some();
+    let mut dump = std::env::var_os("TICK_COST_OUT").map(|_| Vec::new());
     let mut obs: Vec<Observation> = Vec::new();
     let mut out = Vec::new();
     let (mut bytes, mut key_bytes, mut keys) = (0usize, 0usize, 0usize);
@@ -71,6 +82,9 @@ fn main() {
             eprintln!("encode: {e}");
             return;
         }
+        if let Some(d) = dump.as_mut() {
+            d.extend_from_slice(&out);
+        }
         if i == 0 {
             eprintln!("first frame {} B", out.len());
         } else if i % 60 == 0 {
@@ -91,6 +105,11 @@ fn main() {
             }
         }
         sender.end_tick();
+    }
+    if let (Some(d), Some(path)) = (dump, std::env::var_os("TICK_COST_OUT"))
+        && let Err(e) = std::fs::write(&path, d)
+    {
+        eprintln!("writing {}: {e}", path.to_string_lossy());
     }
     let deltas = ticks - keys;
     eprintln!(

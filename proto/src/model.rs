@@ -153,6 +153,34 @@ impl Labels {
         Labels(Arc::from(buf))
     }
 
+    /// [`Labels::from_pairs`] for borrowed pairs, without a `String` per
+    /// name and value: one small scratch vector, then the packed buffer. A
+    /// leaf builds label sets on every tick (issue 3: most of a host-only
+    /// leaf's instructions went to the owned path).
+    pub fn from_strs<'a, I>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut v: Vec<(&str, &str)> = Vec::with_capacity(8);
+        for (k, val) in pairs {
+            match v.binary_search_by(|(n, _)| (*n).cmp(k)) {
+                Ok(i) => v[i].1 = val,
+                Err(i) => v.insert(i, (k, val)),
+            }
+        }
+        v.retain(|(_, val)| !val.is_empty());
+        Self::pack(v.iter().copied())
+    }
+
+    /// [`Labels::metric`] for borrowed pairs (see [`Labels::from_strs`]):
+    /// the same label set, built without allocating each name and value.
+    pub fn metric_strs<'a, I>(name: &'a str, pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        Self::from_strs(std::iter::once((METRIC_NAME, name)).chain(pairs))
+    }
+
     /// A label set for metric `name` with the given other labels.
     pub fn metric<I, K, V>(name: &str, pairs: I) -> Self
     where
@@ -408,6 +436,31 @@ mod tests {
         assert_eq!(l.get("b"), Some("3"));
         assert_eq!(l.get("c"), None);
         assert_eq!(l.to_string(), "m{a=\"x\\\"y\",b=\"3\"}");
+    }
+
+    #[test]
+    fn borrowed_builders_match_the_owned_ones() {
+        let cases: [&[(&str, &str)]; 6] = [
+            &[],
+            &[("node", "n1"), ("device", "eth0")],
+            &[("b", "2"), ("a", "x"), ("b", "3"), ("c", "")],
+            &[("__name__", "other"), ("z", "1")],
+            &[("a", ""), ("a", "later")],
+            &[("a", "first"), ("a", "")],
+        ];
+        for pairs in cases {
+            let owned = Labels::metric("m", pairs.iter().copied());
+            let borrowed = Labels::metric_strs("m", pairs.iter().copied());
+            assert_eq!(owned, borrowed, "{pairs:?}");
+            assert_eq!(owned.to_string(), borrowed.to_string());
+            assert_eq!(
+                Labels::from_pairs(pairs.iter().copied()),
+                Labels::from_strs(pairs.iter().copied()),
+                "{pairs:?}"
+            );
+        }
+        let l = Labels::metric_strs("m", [("b", "2"), ("a", "1"), ("b", "")]);
+        assert_eq!(l.to_string(), "m{a=\"1\"}");
     }
 
     #[test]

@@ -122,11 +122,11 @@ impl JobEnergy {
             .iter()
             .zip(totals)
             .map(|((labels, _, _), (_, joules))| Observation {
-                labels: Labels::from_pairs(labels.iter().map(|(k, v)| {
+                labels: Labels::from_strs(labels.iter().map(|(k, v)| {
                     if k == canopy_proto::model::METRIC_NAME {
-                        (k.to_string(), "canopy_job_energy_joules_total".to_string())
+                        (k, "canopy_job_energy_joules_total")
                     } else {
-                        (k.to_string(), v.to_string())
+                        (k, v)
                     }
                 })),
                 kind: MetricKind::Counter,

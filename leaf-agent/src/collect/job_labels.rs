@@ -50,13 +50,11 @@ pub fn enrich_job_labels(obs: &mut [Observation]) {
         let Some(extra) = known.get(&key) else {
             continue;
         };
-        let pairs: Vec<(String, String)> = o
+        let pairs = o
             .labels
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .chain(extra.iter().cloned())
-            .collect();
-        o.labels = Labels::from_pairs(pairs);
+            .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        o.labels = Labels::from_strs(pairs);
     }
 }
 

@@ -105,7 +105,7 @@ impl Observation {
     ) -> Self {
         let pairs = std::iter::once(("node", node)).chain(labels.iter().copied());
         Observation {
-            labels: Labels::metric(name, pairs),
+            labels: Labels::metric_strs(name, pairs),
             kind,
             value,
         }

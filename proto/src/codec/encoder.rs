@@ -44,10 +44,12 @@ pub struct LinkEncoder {
     /// the walk of a packed section. Mirrors the decoder's lists exactly
     /// (joined by definitions, left by retirements, reset by keyframes).
     members: HashMap<u32, BTreeSet<u32>, IdHashState>,
-    /// Source of each member id.
-    member_of: HashMap<u32, u32, IdHashState>,
-    /// Hash of the labels each member id was last defined with.
-    labels_sent: HashMap<u32, u64, IdHashState>,
+    /// Source of each member id, indexed by id (ids are this sender's
+    /// table handles: dense and bounded by its capacity). A vector, not a
+    /// map: a looked-up id per changed value, and a third of the memory.
+    member_of: Vec<Option<u32>>,
+    /// Hash of the labels each member id was last defined with, by id.
+    labels_sent: Vec<Option<u64>>,
     /// Per source, the packed-section state both ends keep alike.
     coding: HashMap<u32, SourceCoding, IdHashState>,
     /// Packed sections coded so far, (dense, sparse).
@@ -80,8 +82,8 @@ impl LinkEncoder {
             scratch: Vec::new(),
             frame: pb::Frame::default(),
             members: HashMap::default(),
-            member_of: HashMap::default(),
-            labels_sent: HashMap::default(),
+            member_of: Vec::new(),
+            labels_sent: Vec::new(),
             coding: HashMap::default(),
             forms: (0, 0),
         })
@@ -144,8 +146,8 @@ impl LinkEncoder {
             for &h in &cs.defs {
                 if let Some(e) = table.get(h) {
                     let mut d = series_def(table, h);
-                    if self.member_of.get(&h) == Some(&e.source)
-                        && self.labels_sent.get(&h) == Some(&labels_hash(&e.labels))
+                    if by_id(&self.member_of, h) == Some(e.source)
+                        && by_id(&self.labels_sent, h) == Some(labels_hash(&e.labels))
                     {
                         // The receiver holds this series: a new encoding
                         // only (a counter turned float, a gauge left the
@@ -160,7 +162,7 @@ impl LinkEncoder {
             if !d.labels.is_empty()
                 && let Some(e) = table.get(d.id)
             {
-                self.labels_sent.insert(d.id, labels_hash(&e.labels));
+                *slot(&mut self.labels_sent, d.id) = Some(labels_hash(&e.labels));
             }
         }
         for d in &f.series {
@@ -179,15 +181,24 @@ impl LinkEncoder {
             self.force_keyframe = false;
         } else {
             for sec in &cs.sections {
-                let mut updates: Vec<(u32, f64)> = sec.updates.clone();
-                // Stable, then keep the last of duplicates: the value the
-                // table (and a later keyframe) holds.
-                updates.sort_by_key(|u| u.0);
-                updates.reverse();
-                updates.dedup_by_key(|u| u.0);
-                updates.reverse();
+                // A leaf's sender records in handle order, once each: then
+                // the section's list is used as it is (no copy, no sort).
+                let sorted;
+                let updates: &[(u32, f64)] = if sec.updates.windows(2).all(|p| p[0].0 < p[1].0) {
+                    &sec.updates
+                } else {
+                    let mut u = sec.updates.clone();
+                    // Stable, then keep the last of duplicates: the value the
+                    // table (and a later keyframe) holds.
+                    u.sort_by_key(|u| u.0);
+                    u.reverse();
+                    u.dedup_by_key(|u| u.0);
+                    u.reverse();
+                    sorted = u;
+                    &sorted
+                };
                 let mut ps =
-                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, &updates)?;
+                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, updates)?;
                 for &h in &sec.retired {
                     if self.leave(h) {
                         ps.retired.push(h);
@@ -305,7 +316,7 @@ impl LinkEncoder {
 
     /// Series `id` of `source` is now held by the receiver.
     fn join(&mut self, id: u32, source: u32) {
-        if let Some(old) = self.member_of.insert(id, source)
+        if let Some(old) = slot(&mut self.member_of, id).replace(source)
             && let Some(m) = self.members.get_mut(&old)
         {
             m.remove(&id);
@@ -315,8 +326,10 @@ impl LinkEncoder {
 
     /// The receiver forgets series `id`; false when it never held it.
     fn leave(&mut self, id: u32) -> bool {
-        self.labels_sent.remove(&id);
-        let Some(source) = self.member_of.remove(&id) else {
+        if let Some(l) = self.labels_sent.get_mut(id as usize) {
+            *l = None;
+        }
+        let Some(source) = self.member_of.get_mut(id as usize).and_then(Option::take) else {
             return false;
         };
         if let Some(m) = self.members.get_mut(&source) {
@@ -343,7 +356,7 @@ impl LinkEncoder {
         let mut rest: Vec<(u32, f64)> = Vec::new();
         let mut coded: Vec<(u32, i64)> = Vec::with_capacity(updates.len());
         for &(h, v) in updates {
-            if self.member_of.get(&h) != Some(&source) {
+            if by_id(&self.member_of, h) != Some(source) {
                 rest.push((h, v));
                 continue;
             }
@@ -383,13 +396,11 @@ impl LinkEncoder {
             }
         } else {
             self.forms.0 += 1;
-            let members: Vec<u32> = self
-                .members
-                .get(&source)
-                .map(|m| m.iter().copied().collect())
-                .unwrap_or_default();
+            // Walked in place: no copy of the member list per section.
+            let none = BTreeSet::new();
+            let members = self.members.get(&source).unwrap_or(&none);
             let mut j = 0;
-            for h in members {
+            for &h in members {
                 let w = match coded.get(j) {
                     Some(&(c, w)) if c == h => {
                         j += 1;
@@ -480,6 +491,20 @@ impl LinkEncoder {
         }
         Ok(s)
     }
+}
+
+/// The entry of `id` in a by-id table, if any.
+fn by_id<T: Copy>(v: &[Option<T>], id: u32) -> Option<T> {
+    v.get(id as usize).copied().flatten()
+}
+
+/// The entry of `id` in a by-id table, the table grown to hold it.
+fn slot<T>(v: &mut Vec<Option<T>>, id: u32) -> &mut Option<T> {
+    let i = id as usize;
+    if v.len() <= i {
+        v.resize_with(i + 1, || None);
+    }
+    &mut v[i]
 }
 
 /// A fingerprint of a label set (64-bit SipHash with fixed keys).

@@ -203,20 +203,42 @@ impl WireState {
     /// whose increment lies on its step grid, in units of the step (the
     /// prediction rounded to the grid); else plain. `None`: off the grid.
     fn stepped(&self, w: i64, p: i64, counter: bool) -> Option<i64> {
+        self.grid_units(w, counter).map(|q| self.stepped_at(q, p))
+    }
+
+    /// The increment to `w` in units of the step, when the series is a
+    /// counter with a step and `w` lies on its grid (see `stepped`); the
+    /// same for every predictor, so `learn` asks once.
+    fn grid_units(&self, w: i64, counter: bool) -> Option<i128> {
         if !counter || self.step < 2 {
             return None;
         }
+        // i64 arithmetic when nothing overflows (the i128 path gives the
+        // same numbers; this one avoids 128-bit division calls).
+        if let (Ok(step), Some(d)) = (i64::try_from(self.step), w.checked_sub(self.last)) {
+            return (d.rem_euclid(step) == 0).then(|| i128::from(d / step));
+        }
         let step = i128::from(self.step);
         let d = i128::from(w) - i128::from(self.last);
-        if d.rem_euclid(step) != 0 {
-            return None;
-        }
-        let off = i128::from(p) - i128::from(self.last);
+        (d.rem_euclid(step) == 0).then(|| d / step)
+    }
+
+    /// `stepped` for an on-grid value of `q` step units against prediction `p`.
+    fn stepped_at(&self, q: i128, p: i64) -> i64 {
         // Nearest grid point to the prediction, ties towards -inf.
-        let pu = (off + step / 2).div_euclid(step);
-        // |d / step| and |pu| are below 2^64 / 2: the difference fits an i128
+        let pu = match (i64::try_from(self.step), p.checked_sub(self.last)) {
+            (Ok(step), Some(off)) if off.checked_add(step / 2).is_some() => {
+                i128::from((off + step / 2).div_euclid(step))
+            }
+            _ => {
+                let step = i128::from(self.step);
+                let off = i128::from(p) - i128::from(self.last);
+                (off + step / 2).div_euclid(step)
+            }
+        };
+        // |q| and |pu| are below 2^64 / 2: the difference fits an i128
         // and is truncated to i64 identically on both ends.
-        Some((d / step - pu) as i64)
+        (q - pu) as i64
     }
 
     /// The value a stepped residual `u` stands for (inverse of `stepped`).
@@ -232,10 +254,12 @@ impl WireState {
     /// Takes `w` as the new value (known series), updating every predictor.
     fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
         let preds = self.predictions(counter, peer);
+        let grid = self.grid_units(w, counter);
         let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
-            let r = self
-                .stepped(w, preds[i], counter)
-                .unwrap_or_else(|| w.wrapping_sub(preds[i]));
+            let r = match grid {
+                Some(q) => self.stepped_at(q, preds[i]),
+                None => w.wrapping_sub(preds[i]),
+            };
             bit_len(zigzag(r)) as i32 * COST_ONE
         });
         for (c, n) in self.cost.iter_mut().zip(costs) {
@@ -244,7 +268,8 @@ impl WireState {
         }
         if counter {
             let d = w.wrapping_sub(self.last).unsigned_abs();
-            if d != 0 {
+            // gcd(1, d) is 1: most counters settle there, skip the divisions.
+            if d != 0 && self.step != 1 {
                 self.step = gcd(self.step, d);
             }
         }
@@ -748,6 +773,33 @@ mod tests {
                 prop_assert_eq!(&rx[s], want);
             }
             prop_assert!(d.finish().is_ok());
+        }
+
+        /// The step-grid residual (i64 fast paths) is the 128-bit one.
+        #[test]
+        fn stepped_matches_the_wide_arithmetic(
+            last in extreme(), w in extreme(), p in extreme(),
+            step in prop_oneof![Just(0u64), Just(2u64), 2u64..1000, any::<u64>(), Just(u64::MAX)],
+        ) {
+            let st = WireState { last, step, known: true, ..WireState::default() };
+            let wide = (|| {
+                if st.step < 2 {
+                    return None;
+                }
+                let s = i128::from(st.step);
+                let d = i128::from(w) - i128::from(last);
+                if d.rem_euclid(s) != 0 {
+                    return None;
+                }
+                let pu = (i128::from(p) - i128::from(last) + s / 2).div_euclid(s);
+                Some((d / s - pu) as i64)
+            })();
+            prop_assert_eq!(st.stepped(w, p, true), wide);
+            prop_assert_eq!(st.stepped(w, p, false), None);
+            let on = last.wrapping_add((step as i64).wrapping_mul(3));
+            if let Some(u) = st.stepped(on, p, true) {
+                prop_assert_eq!(st.unstep(u, p), on);
+            }
         }
 
         /// Column coding round-trips arbitrary values too.

@@ -81,14 +81,11 @@ impl Encoding {
         }
         match self {
             Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
-            Encoding::LogGauge { ppb } => LogGrid::new(ppb).index(v),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).index(v).map(|(w, _)| w),
             Encoding::GaugeInt | Encoding::CounterInt => {
-                (v.fract() == 0.0 && v.abs() <= MAX_EXACT).then_some(v as i64)
+                (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
             }
-            Encoding::CounterFloat { scale } => {
-                let k = (v * f64::from(scale)).round();
-                (k.abs() <= MAX_EXACT).then_some(k as i64)
-            }
+            Encoding::CounterFloat { scale } => round_exact(v * f64::from(scale)),
         }
     }
 
@@ -104,7 +101,7 @@ impl Encoding {
                 let mag = f64::from_bits(w.unsigned_abs().wrapping_shl(shift));
                 if w < 0 { -mag } else { mag }
             }
-            Encoding::LogGauge { ppb } => LogGrid::new(ppb).value(w),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).value(w),
             Encoding::GaugeInt | Encoding::CounterInt => w as f64,
             Encoding::CounterFloat { scale } => w as f64 / f64::from(scale.max(1)),
         }
@@ -159,6 +156,22 @@ struct LogGrid {
 }
 
 impl LogGrid {
+    /// `new(ppb)`, remembered per thread for the last `ppb` asked: a
+    /// sender's gauges share one bound, and `new` costs a logarithm.
+    fn of(ppb: u32) -> Self {
+        thread_local! {
+            static LAST: std::cell::Cell<Option<(u32, LogGrid)>> = const { std::cell::Cell::new(None) };
+        }
+        LAST.with(|c| match c.get() {
+            Some((p, g)) if p == ppb => g,
+            _ => {
+                let g = Self::new(ppb);
+                c.set(Some((ppb, g)));
+                g
+            }
+        })
+    }
+
     fn new(ppb: u32) -> Self {
         let eps = f64::from(ppb.clamp(1, MAX_LOG_PPB)) * 1e-9;
         let step = 2.0 * eps.ln_1p() - 4e-12;
@@ -177,9 +190,11 @@ impl LogGrid {
         if w < 0 { -mag } else { mag }
     }
 
-    fn index(&self, v: f64) -> Option<i64> {
+    /// The wire value of `v` and the value it stands for (`value` of it,
+    /// found on the way).
+    fn index(&self, v: f64) -> Option<(i64, f64)> {
         if v == 0.0 {
-            return Some(0);
+            return Some((0, 0.0));
         }
         let a = v.abs();
         if a < f64::MIN_POSITIVE {
@@ -192,11 +207,49 @@ impl LogGrid {
             let m = self.k0 + c;
             let r = self.value(m);
             if r.is_finite() && (r - a).abs() <= self.eps * a {
-                return Some(if v < 0.0 { -m } else { m });
+                // `value` of a negative index is the negated magnitude.
+                return Some(if v < 0.0 { (-m, -r) } else { (m, r) });
             }
         }
         None
     }
+}
+
+/// Below this magnitude an f64 may have a fraction; from it on every
+/// finite f64 is an integer.
+const TWO_52: f64 = 4_503_599_627_370_496.0;
+
+/// `v.fract() == 0.0`, without the libm `trunc` call that `fract` is on
+/// baseline x86-64 (a leaf asks this of every counter value, three times a
+/// tick: issue 3). Casts are exact below 2^52.
+#[inline]
+fn is_integral(v: f64) -> bool {
+    if v.abs() < TWO_52 {
+        (v as i64) as f64 == v
+    } else {
+        v.is_finite()
+    }
+}
+
+/// `x.round()` (half away from zero) as an integer when it is at most
+/// 2^53 in magnitude (`None` otherwise, NaN included), without libm's
+/// `round`: below 2^52 the truncation and the fraction `x - trunc(x)` are
+/// exact, so comparing the fraction with 1/2 rounds exactly as `round`.
+#[inline]
+fn round_exact(x: f64) -> Option<i64> {
+    if x.abs() < TWO_52 {
+        let t = x as i64;
+        let f = x - t as f64;
+        return Some(if f >= 0.5 {
+            t + 1
+        } else if f <= -0.5 {
+            t - 1
+        } else {
+            t
+        });
+    }
+    let k = x.round();
+    (k.abs() <= MAX_EXACT).then_some(k as i64)
 }
 
 /// Rounds `|v|` to `bits` mantissa bits and returns the signed grid index.
@@ -317,24 +370,31 @@ impl Quantiser {
         let mut redefined = false;
         if self.encoding == Encoding::GaugeInt
             && v.is_finite()
-            && (v.fract() != 0.0 || v.abs() > 0.5 / self.epsilon)
+            && (!is_integral(v) || v.abs() > 0.5 / self.epsilon)
         {
             // Not a small integer: the grid from now on (the logarithmic one
             // is as fine as the integers at 1/(2 eps) and finer below).
             self.encoding = Encoding::gauge(self.epsilon);
             redefined = self.held.is_some();
         }
-        if self.encoding == Encoding::CounterInt
-            && v.is_finite()
-            && Encoding::CounterInt.to_wire(v).is_none()
-        {
-            // First non-integral (or huge) value: this counter is a float one
-            // from now on. Monotone across the switch: the held integer n has
-            // n*scale exact, so round(v*scale) >= n*scale for v >= n.
-            self.encoding = Encoding::CounterFloat { scale: self.scale };
-            redefined = self.held.is_some();
+        // An integer counter's wire value, found once (quantising it again
+        // would give the same).
+        let mut int_wire = None;
+        if self.encoding == Encoding::CounterInt && v.is_finite() {
+            int_wire = Encoding::CounterInt.to_wire(v);
+            if int_wire.is_none() {
+                // First non-integral (or huge) value: this counter is a float
+                // one from now on. Monotone across the switch: the held
+                // integer n has n*scale exact, so round(v*scale) >= n*scale
+                // for v >= n.
+                self.encoding = Encoding::CounterFloat { scale: self.scale };
+                redefined = self.held.is_some();
+            }
         }
-        let q = self.quantise(v);
+        let q = match int_wire {
+            Some(w) => Encoding::CounterInt.from_wire(w),
+            None => self.quantise(v),
+        };
         let changed = match self.held {
             None => true,
             Some(h) if h.to_bits() == q.to_bits() => false,
@@ -365,6 +425,13 @@ impl Quantiser {
 
     /// The on-grid value for `v`, or `v` itself when it must go as raw bits.
     pub fn quantise(&self, v: f64) -> f64 {
+        if let Encoding::LogGauge { ppb } = self.encoding {
+            // The grid search already computed the cell's value.
+            return match v.is_finite().then(|| LogGrid::of(ppb).index(v)).flatten() {
+                Some((_, q)) => q,
+                None => v,
+            };
+        }
         match self.encoding.to_wire(v) {
             Some(w) => self.encoding.from_wire(w),
             None => v,
@@ -445,7 +512,93 @@ mod tests {
         }
     }
 
+    /// Values where a hand-made trunc or round usually goes wrong.
+    fn awkward() -> Vec<f64> {
+        let mut v = vec![
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            0.499_999_999_999_999_94,
+            -0.499_999_999_999_999_94,
+            TWO_52 - 0.5,
+            -(TWO_52 - 0.5),
+            TWO_52,
+            TWO_52 + 1.0,
+            MAX_EXACT,
+            MAX_EXACT + 2.0,
+            -MAX_EXACT - 2.0,
+            9.3e18,
+            1e300,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for &x in &[0.5, 1.0, 2.5, 1e6 + 0.5, 4e15 + 0.5] {
+            v.push(f64::from_bits(f64::to_bits(x) + 1));
+            v.push(f64::from_bits(f64::to_bits(x) - 1));
+        }
+        v
+    }
+
+    /// What `to_wire` computed with libm before `is_integral`/`round_exact`.
+    fn libm_round(x: f64) -> Option<i64> {
+        let k = x.round();
+        (k.abs() <= MAX_EXACT).then_some(k as i64)
+    }
+
+    #[test]
+    fn fast_integral_and_round_match_libm_on_edges() {
+        for x in awkward() {
+            assert_eq!(is_integral(x), x.fract() == 0.0, "{x:e}");
+            assert_eq!(round_exact(x), libm_round(x), "{x:e}");
+        }
+    }
+
     proptest! {
+        /// `is_integral` and `round_exact` are `fract() == 0` and `round()`
+        /// exactly (the wire values must not move by a single unit).
+        #[test]
+        fn fast_integral_and_round_match_libm(
+            x in prop_oneof![any::<f64>(), -1e6f64..1e6, -1e17f64..1e17],
+            scale in prop_oneof![Just(1u32), Just(100), Just(1000), 1u32..1_000_000],
+        ) {
+            prop_assert_eq!(is_integral(x), x.fract() == 0.0);
+            prop_assert_eq!(round_exact(x), libm_round(x));
+            let y = x * f64::from(scale);
+            prop_assert_eq!(round_exact(y), libm_round(y));
+            let h = (x * 2.0).round() / 2.0; // halves
+            prop_assert_eq!(round_exact(h), libm_round(h));
+        }
+
+        /// A log gauge's `quantise` (the value found by the grid search)
+        /// is `from_wire(to_wire(v))` bit for bit, for any bound.
+        #[test]
+        fn log_quantise_is_the_wire_round_trip(
+            v in prop_oneof![any::<f64>(), -1e12f64..1e12, 0.0f64..1.0],
+            eps in prop_oneof![Just(1e-3), Just(1e-2), 1e-9f64..0.4],
+        ) {
+            let bounds = Bounds { gauge_epsilon: eps, ..Bounds::default() };
+            let e = Encoding::gauge(eps);
+            let q = Quantiser { encoding: e, ..Quantiser::new(MetricKind::Gauge, bounds) };
+            let want = |e: Encoding| match e.to_wire(v) {
+                Some(w) => e.from_wire(w),
+                None => v,
+            };
+            prop_assert_eq!(q.quantise(v).to_bits(), want(e).to_bits());
+            // Another bound in between (the per-thread grid moves to it and
+            // back), and the grid made afresh: the same numbers.
+            let other = Encoding::gauge(eps * 0.5);
+            if let (Encoding::LogGauge { ppb }, Some(w)) = (other, other.to_wire(v)) {
+                prop_assert_eq!(other.from_wire(w).to_bits(), LogGrid::new(ppb).value(w).to_bits());
+            }
+            prop_assert_eq!(q.quantise(v).to_bits(), want(e).to_bits());
+        }
+
         /// The logarithmic grid keeps every value within its relative
         /// bound, re-encodes its own values exactly (relays do not drift),
         /// is monotone, and keeps the sign.

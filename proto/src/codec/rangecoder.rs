@@ -54,13 +54,16 @@ impl Prob {
     #[inline]
     fn update(&mut self, bit: bool) {
         let s = u32::from(self.shift);
+        // Keep p inside 1..PROB_ONE: a certain bit must stay codable. p
+        // starts and stays within the floors, and each step moves it one
+        // way, so only the bound it moves towards can be crossed.
         if bit {
             self.p -= self.p >> s;
+            self.p = self.p.max(PROB_FLOOR);
         } else {
             self.p += (PROB_ONE - self.p) >> s;
+            self.p = self.p.min(PROB_ONE - PROB_FLOOR);
         }
-        // Keep p inside 1..PROB_ONE: a certain bit must stay codable.
-        self.p = self.p.clamp(PROB_FLOOR, PROB_ONE - PROB_FLOOR);
         if self.shift < ADAPT_MAX {
             self.shift += 1;
         }
@@ -267,6 +270,24 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// The one-sided floor in `update` is the two-sided clamp it
+        /// replaced, for any run of bits (long runs reach the floors).
+        #[test]
+        fn update_matches_the_two_sided_clamp(runs in prop::collection::vec((any::<bool>(), 1usize..40), 0..60)) {
+            let mut p = Prob::default();
+            let (mut q, mut shift) = (p.p, p.shift);
+            for (b, n) in runs {
+                for _ in 0..n {
+                    p.update(b);
+                    let s = u32::from(shift);
+                    if b { q -= q >> s } else { q += (PROB_ONE - q) >> s }
+                    q = q.clamp(PROB_FLOOR, PROB_ONE - PROB_FLOOR);
+                    shift = (shift + 1).min(ADAPT_MAX);
+                    prop_assert_eq!((p.p, p.shift), (q, shift));
+                }
+            }
+        }
+
         #[test]
         fn bits_round_trip(ops in prop::collection::vec((any::<bool>(), 0usize..4, any::<u64>(), 0u32..=64), 0..400)) {
             let mut probs = [Prob::default(); 4];
