@@ -274,24 +274,27 @@ impl Merger {
             }
             // Stable: sections of equal ts keep their arrival order.
             cs.sections.sort_by_key(|s| s.ts_ms);
-            let mut first_ts: IdMap<u32, i64> = IdMap::default();
-            for s in &cs.sections {
-                first_ts.entry(s.source).or_insert(s.ts_ms);
-            }
-            let mut lead: Vec<ChangeSection> = first_ts
-                .into_iter()
-                .filter_map(|(h, ts)| {
-                    let last = table.source(h)?.last_ts_ms;
-                    (ts < last).then(|| ChangeSection {
-                        source: h,
+            // A source whose first section is older than its newest ts
+            // (one of its sections is) gets a heartbeat at the newest first.
+            // Usually none does: a scan, no per-source map.
+            let mut lead: Vec<ChangeSection> = cs
+                .sections
+                .iter()
+                .filter_map(|s| {
+                    let last = table.source(s.source)?.last_ts_ms;
+                    (s.ts_ms < last).then(|| ChangeSection {
+                        source: s.source,
                         ts_ms: last,
                         ..ChangeSection::default()
                     })
                 })
                 .collect();
-            lead.sort_by_key(|s| (s.ts_ms, s.source));
-            lead.append(&mut cs.sections);
-            cs.sections = lead;
+            if !lead.is_empty() {
+                lead.sort_by_key(|s| (s.ts_ms, s.source));
+                lead.dedup_by_key(|s| s.source);
+                lead.append(&mut cs.sections);
+                cs.sections = lead;
+            }
             self.out = cs;
         }
         (&self.table, &self.out)
@@ -535,7 +538,9 @@ impl Merger {
                 let m = meta_at(&mut self.srcmeta, h);
                 m.born_tick = self.tick;
                 self.source_index.insert(rx.name.clone(), h);
-                self.pending.new_sources.push(h);
+                if self.cfg.forward {
+                    self.pending.new_sources.push(h);
+                }
                 h
             }
         };
@@ -551,7 +556,9 @@ impl Merger {
         if ts > s.last_ts_ms {
             s.last_ts_ms = ts;
             sink.heartbeat(&s.name, ts, s.tick_ms);
-            self.section(src, ts);
+            if self.cfg.forward {
+                self.section(src, ts);
+            }
         }
     }
 
@@ -629,8 +636,10 @@ impl Merger {
         if let (Some(e), Some(s)) = (self.table.get(h), self.table.source(src)) {
             sink.sample(&s.name, &e.labels, ts, v);
         }
-        let i = self.section(src, ts);
-        self.pending.sections[i].updates.push((h, v));
+        if self.cfg.forward {
+            let i = self.section(src, ts);
+            self.pending.sections[i].updates.push((h, v));
+        }
         sum.accepted += 1;
         self.stats.updates_accepted += 1;
     }
@@ -693,7 +702,7 @@ impl Merger {
 
     fn push_def(&mut self, h: u32) {
         let m = &mut self.smeta[h as usize];
-        if m.def_tick != self.tick {
+        if m.def_tick != self.tick && self.cfg.forward {
             m.def_tick = self.tick;
             self.pending.defs.push(h);
         }
