@@ -68,6 +68,24 @@ struct Slot {
     epoch: u64,
 }
 
+impl Slot {
+    /// Packed into a decoder tag ([`LinkDecoder::set_tag`]): the handle + 1
+    /// in the low half (0 is "no tag"), the epoch's low 32 bits in the high
+    /// half (a stale tag matches only after 2^32 removals of one handle).
+    fn tag(self) -> u64 {
+        (self.epoch << 32) | u64::from(self.h.wrapping_add(1))
+    }
+
+    /// The slot a tag holds, if any.
+    fn from_tag(tag: u64) -> Option<Self> {
+        let h = (tag as u32).checked_sub(1)?;
+        Some(Self {
+            h,
+            epoch: tag >> 32,
+        })
+    }
+}
+
 /// Per-handle bookkeeping; `epoch` grows on every removal so stale caches miss.
 #[derive(Clone, Copy, Debug, Default)]
 struct Meta {
@@ -87,8 +105,9 @@ type IdMap<K, V> = HashMap<K, V, IdHashState>;
 
 #[derive(Debug)]
 struct Child {
+    /// Its decoder; each of its series' tag caches the global handle
+    /// ([`Slot::tag`]).
     dec: LinkDecoder,
-    series: IdMap<u32, Slot>,
     sources: IdMap<u32, Slot>,
     /// Global series -> the child id that last resolved to it: a retirement
     /// of an older id of the same series (re-defined since) is not global.
@@ -187,7 +206,6 @@ impl Merger {
             .map_err(|source| AggregatorError::Codec { child, source })?;
         let c = Child {
             dec,
-            series: IdMap::default(),
             sources: IdMap::default(),
             owner: IdMap::default(),
             gone_series: HashMap::new(),
@@ -378,11 +396,9 @@ impl Merger {
             ..FrameSummary::default()
         };
         // (Re)definitions may change what an id means: resolve them afresh.
+        // (A (re)defined series' decoder tag is already cleared.)
         for id in &frame.new_sources {
             c.sources.remove(id);
-        }
-        for id in &frame.new_series {
-            c.series.remove(id);
         }
         // Per-series dedup keeps the newest ts: apply older sections first.
         frame.sections.sort_by_key(|s| s.ts_ms);
@@ -487,11 +503,8 @@ impl Merger {
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
     ) {
-        let cached = c
-            .series
-            .get(&id)
-            .filter(|s| self.smeta[s.h as usize].epoch == s.epoch)
-            .map(|s| s.h);
+        let tagged = Slot::from_tag(rx.tag());
+        let cached = tagged.filter(|s| self.epoch_is(s.h, s.epoch)).map(|s| s.h);
         let h = cached.or_else(|| {
             let name = c.source_info(rx.source)?.name.as_str();
             let src = self.source_index.get(name)?;
@@ -508,10 +521,10 @@ impl Merger {
             }
             _ => self.stats.retires_ignored += 1,
         }
-        if let Some(s) = c.series.remove(&id)
-            && c.owner.get(&s.h).is_some_and(|o| o.h == id)
+        if let Some(sh) = tagged.map(|s| s.h).or(h)
+            && c.owner.get(&sh).is_some_and(|o| o.h == id)
         {
-            c.owner.remove(&s.h);
+            c.owner.remove(&sh);
         }
     }
 
@@ -646,13 +659,13 @@ impl Merger {
 
     /// Global handle of a child's series, defining it if new.
     fn resolve_series(&mut self, c: &mut Child, src: u32, id: u32, ts: i64) -> Result<u32, Miss> {
-        if let Some(s) = c.series.get(&id)
-            && self.smeta[s.h as usize].epoch == s.epoch
+        // Invariant: the decoder just applied an update of `id`.
+        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
+        if let Some(s) = Slot::from_tag(rx.tag())
+            && self.epoch_is(s.h, s.epoch)
         {
             return Ok(s.h);
         }
-        // Invariant: the decoder just applied an update of `id`.
-        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
             Some(&h) => h,
@@ -695,9 +708,16 @@ impl Merger {
             c.dec.share_labels(id, &e.labels);
         }
         let epoch = self.smeta[h as usize].epoch;
-        c.series.insert(id, Slot { h, epoch });
+        c.dec.set_tag(id, Slot { h, epoch }.tag());
         c.owner.insert(h, Slot { h: id, epoch });
         Ok(h)
+    }
+
+    /// True when handle `h`'s epoch has the low 32 bits `epoch` (a tag's).
+    fn epoch_is(&self, h: u32, epoch: u64) -> bool {
+        self.smeta
+            .get(h as usize)
+            .is_some_and(|m| m.epoch & u64::from(u32::MAX) == epoch)
     }
 
     fn push_def(&mut self, h: u32) {

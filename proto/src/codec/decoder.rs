@@ -39,6 +39,17 @@ pub struct RxSeries {
     /// Current value (`NaN` until the first value arrives).
     pub value: f64,
     wire: WireState,
+    /// The receiver's own word about this series (see
+    /// [`LinkDecoder::set_tag`]); 0 until set, and again after a
+    /// (re)definition.
+    tag: u64,
+}
+
+impl RxSeries {
+    /// The tag [`LinkDecoder::set_tag`] gave this series (0: none).
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
 }
 
 /// A source as the receiver holds it.
@@ -149,6 +160,16 @@ impl LinkDecoder {
             && s.labels == *labels
         {
             s.labels = labels.clone();
+        }
+    }
+
+    /// Stores `tag` with series `id` (no-op when the link has no such
+    /// series): a merger keeps its global handle there, found with the
+    /// series the decoder just touched instead of in a map of its own.
+    /// A (re)definition of `id` clears it.
+    pub fn set_tag(&mut self, id: u32, tag: u64) {
+        if let Some(s) = self.series.get_mut(&id) {
+            s.tag = tag;
         }
     }
 
@@ -442,6 +463,7 @@ impl LinkDecoder {
                 encoding,
                 value,
                 wire: WireState::defined(walks),
+                tag: 0,
             },
         );
         Ok(())
