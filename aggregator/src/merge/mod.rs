@@ -162,7 +162,15 @@ pub struct Merger {
     /// Per source, the children (paths) that delivered it lately, with the
     /// newest timestamp each delivered (see `holes`).
     paths: IdMap<u32, Vec<(ChildId, i64)>>,
+    /// Sections of earlier changesets, emptied, for the next ticks: a relay
+    /// allocates no update vector per source per tick. At most as many as
+    /// one tick had, each small (see `recycle`).
+    spare: Vec<ChangeSection>,
 }
+
+/// A recycled section keeps an update vector of at most this capacity (a
+/// keyframe tick's big ones are freed).
+const SPARE_UPDATES: usize = 64;
 
 enum Miss {
     Duplicate,
@@ -196,6 +204,7 @@ impl Merger {
             stats: MergeStats::default(),
             held: IdMap::default(),
             paths: IdMap::default(),
+            spare: Vec::new(),
         }
     }
 
@@ -323,10 +332,12 @@ impl Merger {
     pub fn end_tick(&mut self) {
         if !self.taken {
             // Nobody took the changeset: what it held is dropped uplink-wise.
-            self.pending = Changeset::default();
+            let cs = std::mem::take(&mut self.pending);
+            self.recycle(cs);
             self.section_at.clear();
         }
-        self.out = Changeset::default();
+        let cs = std::mem::take(&mut self.out);
+        self.recycle(cs);
         self.taken = false;
         for h in std::mem::take(&mut self.late_series) {
             self.table.remove(h);
@@ -578,14 +589,25 @@ impl Merger {
     /// Index of this tick's section for (src, ts), created on demand.
     fn section(&mut self, src: u32, ts: i64) -> usize {
         let secs = &mut self.pending.sections;
+        let spare = &mut self.spare;
         *self.section_at.entry((src, ts)).or_insert_with(|| {
-            secs.push(ChangeSection {
-                source: src,
-                ts_ms: ts,
-                ..ChangeSection::default()
-            });
+            let mut s = spare.pop().unwrap_or_default();
+            s.source = src;
+            s.ts_ms = ts;
+            secs.push(s);
             secs.len() - 1
         })
+    }
+
+    /// Keeps the sections of a spent changeset, emptied, for later ticks.
+    fn recycle(&mut self, mut cs: Changeset) {
+        for mut s in cs.sections.drain(..) {
+            if s.updates.capacity() <= SPARE_UPDATES && s.retired.capacity() <= SPARE_UPDATES {
+                s.updates.clear();
+                s.retired.clear();
+                self.spare.push(s);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
