@@ -293,6 +293,8 @@ pub async fn start(
             merge: MergeConfig {
                 hole_wait_ms: i64::try_from(opts.tick.as_millis() * u128::from(HOLE_WAIT_TICKS))
                     .unwrap_or(8_000),
+                // No uplink: accepted data goes to the store only.
+                forward: false,
                 ..MergeConfig::default()
             },
             codec: CodecConfig::default(),

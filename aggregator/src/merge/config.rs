@@ -25,6 +25,12 @@ pub struct MergeConfig {
     /// a section that leaves a hole behind it waits for the hole to fill
     /// from a slower path. 0 (relays): never wait.
     pub hole_wait_ms: i64,
+    /// Build the per-tick [`Changeset`](canopy_proto::codec::Changeset) for
+    /// uplinks. A merger with no uplink (the root gateway) sets it false:
+    /// then accepted data goes to the sink only, and
+    /// [`Merger::take_changeset`](super::Merger::take_changeset) returns an
+    /// empty changeset, so a tick costs nothing per source that ticked.
+    pub forward: bool,
 }
 
 impl Default for MergeConfig {
@@ -35,6 +41,7 @@ impl Default for MergeConfig {
             source_ttl_ms: 10 * 60 * 1000,
             codec: CodecConfig::default(),
             hole_wait_ms: 0,
+            forward: true,
         }
     }
 }

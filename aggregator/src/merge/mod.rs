@@ -68,6 +68,24 @@ struct Slot {
     epoch: u64,
 }
 
+impl Slot {
+    /// Packed into a decoder tag ([`LinkDecoder::set_tag`]): the handle + 1
+    /// in the low half (0 is "no tag"), the epoch's low 32 bits in the high
+    /// half (a stale tag matches only after 2^32 removals of one handle).
+    fn tag(self) -> u64 {
+        (self.epoch << 32) | u64::from(self.h.wrapping_add(1))
+    }
+
+    /// The slot a tag holds, if any.
+    fn from_tag(tag: u64) -> Option<Self> {
+        let h = (tag as u32).checked_sub(1)?;
+        Some(Self {
+            h,
+            epoch: tag >> 32,
+        })
+    }
+}
+
 /// Per-handle bookkeeping; `epoch` grows on every removal so stale caches miss.
 #[derive(Clone, Copy, Debug, Default)]
 struct Meta {
@@ -87,8 +105,9 @@ type IdMap<K, V> = HashMap<K, V, IdHashState>;
 
 #[derive(Debug)]
 struct Child {
+    /// Its decoder; each of its series' tag caches the global handle
+    /// ([`Slot::tag`]).
     dec: LinkDecoder,
-    series: IdMap<u32, Slot>,
     sources: IdMap<u32, Slot>,
     /// Global series -> the child id that last resolved to it: a retirement
     /// of an older id of the same series (re-defined since) is not global.
@@ -143,7 +162,15 @@ pub struct Merger {
     /// Per source, the children (paths) that delivered it lately, with the
     /// newest timestamp each delivered (see `holes`).
     paths: IdMap<u32, Vec<(ChildId, i64)>>,
+    /// Sections of earlier changesets, emptied, for the next ticks: a relay
+    /// allocates no update vector per source per tick. At most as many as
+    /// one tick had, each small (see `recycle`).
+    spare: Vec<ChangeSection>,
 }
+
+/// A recycled section keeps an update vector of at most this capacity (a
+/// keyframe tick's big ones are freed).
+const SPARE_UPDATES: usize = 64;
 
 enum Miss {
     Duplicate,
@@ -177,6 +204,7 @@ impl Merger {
             stats: MergeStats::default(),
             held: IdMap::default(),
             paths: IdMap::default(),
+            spare: Vec::new(),
         }
     }
 
@@ -187,7 +215,6 @@ impl Merger {
             .map_err(|source| AggregatorError::Codec { child, source })?;
         let c = Child {
             dec,
-            series: IdMap::default(),
             sources: IdMap::default(),
             owner: IdMap::default(),
             gone_series: HashMap::new(),
@@ -274,24 +301,27 @@ impl Merger {
             }
             // Stable: sections of equal ts keep their arrival order.
             cs.sections.sort_by_key(|s| s.ts_ms);
-            let mut first_ts: IdMap<u32, i64> = IdMap::default();
-            for s in &cs.sections {
-                first_ts.entry(s.source).or_insert(s.ts_ms);
-            }
-            let mut lead: Vec<ChangeSection> = first_ts
-                .into_iter()
-                .filter_map(|(h, ts)| {
-                    let last = table.source(h)?.last_ts_ms;
-                    (ts < last).then(|| ChangeSection {
-                        source: h,
+            // A source whose first section is older than its newest ts
+            // (one of its sections is) gets a heartbeat at the newest first.
+            // Usually none does: a scan, no per-source map.
+            let mut lead: Vec<ChangeSection> = cs
+                .sections
+                .iter()
+                .filter_map(|s| {
+                    let last = table.source(s.source)?.last_ts_ms;
+                    (s.ts_ms < last).then(|| ChangeSection {
+                        source: s.source,
                         ts_ms: last,
                         ..ChangeSection::default()
                     })
                 })
                 .collect();
-            lead.sort_by_key(|s| (s.ts_ms, s.source));
-            lead.append(&mut cs.sections);
-            cs.sections = lead;
+            if !lead.is_empty() {
+                lead.sort_by_key(|s| (s.ts_ms, s.source));
+                lead.dedup_by_key(|s| s.source);
+                lead.append(&mut cs.sections);
+                cs.sections = lead;
+            }
             self.out = cs;
         }
         (&self.table, &self.out)
@@ -302,10 +332,12 @@ impl Merger {
     pub fn end_tick(&mut self) {
         if !self.taken {
             // Nobody took the changeset: what it held is dropped uplink-wise.
-            self.pending = Changeset::default();
+            let cs = std::mem::take(&mut self.pending);
+            self.recycle(cs);
             self.section_at.clear();
         }
-        self.out = Changeset::default();
+        let cs = std::mem::take(&mut self.out);
+        self.recycle(cs);
         self.taken = false;
         for h in std::mem::take(&mut self.late_series) {
             self.table.remove(h);
@@ -375,11 +407,9 @@ impl Merger {
             ..FrameSummary::default()
         };
         // (Re)definitions may change what an id means: resolve them afresh.
+        // (A (re)defined series' decoder tag is already cleared.)
         for id in &frame.new_sources {
             c.sources.remove(id);
-        }
-        for id in &frame.new_series {
-            c.series.remove(id);
         }
         // Per-series dedup keeps the newest ts: apply older sections first.
         frame.sections.sort_by_key(|s| s.ts_ms);
@@ -484,11 +514,8 @@ impl Merger {
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
     ) {
-        let cached = c
-            .series
-            .get(&id)
-            .filter(|s| self.smeta[s.h as usize].epoch == s.epoch)
-            .map(|s| s.h);
+        let tagged = Slot::from_tag(rx.tag());
+        let cached = tagged.filter(|s| self.epoch_is(s.h, s.epoch)).map(|s| s.h);
         let h = cached.or_else(|| {
             let name = c.source_info(rx.source)?.name.as_str();
             let src = self.source_index.get(name)?;
@@ -505,10 +532,10 @@ impl Merger {
             }
             _ => self.stats.retires_ignored += 1,
         }
-        if let Some(s) = c.series.remove(&id)
-            && c.owner.get(&s.h).is_some_and(|o| o.h == id)
+        if let Some(sh) = tagged.map(|s| s.h).or(h)
+            && c.owner.get(&sh).is_some_and(|o| o.h == id)
         {
-            c.owner.remove(&s.h);
+            c.owner.remove(&sh);
         }
     }
 
@@ -535,7 +562,9 @@ impl Merger {
                 let m = meta_at(&mut self.srcmeta, h);
                 m.born_tick = self.tick;
                 self.source_index.insert(rx.name.clone(), h);
-                self.pending.new_sources.push(h);
+                if self.cfg.forward {
+                    self.pending.new_sources.push(h);
+                }
                 h
             }
         };
@@ -551,21 +580,34 @@ impl Merger {
         if ts > s.last_ts_ms {
             s.last_ts_ms = ts;
             sink.heartbeat(&s.name, ts, s.tick_ms);
-            self.section(src, ts);
+            if self.cfg.forward {
+                self.section(src, ts);
+            }
         }
     }
 
     /// Index of this tick's section for (src, ts), created on demand.
     fn section(&mut self, src: u32, ts: i64) -> usize {
         let secs = &mut self.pending.sections;
+        let spare = &mut self.spare;
         *self.section_at.entry((src, ts)).or_insert_with(|| {
-            secs.push(ChangeSection {
-                source: src,
-                ts_ms: ts,
-                ..ChangeSection::default()
-            });
+            let mut s = spare.pop().unwrap_or_default();
+            s.source = src;
+            s.ts_ms = ts;
+            secs.push(s);
             secs.len() - 1
         })
+    }
+
+    /// Keeps the sections of a spent changeset, emptied, for later ticks.
+    fn recycle(&mut self, mut cs: Changeset) {
+        for mut s in cs.sections.drain(..) {
+            if s.updates.capacity() <= SPARE_UPDATES && s.retired.capacity() <= SPARE_UPDATES {
+                s.updates.clear();
+                s.retired.clear();
+                self.spare.push(s);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -629,21 +671,23 @@ impl Merger {
         if let (Some(e), Some(s)) = (self.table.get(h), self.table.source(src)) {
             sink.sample(&s.name, &e.labels, ts, v);
         }
-        let i = self.section(src, ts);
-        self.pending.sections[i].updates.push((h, v));
+        if self.cfg.forward {
+            let i = self.section(src, ts);
+            self.pending.sections[i].updates.push((h, v));
+        }
         sum.accepted += 1;
         self.stats.updates_accepted += 1;
     }
 
     /// Global handle of a child's series, defining it if new.
     fn resolve_series(&mut self, c: &mut Child, src: u32, id: u32, ts: i64) -> Result<u32, Miss> {
-        if let Some(s) = c.series.get(&id)
-            && self.smeta[s.h as usize].epoch == s.epoch
+        // Invariant: the decoder just applied an update of `id`.
+        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
+        if let Some(s) = Slot::from_tag(rx.tag())
+            && self.epoch_is(s.h, s.epoch)
         {
             return Ok(s.h);
         }
-        // Invariant: the decoder just applied an update of `id`.
-        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
             Some(&h) => h,
@@ -686,14 +730,21 @@ impl Merger {
             c.dec.share_labels(id, &e.labels);
         }
         let epoch = self.smeta[h as usize].epoch;
-        c.series.insert(id, Slot { h, epoch });
+        c.dec.set_tag(id, Slot { h, epoch }.tag());
         c.owner.insert(h, Slot { h: id, epoch });
         Ok(h)
     }
 
+    /// True when handle `h`'s epoch has the low 32 bits `epoch` (a tag's).
+    fn epoch_is(&self, h: u32, epoch: u64) -> bool {
+        self.smeta
+            .get(h as usize)
+            .is_some_and(|m| m.epoch & u64::from(u32::MAX) == epoch)
+    }
+
     fn push_def(&mut self, h: u32) {
         let m = &mut self.smeta[h as usize];
-        if m.def_tick != self.tick {
+        if m.def_tick != self.tick && self.cfg.forward {
             m.def_tick = self.tick;
             self.pending.defs.push(h);
         }

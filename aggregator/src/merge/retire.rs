@@ -39,8 +39,10 @@ impl Merger {
         sink.retire(&name, &e.labels, ts);
         self.series_tombs.insert((name, e.labels), ts);
         // Upstream, the retirement travels at its own timestamp.
-        let i = self.section(e.source, ts);
-        self.pending.sections[i].retired.push(h);
+        if self.cfg.forward {
+            let i = self.section(e.source, ts);
+            self.pending.sections[i].retired.push(h);
+        }
         self.stats.retired += 1;
         debug!(series = h, ts, "series retired");
     }
@@ -73,7 +75,9 @@ impl Merger {
             self.late_sources.push(h);
             self.source_index.remove(&name);
             self.source_tombs.insert(name, ts);
-            self.pending.retired_sources.push(h);
+            if self.cfg.forward {
+                self.pending.retired_sources.push(h);
+            }
         }
         victims.len()
     }

@@ -140,6 +140,8 @@ pub fn run_gateway(
     // HOLE_WAIT_TICKS) for the slower path to fill it.
     let mut merger = Merger::new(MergeConfig {
         hole_wait_ms: i64::from(HOLE_WAIT_TICKS) * ctx.cfg.tick_ms,
+        // As the real gateway: no uplink, so no changeset to build.
+        forward: false,
         ..merge_config(ctx)
     });
     let mut sink = GatewaySink::new(ctx)?;

@@ -80,14 +80,27 @@ pub(crate) fn seq_check(tag: u64) -> u64 {
     tag >> 3
 }
 
-/// Parses a compact payload body (after `tag`) into a `Frame` with
-/// sequence number `seq`. Allocates no more than the payload's size.
-pub(crate) fn read(
+/// One section of a compact payload, borrowing its packed bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CompactSection<'a> {
+    /// Source id on the link.
+    pub(crate) source: u32,
+    /// Offset from the frame's timestamp, ms.
+    pub(crate) ts_offset_ms: i64,
+    /// The range-coded section.
+    pub(crate) packed: &'a [u8],
+}
+
+/// Parses a compact payload body (after `tag`) into its timestamp delta,
+/// appending its sections to `sections` (cleared first). The sections
+/// borrow `body`: nothing is copied, one vector per link is reused.
+pub(crate) fn parse<'a>(
     tag: u64,
-    body: &[u8],
-    seq: u64,
+    body: &'a [u8],
     prev_delta: i64,
-) -> Result<pb::Frame, CodecError> {
+    sections: &mut Vec<CompactSection<'a>>,
+) -> Result<i64, CodecError> {
+    sections.clear();
     let one = tag & ONE != 0;
     let mut r = Reader { buf: body };
     let ts_delta_ms = prev_delta.wrapping_add(unzigzag(r.uvarint()?));
@@ -96,7 +109,7 @@ pub(crate) fn read(
     if n > r.buf.len() as u64 / 2 + 1 {
         return Err(malformed("section count exceeds the payload"));
     }
-    let mut sections = Vec::with_capacity(n as usize);
+    sections.reserve(n as usize);
     for i in 0..n {
         let source = u32::try_from(r.uvarint()?).map_err(|_| malformed("source id"))?;
         let ts_offset_ms = if one { 0 } else { unzigzag(r.uvarint()?) };
@@ -110,20 +123,40 @@ pub(crate) fn read(
         }
         let (packed, rest) = r.buf.split_at(len);
         r.buf = rest;
-        sections.push(pb::Section {
+        sections.push(CompactSection {
             source,
             ts_offset_ms,
-            packed: packed.to_vec(),
-            ..pb::Section::default()
+            packed,
         });
     }
     if !r.buf.is_empty() {
         return Err(malformed("trailing bytes after the last section"));
     }
+    Ok(ts_delta_ms)
+}
+
+/// [`parse`] into a protobuf `Frame` with sequence number `seq` (tests).
+#[cfg(test)]
+pub(crate) fn read(
+    tag: u64,
+    body: &[u8],
+    seq: u64,
+    prev_delta: i64,
+) -> Result<pb::Frame, CodecError> {
+    let mut secs = Vec::new();
+    let ts_delta_ms = parse(tag, body, prev_delta, &mut secs)?;
     Ok(pb::Frame {
         seq,
         ts_delta_ms,
-        sections,
+        sections: secs
+            .iter()
+            .map(|s| pb::Section {
+                source: s.source,
+                ts_offset_ms: s.ts_offset_ms,
+                packed: s.packed.to_vec(),
+                ..pb::Section::default()
+            })
+            .collect(),
         ..pb::Frame::default()
     })
 }

@@ -39,6 +39,17 @@ pub struct RxSeries {
     /// Current value (`NaN` until the first value arrives).
     pub value: f64,
     wire: WireState,
+    /// The receiver's own word about this series (see
+    /// [`LinkDecoder::set_tag`]); 0 until set, and again after a
+    /// (re)definition.
+    tag: u64,
+}
+
+impl RxSeries {
+    /// The tag [`LinkDecoder::set_tag`] gave this series (0: none).
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
 }
 
 /// A source as the receiver holds it.
@@ -152,6 +163,16 @@ impl LinkDecoder {
         }
     }
 
+    /// Stores `tag` with series `id` (no-op when the link has no such
+    /// series): a merger keeps its global handle there, found with the
+    /// series the decoder just touched instead of in a map of its own.
+    /// A (re)definition of `id` clears it.
+    pub fn set_tag(&mut self, id: u32, tag: u64) {
+        if let Some(s) = self.series.get_mut(&id) {
+            s.tag = tag;
+        }
+    }
+
     /// Every live series on this link (unordered).
     pub fn series_iter(&self) -> impl Iterator<Item = (u32, &RxSeries)> {
         self.series.iter().map(|(k, v)| (*k, v))
@@ -208,12 +229,44 @@ impl LinkDecoder {
                 if !self.started {
                     return Err(CodecError::NeedKeyframe);
                 }
-                let f = compact::read(tag, &payload[used..], self.next_seq, self.last_delta)?;
-                (f, payload.len())
+                return self.apply_compact(tag, &payload[used..], payload.len());
             }
             _ => return Err(CodecError::Malformed("unknown payload mode".into())),
         };
         self.apply_frame(f.0, f.1)
+    }
+
+    /// Applies a compact payload body (packed sections only, straight from
+    /// the payload: no protobuf frame, no copies of the packed bytes).
+    fn apply_compact(
+        &mut self,
+        tag: u64,
+        body: &[u8],
+        raw_bytes: usize,
+    ) -> Result<RxFrame, CodecError> {
+        // One vector per frame (not a copy of every section's bytes).
+        let mut secs = Vec::new();
+        compact::parse(tag, body, self.last_delta, &mut secs).and_then(|ts_delta| {
+            let ts = self.last_ts.wrapping_add(ts_delta);
+            let mut out = RxFrame {
+                seq: self.next_seq,
+                ts_ms: ts,
+                raw_bytes,
+                sections: Vec::with_capacity(secs.len()),
+                ..RxFrame::default()
+            };
+            for s in &secs {
+                let mut rs = self.open_section(s.source, ts.wrapping_add(s.ts_offset_ms), 0)?;
+                if !s.packed.is_empty() {
+                    self.apply_packed(s.packed, s.source, &mut rs)?;
+                }
+                out.sections.push(rs);
+            }
+            self.last_delta = ts_delta;
+            self.next_seq += 1;
+            self.last_ts = ts;
+            Ok(out)
+        })
     }
 
     /// Decompresses a zstd-mode payload of `claimed` bytes into a `Frame`.
@@ -410,9 +463,31 @@ impl LinkDecoder {
                 encoding,
                 value,
                 wire: WireState::defined(walks),
+                tag: 0,
             },
         );
         Ok(())
+    }
+
+    /// A section of `source` at `ts`, with room for `updates` (the source
+    /// must be known; its latest timestamp moves up to `ts`).
+    fn open_section(
+        &mut self,
+        source: u32,
+        ts: i64,
+        updates: usize,
+    ) -> Result<RxSection, CodecError> {
+        let src = self
+            .sources
+            .get_mut(&source)
+            .ok_or(CodecError::UnknownSource { id: source })?;
+        src.last_ts_ms = src.last_ts_ms.max(ts);
+        Ok(RxSection {
+            source,
+            ts_ms: ts,
+            updates: Vec::with_capacity(updates),
+            retired: Vec::new(),
+        })
     }
 
     fn apply_section(
@@ -421,12 +496,6 @@ impl LinkDecoder {
         frame_ts: i64,
         keyframe: bool,
     ) -> Result<RxSection, CodecError> {
-        let src = self
-            .sources
-            .get_mut(&sec.source)
-            .ok_or(CodecError::UnknownSource { id: sec.source })?;
-        let ts = frame_ts.wrapping_add(sec.ts_offset_ms);
-        src.last_ts_ms = src.last_ts_ms.max(ts);
         if sec.id_deltas.len() != sec.value_deltas.len()
             || sec.special_ids.len() != sec.special_bits.len()
         {
@@ -434,12 +503,9 @@ impl LinkDecoder {
                 "section column lengths differ".into(),
             ));
         }
-        let mut rs = RxSection {
-            source: sec.source,
-            ts_ms: ts,
-            updates: Vec::with_capacity(sec.id_deltas.len() + sec.special_ids.len()),
-            retired: Vec::new(),
-        };
+        let ts = frame_ts.wrapping_add(sec.ts_offset_ms);
+        let mut rs =
+            self.open_section(sec.source, ts, sec.id_deltas.len() + sec.special_ids.len())?;
         if !sec.packed.is_empty() {
             self.apply_packed(&sec.packed, sec.source, &mut rs)?;
         }

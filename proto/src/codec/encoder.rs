@@ -54,6 +54,11 @@ pub struct LinkEncoder {
     coding: HashMap<u32, SourceCoding, IdHashState>,
     /// Packed sections coded so far, (dense, sparse).
     forms: (u64, u64),
+    /// Scratch of a delta frame's sections (reused: no allocation per
+    /// section): updates sorted by id, those in columns, those packed.
+    sorted: Vec<(u32, f64)>,
+    rest: Vec<(u32, f64)>,
+    coded: Vec<(u32, i64)>,
 }
 
 /// A packed section lists its changed members sparsely when at most one in
@@ -86,6 +91,9 @@ impl LinkEncoder {
             labels_sent: Vec::new(),
             coding: HashMap::default(),
             forms: (0, 0),
+            sorted: Vec::new(),
+            rest: Vec::new(),
+            coded: Vec::new(),
         })
     }
 
@@ -180,25 +188,30 @@ impl LinkEncoder {
             self.last_keyframe_ts = Some(cs.ts_ms);
             self.force_keyframe = false;
         } else {
+            let mut sorted = std::mem::take(&mut self.sorted);
             for sec in &cs.sections {
-                // A leaf's sender records in handle order, once each: then
-                // the section's list is used as it is (no copy, no sort).
-                let sorted;
-                let updates: &[(u32, f64)] = if sec.updates.windows(2).all(|p| p[0].0 < p[1].0) {
+                // Ascending ids, each once (the usual case): as they are.
+                let updates: &[(u32, f64)] = if sec.updates.windows(2).all(|w| w[0].0 < w[1].0) {
                     &sec.updates
                 } else {
-                    let mut u = sec.updates.clone();
-                    // Stable, then keep the last of duplicates: the value the
-                    // table (and a later keyframe) holds.
-                    u.sort_by_key(|u| u.0);
-                    u.reverse();
-                    u.dedup_by_key(|u| u.0);
-                    u.reverse();
-                    sorted = u;
+                    sorted.clear();
+                    sorted.extend_from_slice(&sec.updates);
+                    // Stable, then keep the last of duplicates: the value
+                    // the table (and a later keyframe) holds.
+                    sorted.sort_by_key(|u| u.0);
+                    sorted.reverse();
+                    sorted.dedup_by_key(|u| u.0);
+                    sorted.reverse();
                     &sorted
                 };
-                let mut ps =
-                    self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, updates)?;
+                let ps = self.packed_section(table, sec.source, sec.ts_ms - cs.ts_ms, updates);
+                let mut ps = match ps {
+                    Ok(ps) => ps,
+                    Err(e) => {
+                        self.sorted = sorted;
+                        return Err(e);
+                    }
+                };
                 for &h in &sec.retired {
                     if self.leave(h) {
                         ps.retired.push(h);
@@ -206,6 +219,7 @@ impl LinkEncoder {
                 }
                 f.sections.push(ps);
             }
+            self.sorted = sorted;
         }
         if !first {
             f.retired_sources.extend_from_slice(&cs.retired_sources);
@@ -353,8 +367,26 @@ impl LinkEncoder {
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
     ) -> Result<pb::Section, CodecError> {
-        let mut rest: Vec<(u32, f64)> = Vec::new();
-        let mut coded: Vec<(u32, i64)> = Vec::with_capacity(updates.len());
+        let mut rest = std::mem::take(&mut self.rest);
+        let mut coded = std::mem::take(&mut self.coded);
+        rest.clear();
+        coded.clear();
+        let r = self.packed_section_in(table, source, ts_offset_ms, updates, &mut rest, &mut coded);
+        self.rest = rest;
+        self.coded = coded;
+        r
+    }
+
+    /// [`LinkEncoder::packed_section`] with its scratch vectors.
+    fn packed_section_in(
+        &mut self,
+        table: &SeriesTable,
+        source: u32,
+        ts_offset_ms: i64,
+        updates: &[(u32, f64)],
+        rest: &mut Vec<(u32, f64)>,
+        coded: &mut Vec<(u32, i64)>,
+    ) -> Result<pb::Section, CodecError> {
         for &(h, v) in updates {
             if by_id(&self.member_of, h) != Some(source) {
                 rest.push((h, v));
@@ -365,7 +397,7 @@ impl LinkEncoder {
                 None => rest.push((h, v)),
             }
         }
-        let mut s = self.section(table, source, ts_offset_ms, &rest, false)?;
+        let mut s = self.section(table, source, ts_offset_ms, rest, false)?;
         if coded.is_empty() {
             return Ok(s);
         }
@@ -386,7 +418,7 @@ impl LinkEncoder {
             coding.first = first;
             self.model.put_sparse_u(&mut e, SPARSE_FIRST, zigzag(d));
             let mut prev = None;
-            for &(h, w) in &coded {
+            for &(h, w) in coded.iter() {
                 if let Some(p) = prev {
                     self.model
                         .put_sparse_u(&mut e, SPARSE_GAP, u64::from(h - p - 1));
