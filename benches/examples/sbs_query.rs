@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use canopy_benches::sidebyside::data::{self, Cut, DataSpec, IO_READ};
+use canopy_benches::sidebyside::data::{self, DataSpec, IO_READ};
 use canopy_gateway::api::http::{ApiState, router};
 use canopy_gateway::promql::{Engine, EngineOpts};
 use canopy_gateway::remote_write::receiver::{ReceiverState, ingest};
@@ -142,33 +142,15 @@ fn main() -> anyhow::Result<()> {
     let (nodes, runs) = (arg(1, 1000), arg(2, 20).max(1));
     let only = args.get(3).cloned().unwrap_or_default();
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
-    let spec = DataSpec {
-        nodes,
-        series_per_node: 100,
-        nodes_per_job: 8,
-        interval_ms: 15_000,
-        steps: 65 * 60 / 15,
-        end_ms: (now_ms / 1000 + 1) * 1000,
-        seed: 1,
-    };
-    let cut = Cut {
-        senders: 4,
-        nodes_per_request: 10,
-        steps_per_request: 4,
-    };
+    let (spec, cut) = data::default_set(nodes, 65, now_ms);
     let bodies = data::bodies(&spec, &cut)?;
     if let Ok(addr) = only.parse::<std::net::SocketAddr>() {
         return remote(addr, &spec, &bodies, runs);
     }
     let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
-    let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
-    for i in 0..longest {
-        for list in &bodies {
-            if let Some(b) = list.get(i) {
-                ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
-            }
-        }
+    for b in data::interleaved(&bodies) {
+        ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
     }
     drop(bodies);
     store.write(|s| s.maintain(spec.end_ms));

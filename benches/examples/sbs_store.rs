@@ -12,7 +12,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use canopy_benches::sidebyside::data::{self, Cut, DataSpec};
+use canopy_benches::sidebyside::data;
 use canopy_gateway::remote_write::receiver::{ReceiverState, ingest};
 use canopy_gateway::remote_write::wire::WireLimits;
 use canopy_gateway::store::{LiveStore, LiveStoreConfig, SharedStore};
@@ -43,34 +43,14 @@ fn main() -> anyhow::Result<()> {
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
     let (nodes, minutes) = (arg(1, 1000), arg(2, 65));
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
-    let spec = DataSpec {
-        nodes,
-        series_per_node: 100,
-        nodes_per_job: 8,
-        interval_ms: 15_000,
-        steps: minutes * 60 / 15,
-        end_ms: (now_ms / 1000 + 1) * 1000,
-        seed: 1,
-    };
-    let cut = Cut {
-        senders: 4,
-        nodes_per_request: 10,
-        steps_per_request: 4,
-    };
+    let (spec, cut) = data::default_set(nodes, minutes, now_ms);
     let bodies = data::bodies(&spec, &cut)?;
     let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
     let base = status_kib("VmRSS:");
     let (c0, t0) = (cpu_secs(), Instant::now());
-    // Senders own disjoint nodes: interleave them slice by slice, as the
-    // concurrent senders of the benchmark roughly do.
-    let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
-    for i in 0..longest {
-        for list in &bodies {
-            if let Some(b) = list.get(i) {
-                ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
-            }
-        }
+    for b in data::interleaved(&bodies) {
+        ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
     }
     let (cpu, wall) = (cpu_secs() - c0, t0.elapsed().as_secs_f64());
     let rss = (status_kib("VmRSS:").saturating_sub(base) * 1024) as f64;

@@ -468,6 +468,35 @@ pub struct Cut {
     pub steps_per_request: usize,
 }
 
+/// The side-by-side's default data over `minutes` ending at the whole
+/// second after `now_ms` (100 series a node, 8 nodes a job, 15 s steps,
+/// seed 1) and its default cut (4 senders, 10 nodes x 4 steps a request):
+/// what `tsdb-side-by-side` loads, for examples that replay it in-process.
+pub fn default_set(nodes: usize, minutes: usize, now_ms: i64) -> (DataSpec, Cut) {
+    let spec = DataSpec {
+        nodes,
+        series_per_node: 100,
+        nodes_per_job: 8,
+        interval_ms: 15_000,
+        steps: minutes * 60 / 15,
+        end_ms: (now_ms / 1000 + 1) * 1000,
+        seed: 1,
+    };
+    let cut = Cut {
+        senders: 4,
+        nodes_per_request: 10,
+        steps_per_request: 4,
+    };
+    (spec, cut)
+}
+
+/// Every sender's bodies interleaved slice by slice (senders own disjoint
+/// nodes), roughly the order concurrent senders deliver them in.
+pub fn interleaved(bodies: &[Vec<Body>]) -> impl Iterator<Item = &Body> {
+    let longest = bodies.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest).flat_map(move |i| bodies.iter().filter_map(move |list| list.get(i)))
+}
+
 /// The request bodies of every sender, each list in time order.
 pub fn bodies(
     spec: &DataSpec,

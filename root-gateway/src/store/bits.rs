@@ -239,17 +239,22 @@ mod tests {
         }
     }
 
+    /// A step of a xorshift walk from `x`: a width in 0..=64 and a value
+    /// (the item index `i` rotates it, so every bit offset is met).
+    fn next_code(x: &mut u64, i: u64) -> (u32, u64) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        ((*x % 65) as u32, x.rotate_left((i % 64) as u32))
+    }
+
     #[test]
     fn put_writes_the_same_bytes_as_bit_at_a_time() {
         // A fixed pseudo-random walk over widths 0..=64 and every offset.
         let (mut fast, mut slow) = ((Vec::new(), 0u32), (Vec::new(), 0u32));
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in 0..5000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let n = (x % 65) as u32;
-            let v = x.rotate_left((i % 64) as u32);
+            let (n, v) = next_code(&mut x, i);
             put(&mut fast.0, &mut fast.1, v, n);
             put_reference(&mut slow.0, &mut slow.1, v, n);
             assert_eq!(fast.1, slow.1, "bit length after item {i}");
@@ -265,11 +270,7 @@ mod tests {
         let mut w = Writer::new(Vec::new(), 0);
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for i in 0..4000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let n = (x % 65) as u32;
-            let v = x.rotate_left((i % 64) as u32);
+            let (n, v) = next_code(&mut x, i);
             put(&mut direct, &mut len, v, n);
             w.put(v, n);
             if x.is_multiple_of(7) {
