@@ -182,7 +182,7 @@ struct LoadSeries {
     value: f64,
     /// Gauges: the period `value` was drawn for, truncated to 32 bits
     /// (redrawn only when the period changes: the same value without a
-    /// hash per series per step; small, so 2,000 series stay 64 bytes each).
+    /// hash per series per step; small, so 2,000 series stay 72 bytes each).
     period: Option<i32>,
     /// The sender's key, once recorded.
     slot: Option<SeriesKey>,
@@ -381,8 +381,12 @@ mod tests {
     #[test]
     fn a_series_stays_small() {
         // 2,000 of them live in the leaf-overhead benchmark's leaf: its
-        // RSS goal is tight.
-        assert!(std::mem::size_of::<LoadSeries>() <= 64);
+        // RSS goal is tight. 72 bytes since a `Labels` handle is 16 bytes
+        // (a fat `Arc<str>`): its label buffer became one allocation
+        // instead of three, so a series with its own labels costs less
+        // in all (the leaf measured 9.9 MiB peak either way).
+        assert!(std::mem::size_of::<Labels>() <= 16);
+        assert!(std::mem::size_of::<LoadSeries>() <= 72);
     }
 
     #[test]
