@@ -93,22 +93,17 @@ impl Labels {
         K: Into<String>,
         V: Into<String>,
     {
-        let mut v: Vec<(String, String)> = Vec::new();
-        for (k, val) in pairs {
-            let (k, val) = (k.into(), val.into());
-            match v.binary_search_by(|(n, _)| n.as_str().cmp(&k)) {
-                Ok(i) => v[i].1 = val,
-                Err(i) => v.insert(i, (k, val)),
-            }
-        }
-        v.retain(|(_, val)| !val.is_empty());
-        Self::pack(v.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        let owned: Vec<(String, String)> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Self::from_strs(owned.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
     /// Builds a label set from borrowed pairs that are usually already
     /// canonical (sorted by name, unique, non-empty values, as a store's
     /// label sets are): then packed in one pass without per-string copies;
-    /// anything else goes through [`Labels::from_pairs`], so the result is
+    /// anything else goes through [`Labels::from_strs`], so the result is
     /// the same either way.
     pub fn from_sorted_pairs<'a, I>(pairs: I) -> Self
     where
@@ -123,7 +118,7 @@ impl Labels {
         if canonical {
             Self::pack(pairs)
         } else {
-            Self::from_pairs(pairs)
+            Self::from_strs(pairs)
         }
     }
 
