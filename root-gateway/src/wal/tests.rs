@@ -244,6 +244,35 @@ proptest::proptest! {
         let mut buf = Vec::new();
         let _ = read_frame(&mut &bytes[..], &mut buf, 1 << 16);
     }
+
+    #[test]
+    fn sample_batches_round_trip_at_any_times_and_values(
+        points in proptest::collection::vec((proptest::num::i64::ANY, proptest::num::u64::ANY), 0..40),
+        prefix in proptest::collection::vec(proptest::num::u8::ANY, 0..20),
+    ) {
+        // Any timestamps (deltas of deltas up to 10-byte varints) and any
+        // value bits, written after arbitrary bytes already in the buffer.
+        let op = Op::Samples {
+            labels: Labels::metric("m", [("k", "v")]),
+            samples: points
+                .iter()
+                .map(|&(ts_ms, bits)| crate::store::Sample { ts_ms, value: f64::from_bits(bits) })
+                .collect(),
+        };
+        let mut out = prefix.clone();
+        Encoder::default().encode(std::slice::from_ref(&op), &mut out);
+        proptest::prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
+        let mut got = Vec::new();
+        Decoder::default().decode(&out[prefix.len()..], |o| got.push(o)).expect("decode");
+        proptest::prop_assert_eq!(got.len(), 1);
+        let (Op::Samples { samples: a, .. }, Op::Samples { samples: b, .. }) = (&got[0], &op) else {
+            panic!("not a samples op");
+        };
+        proptest::prop_assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            proptest::prop_assert_eq!((x.ts_ms, x.value.to_bits()), (y.ts_ms, y.value.to_bits()));
+        }
+    }
 }
 
 fn batch(series: &str, from: i64, n: i64) -> Op {
