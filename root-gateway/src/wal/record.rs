@@ -185,13 +185,14 @@ impl Encoder {
                     out.push(SAMPLES);
                     put_uvarint(out, s);
                     put_uvarint(out, samples.len() as u64);
+                    out.reserve(samples.len() * 10);
                     let mut last_delta = 0i64;
-                    put_samples(out, samples, |t| {
-                        let d = dts(t);
-                        let dod = d.wrapping_sub(last_delta);
+                    for smp in samples {
+                        let d = dts(smp.ts_ms);
+                        put_varint(out, d.wrapping_sub(last_delta));
                         last_delta = d;
-                        dod
-                    });
+                        out.extend_from_slice(&smp.value.to_bits().to_le_bytes());
+                    }
                 }
                 Op::Heartbeat {
                     source,
@@ -217,34 +218,6 @@ impl Encoder {
             }
         }
     }
-}
-
-/// Most bytes one sample takes: a 10-byte varint and the 8 value bytes.
-const MAX_SAMPLE_BYTES: usize = 18;
-
-/// Appends `samples` as `(varint(dod(ts)) | value bits LE)*`: the room for
-/// them is made once and each sample is written in place (pushing byte by
-/// byte checked the capacity for every byte: most of the log's cost).
-fn put_samples(out: &mut Vec<u8>, samples: &[Sample], mut dod: impl FnMut(i64) -> i64) {
-    let mut pos = out.len();
-    out.resize(pos + samples.len() * MAX_SAMPLE_BYTES, 0);
-    for smp in samples {
-        let v = dod(smp.ts_ms);
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        let Some(dst) = out.get_mut(pos..pos + MAX_SAMPLE_BYTES) else {
-            break;
-        };
-        let mut n = 0;
-        while z >= 0x80 {
-            dst[n] = (z as u8) | 0x80;
-            z >>= 7;
-            n += 1;
-        }
-        dst[n] = z as u8;
-        dst[n + 1..n + 9].copy_from_slice(&smp.value.to_bits().to_le_bytes());
-        pos += n + 9;
-    }
-    out.truncate(pos);
 }
 
 /// Decodes the records of one segment (keeps the segment's dictionaries).
