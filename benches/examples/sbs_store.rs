@@ -6,8 +6,12 @@
 //! under callgrind.
 //!
 //! ```text
-//! cargo run --release -p canopy-benches --example sbs_store -- [nodes] [minutes]
+//! cargo run --release -p canopy-benches --example sbs_store -- [nodes] [minutes] [data-dir]
 //! ```
+//!
+//! With a `data-dir` (emptied first) the store is journaled as under
+//! `canopy gateway --data-dir` (write-ahead log, `fsync` once a tick, the
+//! tick driven once per 100 requests), so the durable path's cost shows.
 #![allow(clippy::print_stdout)]
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -16,6 +20,7 @@ use canopy_benches::sidebyside::data;
 use canopy_gateway::remote_write::receiver::{ReceiverState, ingest};
 use canopy_gateway::remote_write::wire::WireLimits;
 use canopy_gateway::store::{LiveStore, LiveStoreConfig, SharedStore};
+use canopy_gateway::wal::{Wal, WalConfig};
 
 fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -45,12 +50,23 @@ fn main() -> anyhow::Result<()> {
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
     let (spec, cut) = data::default_set(nodes, minutes, now_ms);
     let bodies = data::bodies(&spec, &cut)?;
-    let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+    let dir = args.get(3).map(std::path::PathBuf::from);
+    let store = match &dir {
+        Some(d) => {
+            let _ = std::fs::remove_dir_all(d);
+            let (live, wal, _) = Wal::open(WalConfig::new(d), LiveStoreConfig::default())?;
+            SharedStore::with_journal(live, Box::new(wal))
+        }
+        None => SharedStore::new(LiveStore::new(LiveStoreConfig::default())),
+    };
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
     let base = status_kib("VmRSS:");
     let (c0, t0) = (cpu_secs(), Instant::now());
-    for b in data::interleaved(&bodies) {
+    for (i, b) in data::interleaved(&bodies).enumerate() {
         ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
+        if dir.is_some() && i % 100 == 99 {
+            store.tick(now_ms)?;
+        }
     }
     let (cpu, wall) = (cpu_secs() - c0, t0.elapsed().as_secs_f64());
     let rss = (status_kib("VmRSS:").saturating_sub(base) * 1024) as f64;
@@ -83,5 +99,12 @@ fn main() -> anyhow::Result<()> {
         per(m.index),
         per(m.strings)
     );
+    // What a checkpoint holds the store's lock for: taking the cut.
+    let (cut_ms, cut_series) = store.read(|s| {
+        let t = Instant::now();
+        let cut = s.snapshot_cut();
+        (t.elapsed().as_secs_f64() * 1e3, cut.series())
+    });
+    println!("snapshot cut of {cut_series} series: {cut_ms:.1} ms under the lock");
     Ok(())
 }

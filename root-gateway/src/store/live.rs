@@ -116,6 +116,17 @@ pub struct SeriesHint {
     generation: u32,
 }
 
+impl SeriesHint {
+    /// `(store instance, slot, slot generation)` when this is a hint (not
+    /// the default). The triple names one label set for good: a slot that
+    /// is freed moves its generation on, and a wrapped generation moves the
+    /// store to a new instance. The write-ahead log keys its series
+    /// dictionary on it, so a hinted op is logged without hashing labels.
+    pub fn slot(&self) -> Option<(u32, u32, u32)> {
+        (self.store != 0).then_some((self.store, self.id, self.generation))
+    }
+}
+
 /// Instance numbers of stores, for [`SeriesHint`]s (0 is never one).
 static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(1);
 

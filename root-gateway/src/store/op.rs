@@ -5,7 +5,7 @@
 //! snapshot plus the ops logged after it rebuild exactly what the store held,
 //! retention and source deadlines included ([`Op::Maintain`] is logged too).
 
-use super::{Appender, Labels, LiveStore, Sample, StoreError};
+use super::{Appender, Labels, LiveStore, Sample, SeriesHint, StoreError};
 
 /// One mutation of the store.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +131,15 @@ pub trait Journal: Send {
     /// Records `ops`; they are applied only if this returns `Ok`. When it
     /// returns, a crash of the process (not of the machine) must not lose them.
     fn log(&mut self, ops: &[Op]) -> Result<(), StoreError>;
+
+    /// [`Journal::log`] with a [`SeriesHint`] per op (`hints[i]` for
+    /// `ops[i]`, missing ones unknown), each filled by the store for that
+    /// op's label set: a journal may use them to find its own reference to
+    /// the series without looking at the labels. Same guarantees as `log`.
+    fn log_hinted(&mut self, ops: &[Op], hints: &[SeriesHint]) -> Result<(), StoreError> {
+        let _ = hints;
+        self.log(ops)
+    }
 
     /// Once per tick, with the store read-locked: sync to disk per the
     /// configured policy and, when a checkpoint is due, start the next log

@@ -106,7 +106,7 @@ impl SharedStore {
     ) -> Result<ApplyOutcome, StoreError> {
         let mut j = self.journal();
         if let Some(j) = j.as_mut() {
-            j.log(ops)?;
+            j.log_hinted(ops, hints)?;
         }
         // Lock hand-off: the store lock is taken before the journal lock is
         // released, so ops apply in the order they were logged, while the

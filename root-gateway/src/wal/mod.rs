@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::store::codec::{CodecError, crc32c, read_frame};
 use crate::store::{
-    Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SnapshotCut, StoreError,
+    Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SeriesHint, SnapshotCut, StoreError,
 };
 
 use record::{Decoder, Encoder};
@@ -460,6 +460,10 @@ fn write_checkpoint(
 
 impl Journal for Wal {
     fn log(&mut self, ops: &[Op]) -> Result<(), StoreError> {
+        self.log_hinted(ops, &[])
+    }
+
+    fn log_hinted(&mut self, ops: &[Op], hints: &[SeriesHint]) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }
@@ -471,7 +475,7 @@ impl Journal for Wal {
         // CRC-32C), filled in once the payload is known: no second buffer.
         self.frame.clear();
         self.frame.extend_from_slice(&[0; 8]);
-        self.encoder.encode(ops, &mut self.frame);
+        self.encoder.encode_hinted(ops, hints, &mut self.frame);
         let payload = self.frame.get(8..).unwrap_or_default();
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         let crc = crc32c(payload);

@@ -24,7 +24,7 @@ use std::hash::BuildHasherDefault;
 use rustc_hash::FxHasher;
 
 use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
-use crate::store::{Labels, Op, Sample};
+use crate::store::{Labels, Op, Sample, SeriesHint};
 
 const DEF_SERIES: u8 = 0x01;
 const DEF_SOURCE: u8 = 0x02;
@@ -35,13 +35,33 @@ const MAINTAIN: u8 = 0x06;
 const SAMPLES: u8 = 0x07;
 /// Most samples one `samples` op may declare (bounds replay allocation).
 const MAX_BATCH: usize = 1 << 20;
+/// Store slots the hinted dictionary follows (12 bytes each; the store's
+/// series limit is far below).
+const MAX_SLOTS: usize = 1 << 24;
+
+/// A series defined in this segment, by the store slot its hint names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slot {
+    /// The hint's store instance (0: none).
+    store: u32,
+    generation: u32,
+    /// The series' index in this segment.
+    index: u32,
+}
 
 /// Encodes op batches for one segment (keeps the segment's dictionaries).
 #[derive(Debug, Default)]
 pub struct Encoder {
-    /// Series defined in this segment. Fx, not SipHash: hashed once per
-    /// series per batch on the ingest path; keys are validated label sets.
+    /// Series defined in this segment by label set (ops without a store
+    /// hint). Fx, not SipHash: keys are validated label sets.
     series: HashMap<Labels, u64, BuildHasherDefault<FxHasher>>,
+    /// Series defined in this segment by the store slot of their hint
+    /// (see [`SeriesHint::slot`]): a hinted op finds its reference with one
+    /// index into this, not a hash of its labels (which cost a cache miss
+    /// or two per series: the log's largest cost).
+    slots: Vec<Slot>,
+    /// Series defined in this segment (both ways; the next index).
+    defined: u64,
     sources: HashMap<String, u64, BuildHasherDefault<FxHasher>>,
 }
 
@@ -49,22 +69,71 @@ impl Encoder {
     /// Forgets the dictionaries: call when a new segment starts.
     pub fn reset(&mut self) {
         self.series.clear();
+        self.slots.clear();
+        self.defined = 0;
         self.sources.clear();
     }
 
-    /// Series defined in the current segment.
+    /// Series and sources defined in the current segment.
     pub fn dictionary_len(&self) -> usize {
-        self.series.len() + self.sources.len()
+        usize::try_from(self.defined).unwrap_or(usize::MAX) + self.sources.len()
+    }
+
+    fn define(&mut self, l: &Labels, out: &mut Vec<u8>) -> u64 {
+        let i = self.defined;
+        self.defined += 1;
+        out.push(DEF_SERIES);
+        put_labels(out, l);
+        i
     }
 
     fn series_id(&mut self, l: &Labels, out: &mut Vec<u8>) -> u64 {
         if let Some(&i) = self.series.get(l) {
             return i;
         }
-        let i = self.series.len() as u64;
-        out.push(DEF_SERIES);
-        put_labels(out, l);
+        let i = self.define(l, out);
         self.series.insert(l.clone(), i);
+        i
+    }
+
+    /// The reference of `l`, through `hint` when it has one (the store
+    /// filled it for `l`, so its slot triple names `l` and nothing else).
+    /// A hinted series not defined yet is defined and kept by slot only:
+    /// the label-set map holds just the series first seen without a hint.
+    fn hinted_series_id(
+        &mut self,
+        l: &Labels,
+        hint: Option<&SeriesHint>,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let Some((store, id, generation)) = hint.and_then(SeriesHint::slot) else {
+            return self.series_id(l, out);
+        };
+        let id = id as usize;
+        if let Some(s) = self.slots.get(id)
+            && s.store == store
+            && s.generation == generation
+        {
+            return u64::from(s.index);
+        }
+        let i = match self.series.get(l) {
+            Some(&i) => i,
+            None => self.define(l, out),
+        };
+        if id < MAX_SLOTS
+            && let Ok(index) = u32::try_from(i)
+        {
+            if self.slots.len() <= id {
+                self.slots.resize(id + 1, Slot::default());
+            }
+            if let Some(s) = self.slots.get_mut(id) {
+                *s = Slot {
+                    store,
+                    generation,
+                    index,
+                };
+            }
+        }
         i
     }
 
@@ -81,13 +150,21 @@ impl Encoder {
 
     /// Appends the payload of one record holding `ops` to `out`.
     pub fn encode(&mut self, ops: &[Op], out: &mut Vec<u8>) {
+        self.encode_hinted(ops, &[], out);
+    }
+
+    /// [`Encoder::encode`] with the store's [`SeriesHint`] of each op
+    /// (`hints[i]` for `ops[i]`; missing or default ones are not used).
+    /// Only ever pass a hint with the label set the store filled it for.
+    /// The payload decodes the same either way.
+    pub fn encode_hinted(&mut self, ops: &[Op], hints: &[SeriesHint], out: &mut Vec<u8>) {
         let mut prev = 0i64;
         let mut dts = |t: i64| {
             let d = t.wrapping_sub(prev);
             prev = t;
             d
         };
-        for op in ops {
+        for (k, op) in ops.iter().enumerate() {
             match op {
                 Op::Append {
                     source,
@@ -104,7 +181,7 @@ impl Encoder {
                     out.extend_from_slice(&value.to_bits().to_le_bytes());
                 }
                 Op::Samples { labels, samples } => {
-                    let s = self.series_id(labels, out);
+                    let s = self.hinted_series_id(labels, hints.get(k), out);
                     out.push(SAMPLES);
                     put_uvarint(out, s);
                     put_uvarint(out, samples.len() as u64);

@@ -1,7 +1,7 @@
 use std::io::Write;
 
 use super::*;
-use crate::store::{Labels, Matcher, Querier, SharedStore};
+use crate::store::{Labels, Matcher, Querier, SeriesHint, SharedStore};
 use canopy_proto::model::METRIC_NAME;
 
 fn cfg(dir: &Path) -> WalConfig {
@@ -244,6 +244,35 @@ proptest::proptest! {
         let mut buf = Vec::new();
         let _ = read_frame(&mut &bytes[..], &mut buf, 1 << 16);
     }
+
+    #[test]
+    fn sample_batches_round_trip_at_any_times_and_values(
+        points in proptest::collection::vec((proptest::num::i64::ANY, proptest::num::u64::ANY), 0..40),
+        prefix in proptest::collection::vec(proptest::num::u8::ANY, 0..20),
+    ) {
+        // Any timestamps (deltas of deltas up to 10-byte varints) and any
+        // value bits, written after arbitrary bytes already in the buffer.
+        let op = Op::Samples {
+            labels: Labels::metric("m", [("k", "v")]),
+            samples: points
+                .iter()
+                .map(|&(ts_ms, bits)| crate::store::Sample { ts_ms, value: f64::from_bits(bits) })
+                .collect(),
+        };
+        let mut out = prefix.clone();
+        Encoder::default().encode(std::slice::from_ref(&op), &mut out);
+        proptest::prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
+        let mut got = Vec::new();
+        Decoder::default().decode(&out[prefix.len()..], |o| got.push(o)).expect("decode");
+        proptest::prop_assert_eq!(got.len(), 1);
+        let (Op::Samples { samples: a, .. }, Op::Samples { samples: b, .. }) = (&got[0], &op) else {
+            panic!("not a samples op");
+        };
+        proptest::prop_assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            proptest::prop_assert_eq!((x.ts_ms, x.value.to_bits()), (y.ts_ms, y.value.to_bits()));
+        }
+    }
 }
 
 fn batch(series: &str, from: i64, n: i64) -> Op {
@@ -395,4 +424,98 @@ fn concurrent_batches_replay_in_the_order_they_were_applied() {
     let (back, rec) = open(cfg(dir.path()));
     assert_eq!(rec.bad_records, 0);
     assert_eq!(points(&back, "raced"), live);
+}
+
+/// Applies `op` (an [`Op::Samples`]) to `store` through `hint` and
+/// returns the refreshed hint.
+fn apply_hinted(store: &mut LiveStore, op: &Op, mut hint: SeriesHint) -> SeriesHint {
+    let Op::Samples { labels, samples } = op else {
+        panic!("not a samples op");
+    };
+    store.append_samples_hinted(labels, samples, &mut hint, &mut |_, r| {
+        r.expect("sample stored");
+    });
+    hint
+}
+
+#[test]
+fn hinted_series_are_referenced_by_slot_and_a_reused_slot_is_defined_anew() {
+    let mut store = LiveStore::new(LiveStoreConfig {
+        retention_ms: 1_000,
+        ..LiveStoreConfig::default()
+    });
+    let (mut enc, mut dec) = (Encoder::default(), Decoder::default());
+    let mut records = Vec::new();
+    let mut want = Vec::new();
+    // Whether a record holds a definition: the label text is in it.
+    let defines = |p: &[u8]| p.windows(7).any(|w| w == b"batched");
+    let mut log = |enc: &mut Encoder, ops: Vec<Op>, hints: &[SeriesHint]| {
+        let mut p = Vec::new();
+        enc.encode_hinted(&ops, hints, &mut p);
+        want.extend(ops);
+        records.push(p.clone());
+        defines(&p)
+    };
+    // First sight: no hint yet, so the labels are defined (and kept by label set).
+    let a1 = batch("a", 1, 3);
+    assert!(log(&mut enc, vec![a1.clone()], &[SeriesHint::default()]));
+    let hint_a = apply_hinted(&mut store, &a1, SeriesHint::default());
+    let (_, slot_a, gen_a) = hint_a.slot().expect("the store filled the hint");
+    // With the hint: a reference, no label bytes.
+    assert!(!log(&mut enc, vec![batch("a", 4, 3)], &[hint_a]));
+    // Retention frees a's slot; b takes it (the same slot, a new generation).
+    store.maintain(200_000);
+    let b = batch("b", 300, 2);
+    let hint_b = apply_hinted(&mut store, &b, SeriesHint::default());
+    let (_, slot_b, gen_b) = hint_b.slot().expect("hint");
+    assert_eq!((slot_b, gen_b), (slot_a, gen_a.wrapping_add(1)));
+    // b under its own hint must be defined, not taken for a...
+    assert!(
+        log(&mut enc, vec![b.clone()], &[hint_b]),
+        "b was not defined"
+    );
+    // ...and then referenced; a's stale hint still names a.
+    assert!(!log(&mut enc, vec![batch("b", 302, 2)], &[hint_b]));
+    assert!(!log(&mut enc, vec![batch("a", 7, 2)], &[hint_a]));
+    // A series hinted from the start (a new segment) is defined once, by slot.
+    enc.reset();
+    let mut dec2 = Decoder::default();
+    let mut got2 = Vec::new();
+    for k in 0..3 {
+        let op = batch("b", 400 + 2 * k, 2);
+        let mut p = Vec::new();
+        enc.encode_hinted(std::slice::from_ref(&op), &[hint_b], &mut p);
+        assert_eq!(defines(&p), k == 0, "record {k}");
+        dec2.decode(&p, |o| got2.push(o)).expect("decode");
+        assert_eq!(got2.last(), Some(&op));
+    }
+    assert_eq!(enc.dictionary_len(), 1);
+    let mut got = Vec::new();
+    for r in &records {
+        dec.decode(r, |o| got.push(o)).expect("decode");
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn hinted_ingest_replays_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, _) = open(cfg(dir.path()));
+    let mut hints = vec![SeriesHint::default(); 2];
+    for k in 0..5 {
+        let ops = [batch("a", 1 + 10 * k, 10), batch("b", 1 + 10 * k, 10)];
+        let out = s
+            .apply_each_hinted(&ops, &mut hints, |_, _, r| {
+                r.expect("stored");
+            })
+            .expect("apply");
+        assert_eq!(out.rejected, 0);
+        assert!(hints.iter().all(|h| h.slot().is_some()));
+    }
+    let before = points(&s, "batched");
+    assert_eq!(before.len(), 100);
+    drop(s);
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.ops, 10);
+    assert_eq!(points(&s, "batched"), before);
 }

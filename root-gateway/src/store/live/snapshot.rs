@@ -19,7 +19,6 @@ use crate::store::chunk::Chunk;
 use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
-use crate::store::intern::SymLabels;
 
 /// v2: bit-packed chunks.
 const MAGIC: &[u8] = b"canopy-snapshot-v2";
@@ -29,16 +28,41 @@ const MAGIC_V1: &[u8] = b"canopy-snapshot-v1";
 /// Largest record accepted when reading (one series' chunks).
 const MAX_RECORD: usize = 64 << 20;
 
-/// A consistent cut of a store's state for a snapshot. Taking it copies
-/// only per-series bookkeeping (chunks are shared, not copied), so the
-/// store's lock is held briefly; writing it needs no lock at all.
+/// A consistent cut of a store's state for a snapshot, taken under the
+/// store's lock and written with no lock held.
+///
+/// It is held in a few flat buffers (label ids, sealed chunks, the open
+/// chunks' state), not per series: a per-series copy meant two small
+/// allocations a series, and sharing the open chunks meant the store
+/// copied each one on its next write (`Arc::make_mut`) while the cut was
+/// streaming. Freed after the snapshot, both left holes among the live
+/// series that the allocator could not give back: a checkpoint during
+/// ingest of 100,000 series raised the gateway's RSS by ~600 B a series
+/// for good. Sealed chunks are never written again, so they are shared;
+/// the open one's state is copied into one buffer (its bytes, once).
 #[derive(Debug)]
 pub struct SnapshotCut {
     now_ms: i64,
     stats: StoreStats,
     sources: Vec<Source>,
     strings: Vec<Arc<str>>,
-    series: Vec<(SymLabels, Option<u32>, Vec<Arc<Chunk>>)>,
+    series: Vec<CutSeries>,
+    /// Interned label ids of every series, back to back.
+    label_ids: Vec<u32>,
+    /// Shared sealed chunks of every series, back to back.
+    sealed: Vec<Arc<Chunk>>,
+    /// [`Chunk::write_state`] of each series' open chunk, back to back.
+    open: Vec<u8>,
+}
+
+/// One series of a [`SnapshotCut`]: its source and where its parts end
+/// in the cut's flat buffers (they start where the previous series' end).
+#[derive(Clone, Copy, Debug)]
+struct CutSeries {
+    source: Option<u32>,
+    labels_end: usize,
+    sealed_end: usize,
+    open_end: usize,
 }
 
 impl SnapshotCut {
@@ -72,18 +96,33 @@ impl SnapshotCut {
             }
             n += write_frame(w, &p)? as u64;
         }
-        for (labels, source, chunks) in &self.series {
+        let (mut labels_from, mut sealed_from, mut open_from) = (0, 0, 0);
+        for s in &self.series {
+            let labels = self
+                .label_ids
+                .get(labels_from..s.labels_end)
+                .unwrap_or_default();
+            let sealed = self
+                .sealed
+                .get(sealed_from..s.sealed_end)
+                .unwrap_or_default();
+            let open = self.open.get(open_from..s.open_end).unwrap_or_default();
+            (labels_from, sealed_from, open_from) = (s.labels_end, s.sealed_end, s.open_end);
             p.clear();
             p.push(0x03);
             put_uvarint(&mut p, (labels.len() / 2) as u64);
-            for id in labels.iter() {
+            for id in labels {
                 put_str(&mut p, str_of(*id));
             }
-            put_uvarint(&mut p, source.map_or(0, |s| u64::from(s) + 1));
-            put_uvarint(&mut p, chunks.len() as u64);
-            for c in chunks {
+            put_uvarint(&mut p, s.source.map_or(0, |s| u64::from(s) + 1));
+            put_uvarint(
+                &mut p,
+                (sealed.len() + usize::from(!open.is_empty())) as u64,
+            );
+            for c in sealed {
                 c.write_state(&mut p);
             }
+            p.extend_from_slice(open);
             n += write_frame(w, &p)? as u64;
         }
         p.clear();
@@ -99,18 +138,35 @@ impl LiveStore {
     /// Takes a [`SnapshotCut`] of the current state (call with the store
     /// locked; write the cut after releasing the lock).
     pub fn snapshot_cut(&self) -> SnapshotCut {
-        SnapshotCut {
+        let mut cut = SnapshotCut {
             now_ms: self.now_ms,
             stats: self.stats,
             sources: self.sources.clone(),
             strings: self.strings.table(),
-            series: self
-                .entries
-                .iter()
-                .flatten()
-                .map(|e| (e.labels.clone(), e.source, e.chunks.clone()))
-                .collect(),
+            series: Vec::with_capacity(self.live),
+            label_ids: Vec::new(),
+            sealed: Vec::new(),
+            open: Vec::new(),
+        };
+        for e in self.entries.iter().flatten() {
+            cut.label_ids.extend_from_slice(&e.labels);
+            // Only the last chunk is ever written again (and only until full).
+            let (sealed, open) = match e.chunks.split_last() {
+                Some((last, rest)) if !last.is_full() => (rest, Some(last)),
+                _ => (&e.chunks[..], None),
+            };
+            cut.sealed.extend(sealed.iter().cloned());
+            if let Some(c) = open {
+                c.write_state(&mut cut.open);
+            }
+            cut.series.push(CutSeries {
+                source: e.source,
+                labels_end: cut.label_ids.len(),
+                sealed_end: cut.sealed.len(),
+                open_end: cut.open.len(),
+            });
         }
+        cut
     }
 
     /// Streams the store's state to `w`; returns the bytes written.
