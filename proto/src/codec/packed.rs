@@ -194,8 +194,9 @@ impl WireState {
     }
 
     /// Expected residual length of the chosen predictor, in bits.
-    fn expected_len(&self) -> usize {
-        let c = i32::from(self.cost[self.best()]) * LEN_RES;
+    /// `best`: the chosen predictor ([`WireState::best`], found already).
+    fn expected_len_of(&self, best: usize) -> usize {
+        let c = i32::from(self.cost[best]) * LEN_RES;
         ((c + COST_ONE / 2) / COST_ONE).clamp(0, 64 * LEN_RES) as usize
     }
 
@@ -253,7 +254,12 @@ impl WireState {
 
     /// Takes `w` as the new value (known series), updating every predictor.
     fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
-        let preds = self.predictions(counter, peer);
+        self.learn_from(w, counter, &self.predictions(counter, peer));
+    }
+
+    /// [`WireState::learn`] with the predictions already made (a coded
+    /// value made them to pick its predictor: they are not made twice).
+    fn learn_from(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
         let grid = self.grid_units(w, counter);
         let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
             let r = match grid {
@@ -547,14 +553,16 @@ impl LinkModel {
             st.reset_to(w);
             return;
         }
-        let pred = st.predictions(counter, peer)[st.best()];
-        let ctx = st.expected_len();
+        let preds = st.predictions(counter, peer);
+        let best = st.best();
+        let pred = preds[best];
+        let ctx = st.expected_len_of(best);
         if !counter {
             if !self.hists.put(e, id, w) {
                 self.put_r(e, class, ctx, w.wrapping_sub(pred));
                 self.hists.after_plain(id, st.mean, ctx);
             }
-            st.learn(w, counter, peer);
+            st.learn_from(w, counter, &preds);
             return;
         }
         if counter && st.step > 1 {
@@ -562,12 +570,12 @@ impl LinkModel {
             e.bit(&mut st.on_grid, u.is_some());
             if let Some(u) = u {
                 self.put_r(e, class, ctx, u);
-                st.learn(w, counter, peer);
+                st.learn_from(w, counter, &preds);
                 return;
             }
         }
         self.put_r(e, class, ctx, w.wrapping_sub(pred));
-        st.learn(w, counter, peer);
+        st.learn_from(w, counter, &preds);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -597,8 +605,10 @@ impl LinkModel {
             st.reset_to(w);
             return Some(w);
         }
-        let pred = st.predictions(counter, peer)[st.best()];
-        let ctx = st.expected_len();
+        let preds = st.predictions(counter, peer);
+        let best = st.best();
+        let pred = preds[best];
+        let ctx = st.expected_len_of(best);
         if !counter {
             let w = match self.hists.get(d, id) {
                 Some(w) => w,
@@ -608,7 +618,7 @@ impl LinkModel {
                     w
                 }
             };
-            st.learn(w, counter, peer);
+            st.learn_from(w, counter, &preds);
             return Some(w);
         }
         let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
@@ -616,7 +626,7 @@ impl LinkModel {
         } else {
             pred.wrapping_add(self.get_r(d, class, ctx)?)
         };
-        st.learn(w, counter, peer);
+        st.learn_from(w, counter, &preds);
         Some(w)
     }
 
@@ -667,11 +677,12 @@ impl LinkModel {
 /// its leading one (adaptive, `top[length]`), then the rest raw.
 fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob; 3]], u: u64) {
     let n = bit_len(u);
-    let mut node = 1usize;
+    // The tree node above bit i of n is the bits above it under a leading
+    // one: (n | 128) >> (i + 1), always below 128 (the mask only spares a
+    // bounds check).
+    let m = (n | 128) as usize;
     for i in (0..7).rev() {
-        let b = (n >> i) & 1 == 1;
-        e.bit(&mut tree[node], b);
-        node = node * 2 + usize::from(b);
+        e.bit(&mut tree[(m >> (i + 1)) & 127], (m >> i) & 1 == 1);
     }
     if n < 2 {
         return; // 0 and 1 are fully described by their length

@@ -51,8 +51,34 @@ impl Default for Prob {
 }
 
 impl Prob {
+    /// Adapts the probability to `bit` (decoder side; the encoder's
+    /// [`RangeEncoder::bit`] folds the same steps into its own branch).
     #[inline]
     fn update(&mut self, bit: bool) {
+        if self.shift == ADAPT_MAX {
+            self.settled(bit);
+        } else {
+            self.young(bit);
+        }
+    }
+
+    /// A settled probability's step (`shift == ADAPT_MAX`, nearly every
+    /// decision): at a step of 1/16 neither floor can be crossed (from
+    /// `p >= PROB_FLOOR`, `p - p / 16 >= PROB_FLOOR`; from `p <= PROB_ONE -
+    /// PROB_FLOOR`, `p + (PROB_ONE - p) / 16` stays there too), so there is
+    /// no clamp and no count to move.
+    #[inline(always)]
+    fn settled(&mut self, bit: bool) {
+        if bit {
+            self.p -= self.p >> ADAPT_MAX;
+        } else {
+            self.p += (PROB_ONE - self.p) >> ADAPT_MAX;
+        }
+    }
+
+    /// A young probability's step: larger, clamped to the floors.
+    #[inline(never)]
+    fn young(&mut self, bit: bool) {
         let s = u32::from(self.shift);
         // Keep p inside 1..PROB_ONE: a certain bit must stay codable. p
         // starts and stays within the floors, and each step moves it one
@@ -64,9 +90,7 @@ impl Prob {
             self.p += (PROB_ONE - self.p) >> s;
             self.p = self.p.min(PROB_ONE - PROB_FLOOR);
         }
-        if self.shift < ADAPT_MAX {
-            self.shift += 1;
-        }
+        self.shift += 1;
     }
 }
 
@@ -95,40 +119,42 @@ impl RangeEncoder {
         }
     }
 
+    /// Moves the top byte of `low` out (LZMA's carry propagation: a run
+    /// of 0xFF bytes waits in `cache_size` until a carry is known).
     fn shift_low(&mut self) {
         if (self.low as u32) < 0xFF00_0000 || (self.low >> 32) != 0 {
             let carry = (self.low >> 32) as u8;
-            let mut temp = self.cache;
-            loop {
-                if self.first {
-                    // LZMA's first byte is the integer part of a code in
-                    // [0, 1): always zero, so it is not sent.
-                    self.first = false;
-                } else {
-                    self.out.push(temp.wrapping_add(carry));
-                }
-                temp = 0xFF;
-                self.cache_size -= 1;
-                if self.cache_size == 0 {
-                    break;
-                }
+            if self.first {
+                // LZMA's first byte is the integer part of a code in
+                // [0, 1): always zero, so it is not sent.
+                self.first = false;
+            } else {
+                self.out.push(self.cache.wrapping_add(carry));
             }
+            for _ in 1..self.cache_size {
+                self.out.push(0xFFu8.wrapping_add(carry));
+            }
+            self.cache_size = 0;
             self.cache = (self.low >> 24) as u8;
         }
         self.cache_size += 1;
         self.low = (self.low & 0x00FF_FFFF) << 8;
     }
 
-    #[inline]
+    /// Restores `range >= TOP` after one decision. One byte always
+    /// suffices: a decision leaves at least `(TOP >> PROB_BITS) *
+    /// PROB_FLOOR` (over 2^16) of a range that was at least `TOP`, and a
+    /// direct bit half of it.
+    #[inline(always)]
     fn normalize(&mut self) {
-        while self.range < TOP {
+        if self.range < TOP {
             self.range <<= 8;
             self.shift_low();
         }
     }
 
     /// Codes `bit` with the adaptive probability `p`, then adapts `p`.
-    #[inline]
+    #[inline(always)]
     pub fn bit(&mut self, p: &mut Prob, bit: bool) {
         let bound = (self.range >> PROB_BITS) * u32::from(p.p);
         if bit {
@@ -137,7 +163,11 @@ impl RangeEncoder {
         } else {
             self.range = bound;
         }
-        p.update(bit);
+        if p.shift == ADAPT_MAX {
+            p.settled(bit);
+        } else {
+            p.young(bit);
+        }
         self.normalize();
     }
 
