@@ -65,12 +65,8 @@ impl Hists {
             return false;
         };
         let (sym, off) = h.bin(w).unwrap_or((0, 0));
-        let mut node = 1usize;
-        for i in (0..LEVELS).rev() {
-            let b = (sym >> i) & 1 == 1;
-            e.bit(&mut h.tree[node], b);
-            node = node * 2 + usize::from(b);
-        }
+        // LEVELS levels: the tree has 2^LEVELS nodes.
+        e.tree(&mut h.tree, sym);
         if sym == 0 {
             return false;
         }

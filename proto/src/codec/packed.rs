@@ -58,7 +58,7 @@
 //! (`encode_column`), so zstd sees mostly zeros.
 
 use super::hist::Hists;
-use super::idhash::ValueHashState;
+use super::idhash::FirstSeen;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
 const PREDICTORS: usize = 4;
@@ -283,14 +283,10 @@ impl WireState {
         if counter {
             // The same running mean, of the increments: a counter whose
             // rate is noise around a level is best predicted by that level.
-            let m = i128::from(self.mean_inc);
-            self.mean_inc = (m + (i128::from(self.inc) - m).div_euclid(MEAN_DIV)) as i64;
+            self.mean_inc = running_mean(self.mean_inc, self.inc);
         }
         self.last = w;
-        // mean += (w - mean) / 16, in i128 so extreme values cannot overflow;
-        // the result lies between mean and w, so it fits an i64.
-        let m = i128::from(self.mean);
-        self.mean = (m + (i128::from(w) - m).div_euclid(MEAN_DIV)) as i64;
+        self.mean = running_mean(self.mean, w);
     }
 
     /// Column (unpacked) coding, sender side: the delta to transmit for `w`.
@@ -355,6 +351,22 @@ impl WireState {
     }
 }
 
+/// `m + (x - m) / 16` (floored): the running mean's step. Exact in i128,
+/// so extreme values cannot overflow; the result lies between `m` and `x`,
+/// so it fits an i64. When `x - m` fits an i64 (nearly always) the floored
+/// division by 16 is an arithmetic shift and nothing needs 128 bits.
+#[inline]
+fn running_mean(m: i64, x: i64) -> i64 {
+    const _: () = assert!(MEAN_DIV == 16);
+    match x.checked_sub(m) {
+        Some(d) => m + (d >> 4),
+        None => {
+            let m = i128::from(m);
+            (m + (i128::from(x) - m).div_euclid(MEAN_DIV)) as i64
+        }
+    }
+}
+
 /// Zigzag: small magnitudes of either sign become small unsigned numbers.
 pub(crate) fn zigzag(r: i64) -> u64 {
     ((r << 1) ^ (r >> 63)) as u64
@@ -399,7 +411,7 @@ pub(crate) struct LinkModel {
     sparse_top: Vec<[Prob; 3]>,
     /// Values taken in the current section, by the first series to take
     /// them (twin finding).
-    seen: std::collections::HashMap<i64, u32, ValueHashState>,
+    seen: FirstSeen,
     /// Histograms of the noisy gauges.
     hists: Hists,
 }
@@ -415,7 +427,7 @@ impl Default for LinkModel {
             sparse: Prob::default(),
             sparse_len: vec![[Prob::default(); 128]; SPARSE_TREES],
             sparse_top: vec![[Prob::default(); 3]; SPARSE_TREES * 65],
-            seen: std::collections::HashMap::with_hasher(ValueHashState::new()),
+            seen: FirstSeen::default(),
             hists: Hists::default(),
         }
     }
@@ -481,6 +493,7 @@ impl LinkModel {
 
     /// Codes whether series `st` changed in this section; `peer_changed`:
     /// whether its twin did (see [`WireState::as_peer`]).
+    #[inline]
     pub fn put_flag(
         &mut self,
         e: &mut RangeEncoder,
@@ -517,11 +530,8 @@ impl LinkModel {
         if peer == Some(w) {
             return;
         }
-        match self.seen.entry(w) {
-            std::collections::hash_map::Entry::Occupied(x) => st.twin = Some(*x.get()),
-            std::collections::hash_map::Entry::Vacant(x) => {
-                x.insert(id);
-            }
+        if let Some(first) = self.seen.first_or_insert(w, id) {
+            st.twin = Some(first);
         }
     }
 
@@ -677,13 +687,7 @@ impl LinkModel {
 /// its leading one (adaptive, `top[length]`), then the rest raw.
 fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob; 3]], u: u64) {
     let n = bit_len(u);
-    // The tree node above bit i of n is the bits above it under a leading
-    // one: (n | 128) >> (i + 1), always below 128 (the mask only spares a
-    // bounds check).
-    let m = (n | 128) as usize;
-    for i in (0..7).rev() {
-        e.bit(&mut tree[(m >> (i + 1)) & 127], (m >> i) & 1 == 1);
-    }
+    e.tree(tree, n);
     if n < 2 {
         return; // 0 and 1 are fully described by their length
     }

@@ -184,8 +184,11 @@ impl LogGrid {
         if w == 0 {
             return 0.0;
         }
-        // Hostile magnitudes give 0 or infinity, never a panic.
-        let k = (w.unsigned_abs() as i128 - i128::from(self.k0)) as f64;
+        // Hostile magnitudes give 0 or infinity, never a panic. |w| <= 2^63
+        // and 0 < k0 < 2^63, so |w| - k0 fits an i64: the wrapping u64
+        // difference read as i64 is it exactly, and converts to the f64
+        // an i128 would (both round to nearest) without the i128 call.
+        let k = (w.unsigned_abs().wrapping_sub(self.k0 as u64) as i64) as f64;
         let mag = (k * self.step).exp();
         if w < 0 { -mag } else { mag }
     }
@@ -357,6 +360,24 @@ impl Quantiser {
     /// Observes the true value `v` for this tick; returns what to send, or
     /// `None` when the held value still satisfies the bound (nothing to send).
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
+        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
+            // The common counter, in one step: what the general path below
+            // does for an integer below 2^52 (its wire value is exact, the
+            // value sent is that integer, sent when it differs from the
+            // held one in its bits); anything else takes that path.
+            let w = v as i64;
+            if w as f64 == v {
+                let q = w as f64;
+                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
+                    return None;
+                }
+                self.held = Some(q);
+                return Some(Emit {
+                    value: q,
+                    redefined: false,
+                });
+            }
+        }
         if !self.encoding.is_counter()
             && let Some(h) = self.held
             && h.is_finite()

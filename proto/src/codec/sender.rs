@@ -58,6 +58,9 @@ pub struct Sender {
     gens: Vec<u32>,
     seen: Vec<u64>,
     generation: u64,
+    /// Distinct live series observed in this tick: when it is every live
+    /// series, nothing can be retired and `finish_tick` skips its scan.
+    seen_now: usize,
     sources: HashMap<String, u32>,
     ticked: Vec<u32>,
     cs: Changeset,
@@ -95,6 +98,7 @@ impl Sender {
     /// Starts a tick at `ts_ms`. Any previous tick must have been finished.
     pub fn begin_tick(&mut self, ts_ms: i64) {
         self.generation += 1;
+        self.seen_now = 0;
         // Reuse the previous tick's vectors (and each section's) instead of
         // allocating them again every tick.
         let cs = &mut self.cs;
@@ -185,7 +189,10 @@ impl Sender {
     /// the change, if any, in the tick's section of `src`.
     fn update(&mut self, h: u32, src: u32, value: f64) {
         let i = h as usize;
-        self.seen[i] = self.generation;
+        if self.seen[i] != self.generation {
+            self.seen[i] = self.generation;
+            self.seen_now += 1;
+        }
         let Some(q) = self.quant[i].as_mut() else {
             return; // invariant: every indexed handle has a quantiser
         };
@@ -211,14 +218,19 @@ impl Sender {
         let generation = self.generation;
         let mut gone = std::mem::take(&mut self.gone);
         gone.clear();
-        gone.extend(
-            self.table
-                .iter()
-                .filter(|(h, s)| {
-                    self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
-                })
-                .map(|(h, _)| h),
-        );
+        // Only handles observed in this tick count in `seen_now`, and every
+        // one of them is live until this scan retires something: when it
+        // is all of them, no series can be missing.
+        if self.seen_now < self.table.len() {
+            gone.extend(
+                self.table
+                    .iter()
+                    .filter(|(h, s)| {
+                        self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
+                    })
+                    .map(|(h, _)| h),
+            );
+        }
         for &h in &gone {
             if let Some(e) = self.table.remove(h) {
                 self.index.remove(&e.labels);
