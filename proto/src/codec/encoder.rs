@@ -58,7 +58,8 @@ pub struct LinkEncoder {
     /// section): updates sorted by id, those in columns, those packed.
     sorted: Vec<(u32, f64)>,
     rest: Vec<(u32, f64)>,
-    coded: Vec<(u32, i64)>,
+    /// Changes coded packed: (id, wire value, is a counter).
+    coded: Vec<(u32, i64, bool)>,
 }
 
 /// A packed section lists its changed members sparsely when at most one in
@@ -385,15 +386,16 @@ impl LinkEncoder {
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
         rest: &mut Vec<(u32, f64)>,
-        coded: &mut Vec<(u32, i64)>,
+        coded: &mut Vec<(u32, i64, bool)>,
     ) -> Result<pb::Section, CodecError> {
         for &(h, v) in updates {
             if by_id(&self.member_of, h) != Some(source) {
                 rest.push((h, v));
                 continue;
             }
-            match table.get(h).and_then(|e| e.encoding.to_wire(v)) {
-                Some(w) => coded.push((h, w)),
+            let enc = table.get(h).map(|e| e.encoding);
+            match enc.and_then(|e| e.to_wire(v).map(|w| (w, e.is_counter()))) {
+                Some((w, counter)) => coded.push((h, w, counter)),
                 None => rest.push((h, v)),
             }
         }
@@ -418,13 +420,13 @@ impl LinkEncoder {
             coding.first = first;
             self.model.put_sparse_u(&mut e, SPARSE_FIRST, zigzag(d));
             let mut prev = None;
-            for &(h, w) in coded.iter() {
+            for &(h, w, counter) in coded.iter() {
                 if let Some(p) = prev {
                     self.model
                         .put_sparse_u(&mut e, SPARSE_GAP, u64::from(h - p - 1));
                 }
                 prev = Some(h);
-                self.put_member_value(&mut e, table, h, w, walk);
+                self.put_member_value(&mut e, h, w, counter, walk);
             }
         } else {
             self.forms.0 += 1;
@@ -434,9 +436,9 @@ impl LinkEncoder {
             let mut j = 0;
             for &h in members {
                 let w = match coded.get(j) {
-                    Some(&(c, w)) if c == h => {
+                    Some(&(c, w, counter)) if c == h => {
                         j += 1;
-                        Some(w)
+                        Some((w, counter))
                     }
                     _ => None,
                 };
@@ -446,8 +448,7 @@ impl LinkEncoder {
                 let st = &mut self.state[h as usize];
                 self.model
                     .put_flag(&mut e, st, w.is_some(), peer.map(|p| p.1));
-                if let Some(w) = w {
-                    let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
+                if let Some((w, counter)) = w {
                     self.model
                         .put_value(&mut e, (h, st), w, counter, peer.map(|p| p.0));
                 }
@@ -468,16 +469,8 @@ impl LinkEncoder {
     }
 
     /// Codes the value of member `h` in a sparse section (no flag: listed).
-    fn put_member_value(
-        &mut self,
-        e: &mut RangeEncoder,
-        table: &SeriesTable,
-        h: u32,
-        w: i64,
-        walk: u32,
-    ) {
+    fn put_member_value(&mut self, e: &mut RangeEncoder, h: u32, w: i64, counter: bool, walk: u32) {
         let peer = self.peer(h, walk);
-        let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
         let st = &mut self.state[h as usize];
         self.model.mark_changed(st);
         self.model

@@ -143,11 +143,15 @@ impl FirstSeen {
     }
 
     fn probe(&mut self, value: i64, id: u32) -> Option<u32> {
-        use std::hash::BuildHasher;
         // The length is a power of two and the table at most half full:
-        // the probe ends at a free slot or at the value.
+        // the probe ends at a free slot or at the value. The slot: the top
+        // bits of a keyed multiply (values that differ only in high bits,
+        // as counters in bytes do, still differ there; the keys are the
+        // link's random ones, so a peer cannot aim values at one slot).
         let mask = self.slots.len() - 1;
-        let mut i = (self.keys.hash_one(value) as usize) & mask;
+        let bits = self.slots.len().trailing_zeros();
+        let h = ((value as u64) ^ self.keys.k0).wrapping_mul(self.keys.k1);
+        let mut i = (h >> (64 - bits)) as usize & mask;
         loop {
             let s = &mut self.slots[i];
             if s.stamp != self.stamp {

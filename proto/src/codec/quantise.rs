@@ -81,7 +81,7 @@ impl Encoding {
         }
         match self {
             Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
-            Encoding::LogGauge { ppb } => LogGrid::of(ppb).index(v).map(|(w, _)| w),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).wire(v),
             Encoding::GaugeInt | Encoding::CounterInt => {
                 (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
             }
@@ -191,6 +191,28 @@ impl LogGrid {
         let k = (w.unsigned_abs().wrapping_sub(self.k0 as u64) as i64) as f64;
         let mag = (k * self.step).exp();
         if w < 0 { -mag } else { mag }
+    }
+
+    /// The wire value of `v`: `index(v)`'s, without the `exp` that checks
+    /// the cell when `ln|v| / step` lies within a quarter cell of the
+    /// integer it rounds to (always, for a value already on the grid, as
+    /// an encoder's are). There the first cell `index` tries is the one
+    /// it returns: `v` is within `(1 + eps)^(1/2)` of the cell's value,
+    /// far inside the bound, whatever a few ulps of `ln` and `exp` do.
+    fn wire(&self, v: f64) -> Option<i64> {
+        let a = v.abs();
+        // Zero, subnormals, non-finite and the values near the ends of
+        // the f64 range (where the cell's value could overflow) take the
+        // full search.
+        if (1e-300..1e300).contains(&a) {
+            let x = a.ln() / self.step;
+            let k = x.round();
+            if (x - k).abs() <= 0.25 {
+                let m = self.k0 + k as i64;
+                return Some(if v < 0.0 { -m } else { m });
+            }
+        }
+        self.index(v).map(|(w, _)| w)
     }
 
     /// The wire value of `v` and the value it stands for (`value` of it,
@@ -594,6 +616,27 @@ mod tests {
             prop_assert_eq!(round_exact(y), libm_round(y));
             let h = (x * 2.0).round() / 2.0; // halves
             prop_assert_eq!(round_exact(h), libm_round(h));
+        }
+
+        /// `wire` (the encoder's shortcut) is `index`'s wire value, for
+        /// any value and bound, on the grid (what an encoder sees) or not,
+        /// with the value a few ulps off the grid too.
+        #[test]
+        fn log_wire_is_the_index(
+            v in prop_oneof![any::<f64>(), -1e12f64..1e12, 0.0f64..1.0, 1e295f64..f64::MAX],
+            eps in prop_oneof![Just(1e-3), Just(1e-2), 1e-9f64..0.4],
+            ulps in -4i64..=4,
+        ) {
+            let Encoding::LogGauge { ppb } = Encoding::gauge(eps) else {
+                return Ok(());
+            };
+            let g = LogGrid::new(ppb);
+            prop_assert_eq!(g.wire(v), g.index(v).map(|(w, _)| w));
+            if let Some((_, q)) = g.index(v) {
+                prop_assert_eq!(g.wire(q), g.index(q).map(|(w, _)| w));
+                let near = f64::from_bits(q.to_bits().wrapping_add_signed(ulps));
+                prop_assert_eq!(g.wire(near), g.index(near).map(|(w, _)| w));
+            }
         }
 
         /// A log gauge's `quantise` (the value found by the grid search)

@@ -173,16 +173,49 @@ impl Sender {
     /// without it): then observe by labels again.
     pub fn observe_key(&mut self, key: SeriesKey, value: f64) -> bool {
         let i = key.handle as usize;
+        // A handle has a quantiser exactly while its series is in the
+        // table (both are set in `observe` and cleared in `finish_tick`).
         if self.gens.get(i) != Some(&key.generation)
             || self.quant.get(i).is_none_or(Option::is_none)
         {
             return false;
         }
-        let Some(src) = self.table.get(key.handle).map(|e| e.source) else {
-            return false;
-        };
-        self.update(key.handle, src, value);
+        self.update_live(key.handle, value);
         true
+    }
+
+    /// [`Sender::update`] for a live handle, its source looked up only
+    /// when the value changed (most observations change nothing).
+    fn update_live(&mut self, h: u32, value: f64) {
+        let i = h as usize;
+        if self.seen[i] != self.generation {
+            self.seen[i] = self.generation;
+            self.seen_now += 1;
+        }
+        let Some(q) = self.quant[i].as_mut() else {
+            return;
+        };
+        if let Some(e) = q.observe(value) {
+            let encoding = q.encoding();
+            let Some(entry) = self.table.get_mut(h) else {
+                return; // invariant: a handle with a quantiser is live
+            };
+            entry.value = e.value;
+            entry.encoding = encoding;
+            let src = entry.source;
+            self.record_change(h, src, e);
+        }
+    }
+
+    /// Puts an emitted change of series `h` (of source `src`) in the tick's
+    /// changeset.
+    fn record_change(&mut self, h: u32, src: u32, e: super::quantise::Emit) {
+        if e.redefined {
+            self.cs.defs.push(h);
+        }
+        if let Some(sec) = self.cs.sections.iter_mut().rev().find(|s| s.source == src) {
+            sec.updates.push((h, e.value));
+        }
     }
 
     /// Quantises `value` for live handle `h` of source `src` and records
@@ -202,12 +235,7 @@ impl Sender {
                 entry.value = e.value;
                 entry.encoding = encoding;
             }
-            if e.redefined {
-                self.cs.defs.push(h);
-            }
-            if let Some(sec) = self.cs.sections.iter_mut().rev().find(|s| s.source == src) {
-                sec.updates.push((h, e.value));
-            }
+            self.record_change(h, src, e);
         }
     }
 
