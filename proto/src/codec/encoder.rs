@@ -60,7 +60,14 @@ pub struct LinkEncoder {
     rest: Vec<(u32, f64)>,
     /// Changes coded packed: (id, wire value, is a counter).
     coded: Vec<(u32, i64, bool)>,
+    /// Packed-byte buffers of the previous frame's sections, reused by the
+    /// next ones (a fresh buffer grew by doubling, a few reallocations a
+    /// section every tick). At most [`SPARE_PACKED`], none oversized.
+    spare_packed: Vec<Vec<u8>>,
 }
+
+/// Most packed-byte buffers a link keeps for reuse.
+const SPARE_PACKED: usize = 16;
 
 /// A packed section lists its changed members sparsely when at most one in
 /// this many members changed. A flag per member costs little in bits when
@@ -95,6 +102,7 @@ impl LinkEncoder {
             sorted: Vec::new(),
             rest: Vec::new(),
             coded: Vec::new(),
+            spare_packed: Vec::new(),
         })
     }
 
@@ -132,6 +140,13 @@ impl LinkEncoder {
             self.state.resize(table.capacity(), WireState::default());
         }
         let mut f = std::mem::take(&mut self.frame);
+        for sec in &mut f.sections {
+            let mut b = std::mem::take(&mut sec.packed);
+            super::release_oversized(&mut b);
+            if b.capacity() > 0 && self.spare_packed.len() < SPARE_PACKED {
+                self.spare_packed.push(b);
+            }
+        }
         clear_frame(&mut f);
         f.seq = self.seq;
         f.ts_delta_ms = cs.ts_ms.wrapping_sub(self.last_ts);
@@ -408,7 +423,8 @@ impl LinkEncoder {
         let coding = self.coding.entry(source).or_default();
         coding.walks = coding.walks.wrapping_add(1);
         let walk = coding.walks;
-        let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
+        let buf = self.spare_packed.pop().unwrap_or_default();
+        let mut e = RangeEncoder::new(buf);
         self.model.start_section(walk);
         self.model.put_sparse(&mut e, sparse);
         if sparse {
