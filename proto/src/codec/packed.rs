@@ -210,6 +210,7 @@ impl WireState {
     /// The increment to `w` in units of the step, when the series is a
     /// counter with a step and `w` lies on its grid (see `stepped`); the
     /// same for every predictor, so `learn` asks once.
+    #[inline]
     fn grid_units(&self, w: i64, counter: bool) -> Option<i128> {
         if !counter || self.step < 2 {
             return None;
@@ -261,16 +262,16 @@ impl WireState {
     /// value made them to pick its predictor: they are not made twice).
     fn learn_from(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
         let grid = self.grid_units(w, counter);
-        let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
+        for (i, &p) in preds.iter().enumerate() {
             let r = match grid {
-                Some(q) => self.stepped_at(q, preds[i]),
-                None => w.wrapping_sub(preds[i]),
+                Some(q) => self.stepped_at(q, p),
+                None => w.wrapping_sub(p),
             };
-            bit_len(zigzag(r)) as i32 * COST_ONE
-        });
-        for (c, n) in self.cost.iter_mut().zip(costs) {
-            let cur = i32::from(*c);
-            *c = (cur + ((n - cur) >> COST_SHIFT)).clamp(0, i32::from(u16::MAX)) as u16;
+            let n = bit_len(zigzag(r)) as i32 * COST_ONE;
+            let cur = i32::from(self.cost[i]);
+            // The step lands between cur and n (the shift floors towards
+            // n when n < cur), both within u16: no clamp is needed.
+            self.cost[i] = (cur + ((n - cur) >> COST_SHIFT)) as u16;
         }
         if counter {
             let d = w.wrapping_sub(self.last).unsigned_abs();

@@ -381,6 +381,7 @@ impl Quantiser {
 
     /// Observes the true value `v` for this tick; returns what to send, or
     /// `None` when the held value still satisfies the bound (nothing to send).
+    #[inline]
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
         if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
             // The common counter, in one step: what the general path below
