@@ -67,6 +67,20 @@ fn read_digits(b: &[u8]) -> usize {
 }
 
 /// Appends `v` as `w` 7-bit digits (big-endian).
+/// Name and value of pair `i` of a label buffer's parts (see
+/// [`Labels::parts`]); empty strings past the end.
+#[inline]
+fn pair_in<'a>(w: usize, ends: &[u8], text: &'a str, i: usize) -> (&'a str, &'a str) {
+    let end = |k: usize| ends.get(k * w..(k + 1) * w).map_or(0, read_digits);
+    let start = if i == 0 { 0 } else { end(2 * i - 1) };
+    let (mid, stop) = (end(2 * i), end(2 * i + 1));
+    // Every end was taken from the text at a push: a char boundary.
+    (
+        text.get(start..mid).unwrap_or(""),
+        text.get(mid..stop).unwrap_or(""),
+    )
+}
+
 fn push_digits(out: &mut String, v: usize, w: usize) {
     for k in (0..w).rev() {
         // Below 0x80: one ASCII char per digit.
@@ -206,21 +220,16 @@ impl Labels {
     /// Name and value of pair `i` (in range).
     fn pair(&self, i: usize) -> (&str, &str) {
         let (w, ends, text) = self.parts();
-        let end = |k: usize| ends.get(k * w..(k + 1) * w).map_or(0, read_digits);
-        let start = if i == 0 { 0 } else { end(2 * i - 1) };
-        let (mid, stop) = (end(2 * i), end(2 * i + 1));
-        // Every end was taken from the text at a push: a char boundary.
-        (
-            text.get(start..mid).unwrap_or(""),
-            text.get(mid..stop).unwrap_or(""),
-        )
+        pair_in(w, ends, text, i)
     }
 
+    /// Binary search for label `name` (the header parsed once, not per probe).
     fn find(&self, name: &str) -> Result<usize, usize> {
-        let (mut lo, mut hi) = (0usize, self.len());
+        let (w, ends, text) = self.parts();
+        let (mut lo, mut hi) = (0usize, ends.len() / (2 * w));
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.pair(mid).0.cmp(name) {
+            match pair_in(w, ends, text, mid).0.cmp(name) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(mid),
@@ -236,7 +245,18 @@ impl Labels {
 
     /// The value of label `name`, if present.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.find(name).ok().map(|i| self.pair(i).1)
+        let (w, ends, text) = self.parts();
+        let (mut lo, mut hi) = (0usize, ends.len() / (2 * w));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (n, v) = pair_in(w, ends, text, mid);
+            match n.cmp(name) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(v),
+            }
+        }
+        None
     }
 
     /// Sets (or with an empty value, removes) one label.

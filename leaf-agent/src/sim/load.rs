@@ -11,7 +11,7 @@
 use canopy_proto::codec::SeriesKey;
 use canopy_proto::model::{Labels, MetricKind};
 
-use super::rng::{hash, range, str_hash, unit};
+use super::rng::{fold_mixed, hash, hash_on, hash_state, mix, range, range_of, str_hash, unit_of};
 use super::{GIB, STEP_MS};
 use crate::collect::{Collector, Observation, Sink};
 use crate::error::LeafError;
@@ -26,8 +26,8 @@ enum Shape {
     Counter { rate: f64 },
     /// A gauge fixed for the job's life.
     Fixed { value: f64 },
-    /// A gauge redrawn in `[lo, hi)` every `every` seconds.
-    Gauge { lo: f64, hi: f64, every: u16 },
+    /// A gauge redrawn in `[lo, hi)` every `every` seconds (1..=255).
+    Gauge { lo: f64, hi: f64, every: u8 },
 }
 
 const G: f64 = GIB as f64;
@@ -173,12 +173,17 @@ pub const SERIES_PER_JOB: usize = JOB_SERIES.len() + GPUS * GPU_SERIES.len();
 struct LoadSeries {
     labels: Labels,
     kind: MetricKind,
-    key: u64,
+    /// The state of the hash fold after the series' key
+    /// ([`hash_state`]): every draw of the series continues from it, so its
+    /// key is not mixed again per draw.
+    key_state: u64,
     /// Counters: mean growth per second (`lo`). Gauges: bounds and period
     /// (`every` 0 for a fixed value).
     lo: f64,
     hi: f64,
-    every: u16,
+    every: u8,
+    /// Gauges: the series' phase within its period (key mod `every`).
+    phase: u8,
     value: f64,
     /// Gauges: the period `value` was drawn for, truncated to 32 bits
     /// (redrawn only when the period changes: the same value without a
@@ -197,59 +202,83 @@ impl LoadSeries {
                 let start = (r * range(&[key, 2], 600.0, 86_400.0)).floor();
                 (MetricKind::Counter, r, 0.0, 0, start)
             }
-            Shape::Fixed { value } => (MetricKind::Gauge, value, value, 0, value),
+            Shape::Fixed { value } => (MetricKind::Gauge, value, value, 0u8, value),
             Shape::Gauge { lo, hi, every } => (MetricKind::Gauge, lo, hi, every, lo),
         };
         LoadSeries {
             labels,
             kind,
-            key,
+            key_state: hash_state(key),
             lo,
             hi,
             every,
+            phase: if every > 0 {
+                (key % u64::from(every)) as u8
+            } else {
+                0
+            },
             value,
             period: None,
             slot: None,
         }
     }
 
-    /// Moves the series from step `from` (excluded) to step `to`.
-    fn advance(&mut self, from: i64, to: i64) {
-        match self.kind {
-            MetricKind::Counter => {
-                for k in from + 1..=to {
-                    // Whole units, 0.5x to 1.5x the mean rate; slow counters
-                    // step by one now and then.
-                    let r = self.lo * range(&[self.key, k as u64], 0.5, 1.5);
-                    self.value += if r >= 1.0 {
-                        r.floor()
-                    } else if unit(&[self.key, k as u64, 3]) < r {
-                        1.0
-                    } else {
-                        0.0
-                    };
-                }
-            }
-            MetricKind::Gauge if self.every > 0 => {
-                let every = i64::from(self.every);
-                // Each series has its own phase within its period.
-                let phase = (self.key % every as u64) as i64;
-                let period = (to + phase).div_euclid(every);
-                // Truncated: periods 2^32 apart never meet in one run.
-                if self.period == Some(period as i32) {
-                    return;
-                }
-                self.period = Some(period as i32);
-                let v = range(&[self.key, period as u64, 4], self.lo, self.hi);
-                // Ratios to two decimals (as NVML's percent), the rest in whole units.
-                self.value = if self.hi <= 1.0 {
-                    (v * 100.0).round() / 100.0
-                } else {
-                    v.floor()
-                };
-            }
-            MetricKind::Gauge => {}
+    /// Moves a counter by one step, `k`; `mixed_k` is `mix(k)` (the same for
+    /// every series, so mixed once a step). The draws are `range(&[key, k],
+    /// 0.5, 1.5)` and `unit(&[key, k, 3])` with the key's fold resumed.
+    #[inline]
+    fn step_counter(&mut self, mixed_k: u64) {
+        // Whole units, 0.5x to 1.5x the mean rate; slow counters step by
+        // one now and then.
+        let h = fold_mixed(self.key_state, mixed_k);
+        let r = self.lo * range_of(h, 0.5, 1.5);
+        self.value += if r >= 1.0 {
+            floor_nonneg(r)
+        } else if unit_of(fold_mixed(h, MIXED_3)) < r {
+            1.0
+        } else {
+            0.0
+        };
+    }
+
+    /// Moves a gauge to step `to`: redrawn when its period changes.
+    fn step_gauge(&mut self, to: i64) {
+        if self.every == 0 {
+            return;
         }
+        let every = i64::from(self.every);
+        // Each series has its own phase within its period.
+        let period = (to + i64::from(self.phase)).div_euclid(every);
+        // Truncated: periods 2^32 apart never meet in one run.
+        if self.period == Some(period as i32) {
+            return;
+        }
+        self.period = Some(period as i32);
+        let v = range_of(
+            hash_on(self.key_state, &[period as u64, 4]),
+            self.lo,
+            self.hi,
+        );
+        // Ratios to two decimals (as NVML's percent), the rest in whole units.
+        self.value = if self.hi <= 1.0 {
+            (v * 100.0).round() / 100.0
+        } else {
+            v.floor()
+        };
+    }
+}
+
+/// `mix(3)`: the last coordinate of a slow counter's second draw.
+const MIXED_3: u64 = mix(3);
+
+/// `r.floor()` for `r >= 0` without libm's `floor` (a call on baseline
+/// x86-64): below 2^52 the truncating cast is exact and is the floor.
+#[inline]
+fn floor_nonneg(r: f64) -> f64 {
+    if r < 4_503_599_627_370_496.0 {
+        (r as i64) as f64
+    } else {
+        r.floor()
     }
 }
 
@@ -320,8 +349,18 @@ impl SimJobs {
             Some(p) => p.max(s - 3600),
             None => s - 1,
         };
+        for k in from + 1..=s {
+            let mixed_k = mix(k as u64);
+            for x in &mut self.series {
+                if x.kind == MetricKind::Counter {
+                    x.step_counter(mixed_k);
+                }
+            }
+        }
         for x in &mut self.series {
-            x.advance(from, s);
+            if x.kind == MetricKind::Gauge {
+                x.step_gauge(s);
+            }
         }
         self.step = Some(s);
     }

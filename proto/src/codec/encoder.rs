@@ -58,8 +58,16 @@ pub struct LinkEncoder {
     /// section): updates sorted by id, those in columns, those packed.
     sorted: Vec<(u32, f64)>,
     rest: Vec<(u32, f64)>,
-    coded: Vec<(u32, i64)>,
+    /// Changes coded packed: (id, wire value, is a counter).
+    coded: Vec<(u32, i64, bool)>,
+    /// Packed-byte buffers of the previous frame's sections, reused by the
+    /// next ones (a fresh buffer grew by doubling, a few reallocations a
+    /// section every tick). At most [`SPARE_PACKED`], none oversized.
+    spare_packed: Vec<Vec<u8>>,
 }
+
+/// Most packed-byte buffers a link keeps for reuse.
+const SPARE_PACKED: usize = 16;
 
 /// A packed section lists its changed members sparsely when at most one in
 /// this many members changed. A flag per member costs little in bits when
@@ -94,6 +102,7 @@ impl LinkEncoder {
             sorted: Vec::new(),
             rest: Vec::new(),
             coded: Vec::new(),
+            spare_packed: Vec::new(),
         })
     }
 
@@ -131,6 +140,13 @@ impl LinkEncoder {
             self.state.resize(table.capacity(), WireState::default());
         }
         let mut f = std::mem::take(&mut self.frame);
+        for sec in &mut f.sections {
+            let mut b = std::mem::take(&mut sec.packed);
+            super::release_oversized(&mut b);
+            if b.capacity() > 0 && self.spare_packed.len() < SPARE_PACKED {
+                self.spare_packed.push(b);
+            }
+        }
         clear_frame(&mut f);
         f.seq = self.seq;
         f.ts_delta_ms = cs.ts_ms.wrapping_sub(self.last_ts);
@@ -385,15 +401,16 @@ impl LinkEncoder {
         ts_offset_ms: i64,
         updates: &[(u32, f64)],
         rest: &mut Vec<(u32, f64)>,
-        coded: &mut Vec<(u32, i64)>,
+        coded: &mut Vec<(u32, i64, bool)>,
     ) -> Result<pb::Section, CodecError> {
         for &(h, v) in updates {
             if by_id(&self.member_of, h) != Some(source) {
                 rest.push((h, v));
                 continue;
             }
-            match table.get(h).and_then(|e| e.encoding.to_wire(v)) {
-                Some(w) => coded.push((h, w)),
+            let enc = table.get(h).map(|e| e.encoding);
+            match enc.and_then(|e| e.to_wire(v).map(|w| (w, e.is_counter()))) {
+                Some((w, counter)) => coded.push((h, w, counter)),
                 None => rest.push((h, v)),
             }
         }
@@ -406,7 +423,8 @@ impl LinkEncoder {
         let coding = self.coding.entry(source).or_default();
         coding.walks = coding.walks.wrapping_add(1);
         let walk = coding.walks;
-        let mut e = RangeEncoder::new(std::mem::take(&mut s.packed));
+        let buf = self.spare_packed.pop().unwrap_or_default();
+        let mut e = RangeEncoder::new(buf);
         self.model.start_section(walk);
         self.model.put_sparse(&mut e, sparse);
         if sparse {
@@ -418,13 +436,13 @@ impl LinkEncoder {
             coding.first = first;
             self.model.put_sparse_u(&mut e, SPARSE_FIRST, zigzag(d));
             let mut prev = None;
-            for &(h, w) in coded.iter() {
+            for &(h, w, counter) in coded.iter() {
                 if let Some(p) = prev {
                     self.model
                         .put_sparse_u(&mut e, SPARSE_GAP, u64::from(h - p - 1));
                 }
                 prev = Some(h);
-                self.put_member_value(&mut e, table, h, w, walk);
+                self.put_member_value(&mut e, h, w, counter, walk);
             }
         } else {
             self.forms.0 += 1;
@@ -434,9 +452,9 @@ impl LinkEncoder {
             let mut j = 0;
             for &h in members {
                 let w = match coded.get(j) {
-                    Some(&(c, w)) if c == h => {
+                    Some(&(c, w, counter)) if c == h => {
                         j += 1;
-                        Some(w)
+                        Some((w, counter))
                     }
                     _ => None,
                 };
@@ -446,8 +464,7 @@ impl LinkEncoder {
                 let st = &mut self.state[h as usize];
                 self.model
                     .put_flag(&mut e, st, w.is_some(), peer.map(|p| p.1));
-                if let Some(w) = w {
-                    let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
+                if let Some((w, counter)) = w {
                     self.model
                         .put_value(&mut e, (h, st), w, counter, peer.map(|p| p.0));
                 }
@@ -468,16 +485,8 @@ impl LinkEncoder {
     }
 
     /// Codes the value of member `h` in a sparse section (no flag: listed).
-    fn put_member_value(
-        &mut self,
-        e: &mut RangeEncoder,
-        table: &SeriesTable,
-        h: u32,
-        w: i64,
-        walk: u32,
-    ) {
+    fn put_member_value(&mut self, e: &mut RangeEncoder, h: u32, w: i64, counter: bool, walk: u32) {
         let peer = self.peer(h, walk);
-        let counter = table.get(h).is_some_and(|x| x.encoding.is_counter());
         let st = &mut self.state[h as usize];
         self.model.mark_changed(st);
         self.model

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use super::idhash::ValueHashState;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
 /// Residual length (bits) from which a gauge gets a histogram.
@@ -50,7 +51,9 @@ impl Hist {
 /// The histograms of one link, by series id.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Hists {
-    map: HashMap<u32, Box<Hist>>,
+    /// Keyed fast hashing (ids are the peer's): asked of every changed
+    /// gauge on both ends of a link, where SipHash was a visible share.
+    map: HashMap<u32, Box<Hist>, ValueHashState>,
 }
 
 impl Hists {
@@ -62,12 +65,8 @@ impl Hists {
             return false;
         };
         let (sym, off) = h.bin(w).unwrap_or((0, 0));
-        let mut node = 1usize;
-        for i in (0..LEVELS).rev() {
-            let b = (sym >> i) & 1 == 1;
-            e.bit(&mut h.tree[node], b);
-            node = node * 2 + usize::from(b);
-        }
+        // LEVELS levels: the tree has 2^LEVELS nodes.
+        e.tree(&mut h.tree, sym);
         if sym == 0 {
             return false;
         }
@@ -98,9 +97,9 @@ impl Hists {
     /// mean). An escaped value leaves the histogram as it is: outliers
     /// must not drag it away from where the values are.
     pub fn after_plain(&mut self, id: u32, level: i64, len: usize) {
-        if !self.map.contains_key(&id)
-            && (NOISY_LEN..=48).contains(&len)
+        if (NOISY_LEN..=48).contains(&len)
             && self.map.len() < MAX_HISTS
+            && !self.map.contains_key(&id)
         {
             let h = Hist {
                 anchor: level,

@@ -58,7 +58,7 @@
 //! (`encode_column`), so zstd sees mostly zeros.
 
 use super::hist::Hists;
-use super::idhash::ValueHashState;
+use super::idhash::FirstSeen;
 use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
 
 const PREDICTORS: usize = 4;
@@ -194,8 +194,9 @@ impl WireState {
     }
 
     /// Expected residual length of the chosen predictor, in bits.
-    fn expected_len(&self) -> usize {
-        let c = i32::from(self.cost[self.best()]) * LEN_RES;
+    /// `best`: the chosen predictor ([`WireState::best`], found already).
+    fn expected_len_of(&self, best: usize) -> usize {
+        let c = i32::from(self.cost[best]) * LEN_RES;
         ((c + COST_ONE / 2) / COST_ONE).clamp(0, 64 * LEN_RES) as usize
     }
 
@@ -209,6 +210,7 @@ impl WireState {
     /// The increment to `w` in units of the step, when the series is a
     /// counter with a step and `w` lies on its grid (see `stepped`); the
     /// same for every predictor, so `learn` asks once.
+    #[inline]
     fn grid_units(&self, w: i64, counter: bool) -> Option<i128> {
         if !counter || self.step < 2 {
             return None;
@@ -253,18 +255,23 @@ impl WireState {
 
     /// Takes `w` as the new value (known series), updating every predictor.
     fn learn(&mut self, w: i64, counter: bool, peer: Option<i64>) {
-        let preds = self.predictions(counter, peer);
+        self.learn_from(w, counter, &self.predictions(counter, peer));
+    }
+
+    /// [`WireState::learn`] with the predictions already made (a coded
+    /// value made them to pick its predictor: they are not made twice).
+    fn learn_from(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
         let grid = self.grid_units(w, counter);
-        let costs: [i32; PREDICTORS] = std::array::from_fn(|i| {
+        for (i, &p) in preds.iter().enumerate() {
             let r = match grid {
-                Some(q) => self.stepped_at(q, preds[i]),
-                None => w.wrapping_sub(preds[i]),
+                Some(q) => self.stepped_at(q, p),
+                None => w.wrapping_sub(p),
             };
-            bit_len(zigzag(r)) as i32 * COST_ONE
-        });
-        for (c, n) in self.cost.iter_mut().zip(costs) {
-            let cur = i32::from(*c);
-            *c = (cur + ((n - cur) >> COST_SHIFT)).clamp(0, i32::from(u16::MAX)) as u16;
+            let n = bit_len(zigzag(r)) as i32 * COST_ONE;
+            let cur = i32::from(self.cost[i]);
+            // The step lands between cur and n (the shift floors towards
+            // n when n < cur), both within u16: no clamp is needed.
+            self.cost[i] = (cur + ((n - cur) >> COST_SHIFT)) as u16;
         }
         if counter {
             let d = w.wrapping_sub(self.last).unsigned_abs();
@@ -277,14 +284,10 @@ impl WireState {
         if counter {
             // The same running mean, of the increments: a counter whose
             // rate is noise around a level is best predicted by that level.
-            let m = i128::from(self.mean_inc);
-            self.mean_inc = (m + (i128::from(self.inc) - m).div_euclid(MEAN_DIV)) as i64;
+            self.mean_inc = running_mean(self.mean_inc, self.inc);
         }
         self.last = w;
-        // mean += (w - mean) / 16, in i128 so extreme values cannot overflow;
-        // the result lies between mean and w, so it fits an i64.
-        let m = i128::from(self.mean);
-        self.mean = (m + (i128::from(w) - m).div_euclid(MEAN_DIV)) as i64;
+        self.mean = running_mean(self.mean, w);
     }
 
     /// Column (unpacked) coding, sender side: the delta to transmit for `w`.
@@ -349,6 +352,22 @@ impl WireState {
     }
 }
 
+/// `m + (x - m) / 16` (floored): the running mean's step. Exact in i128,
+/// so extreme values cannot overflow; the result lies between `m` and `x`,
+/// so it fits an i64. When `x - m` fits an i64 (nearly always) the floored
+/// division by 16 is an arithmetic shift and nothing needs 128 bits.
+#[inline]
+fn running_mean(m: i64, x: i64) -> i64 {
+    const _: () = assert!(MEAN_DIV == 16);
+    match x.checked_sub(m) {
+        Some(d) => m + (d >> 4),
+        None => {
+            let m = i128::from(m);
+            (m + (i128::from(x) - m).div_euclid(MEAN_DIV)) as i64
+        }
+    }
+}
+
 /// Zigzag: small magnitudes of either sign become small unsigned numbers.
 pub(crate) fn zigzag(r: i64) -> u64 {
     ((r << 1) ^ (r >> 63)) as u64
@@ -393,7 +412,7 @@ pub(crate) struct LinkModel {
     sparse_top: Vec<[Prob; 3]>,
     /// Values taken in the current section, by the first series to take
     /// them (twin finding).
-    seen: std::collections::HashMap<i64, u32, ValueHashState>,
+    seen: FirstSeen,
     /// Histograms of the noisy gauges.
     hists: Hists,
 }
@@ -409,7 +428,7 @@ impl Default for LinkModel {
             sparse: Prob::default(),
             sparse_len: vec![[Prob::default(); 128]; SPARSE_TREES],
             sparse_top: vec![[Prob::default(); 3]; SPARSE_TREES * 65],
-            seen: std::collections::HashMap::with_hasher(ValueHashState::new()),
+            seen: FirstSeen::default(),
             hists: Hists::default(),
         }
     }
@@ -475,6 +494,7 @@ impl LinkModel {
 
     /// Codes whether series `st` changed in this section; `peer_changed`:
     /// whether its twin did (see [`WireState::as_peer`]).
+    #[inline]
     pub fn put_flag(
         &mut self,
         e: &mut RangeEncoder,
@@ -511,11 +531,8 @@ impl LinkModel {
         if peer == Some(w) {
             return;
         }
-        match self.seen.entry(w) {
-            std::collections::hash_map::Entry::Occupied(x) => st.twin = Some(*x.get()),
-            std::collections::hash_map::Entry::Vacant(x) => {
-                x.insert(id);
-            }
+        if let Some(first) = self.seen.first_or_insert(w, id) {
+            st.twin = Some(first);
         }
     }
 
@@ -547,14 +564,16 @@ impl LinkModel {
             st.reset_to(w);
             return;
         }
-        let pred = st.predictions(counter, peer)[st.best()];
-        let ctx = st.expected_len();
+        let preds = st.predictions(counter, peer);
+        let best = st.best();
+        let pred = preds[best];
+        let ctx = st.expected_len_of(best);
         if !counter {
             if !self.hists.put(e, id, w) {
                 self.put_r(e, class, ctx, w.wrapping_sub(pred));
                 self.hists.after_plain(id, st.mean, ctx);
             }
-            st.learn(w, counter, peer);
+            st.learn_from(w, counter, &preds);
             return;
         }
         if counter && st.step > 1 {
@@ -562,12 +581,12 @@ impl LinkModel {
             e.bit(&mut st.on_grid, u.is_some());
             if let Some(u) = u {
                 self.put_r(e, class, ctx, u);
-                st.learn(w, counter, peer);
+                st.learn_from(w, counter, &preds);
                 return;
             }
         }
         self.put_r(e, class, ctx, w.wrapping_sub(pred));
-        st.learn(w, counter, peer);
+        st.learn_from(w, counter, &preds);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -597,8 +616,10 @@ impl LinkModel {
             st.reset_to(w);
             return Some(w);
         }
-        let pred = st.predictions(counter, peer)[st.best()];
-        let ctx = st.expected_len();
+        let preds = st.predictions(counter, peer);
+        let best = st.best();
+        let pred = preds[best];
+        let ctx = st.expected_len_of(best);
         if !counter {
             let w = match self.hists.get(d, id) {
                 Some(w) => w,
@@ -608,7 +629,7 @@ impl LinkModel {
                     w
                 }
             };
-            st.learn(w, counter, peer);
+            st.learn_from(w, counter, &preds);
             return Some(w);
         }
         let w = if counter && st.step > 1 && d.bit(&mut st.on_grid) {
@@ -616,7 +637,7 @@ impl LinkModel {
         } else {
             pred.wrapping_add(self.get_r(d, class, ctx)?)
         };
-        st.learn(w, counter, peer);
+        st.learn_from(w, counter, &preds);
         Some(w)
     }
 
@@ -667,12 +688,7 @@ impl LinkModel {
 /// its leading one (adaptive, `top[length]`), then the rest raw.
 fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob; 3]], u: u64) {
     let n = bit_len(u);
-    let mut node = 1usize;
-    for i in (0..7).rev() {
-        let b = (n >> i) & 1 == 1;
-        e.bit(&mut tree[node], b);
-        node = node * 2 + usize::from(b);
-    }
+    e.tree(tree, n);
     if n < 2 {
         return; // 0 and 1 are fully described by their length
     }

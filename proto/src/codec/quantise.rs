@@ -81,7 +81,7 @@ impl Encoding {
         }
         match self {
             Encoding::Gauge { mantissa_bits } => gauge_index(v, mantissa_bits),
-            Encoding::LogGauge { ppb } => LogGrid::of(ppb).index(v).map(|(w, _)| w),
+            Encoding::LogGauge { ppb } => LogGrid::of(ppb).wire(v),
             Encoding::GaugeInt | Encoding::CounterInt => {
                 (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
             }
@@ -184,10 +184,35 @@ impl LogGrid {
         if w == 0 {
             return 0.0;
         }
-        // Hostile magnitudes give 0 or infinity, never a panic.
-        let k = (w.unsigned_abs() as i128 - i128::from(self.k0)) as f64;
+        // Hostile magnitudes give 0 or infinity, never a panic. |w| <= 2^63
+        // and 0 < k0 < 2^63, so |w| - k0 fits an i64: the wrapping u64
+        // difference read as i64 is it exactly, and converts to the f64
+        // an i128 would (both round to nearest) without the i128 call.
+        let k = (w.unsigned_abs().wrapping_sub(self.k0 as u64) as i64) as f64;
         let mag = (k * self.step).exp();
         if w < 0 { -mag } else { mag }
+    }
+
+    /// The wire value of `v`: `index(v)`'s, without the `exp` that checks
+    /// the cell when `ln|v| / step` lies within a quarter cell of the
+    /// integer it rounds to (always, for a value already on the grid, as
+    /// an encoder's are). There the first cell `index` tries is the one
+    /// it returns: `v` is within `(1 + eps)^(1/2)` of the cell's value,
+    /// far inside the bound, whatever a few ulps of `ln` and `exp` do.
+    fn wire(&self, v: f64) -> Option<i64> {
+        let a = v.abs();
+        // Zero, subnormals, non-finite and the values near the ends of
+        // the f64 range (where the cell's value could overflow) take the
+        // full search.
+        if (1e-300..1e300).contains(&a) {
+            let x = a.ln() / self.step;
+            let k = x.round();
+            if (x - k).abs() <= 0.25 {
+                let m = self.k0 + k as i64;
+                return Some(if v < 0.0 { -m } else { m });
+            }
+        }
+        self.index(v).map(|(w, _)| w)
     }
 
     /// The wire value of `v` and the value it stands for (`value` of it,
@@ -356,7 +381,26 @@ impl Quantiser {
 
     /// Observes the true value `v` for this tick; returns what to send, or
     /// `None` when the held value still satisfies the bound (nothing to send).
+    #[inline]
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
+        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
+            // The common counter, in one step: what the general path below
+            // does for an integer below 2^52 (its wire value is exact, the
+            // value sent is that integer, sent when it differs from the
+            // held one in its bits); anything else takes that path.
+            let w = v as i64;
+            if w as f64 == v {
+                let q = w as f64;
+                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
+                    return None;
+                }
+                self.held = Some(q);
+                return Some(Emit {
+                    value: q,
+                    redefined: false,
+                });
+            }
+        }
         if !self.encoding.is_counter()
             && let Some(h) = self.held
             && h.is_finite()
@@ -573,6 +617,27 @@ mod tests {
             prop_assert_eq!(round_exact(y), libm_round(y));
             let h = (x * 2.0).round() / 2.0; // halves
             prop_assert_eq!(round_exact(h), libm_round(h));
+        }
+
+        /// `wire` (the encoder's shortcut) is `index`'s wire value, for
+        /// any value and bound, on the grid (what an encoder sees) or not,
+        /// with the value a few ulps off the grid too.
+        #[test]
+        fn log_wire_is_the_index(
+            v in prop_oneof![any::<f64>(), -1e12f64..1e12, 0.0f64..1.0, 1e295f64..f64::MAX],
+            eps in prop_oneof![Just(1e-3), Just(1e-2), 1e-9f64..0.4],
+            ulps in -4i64..=4,
+        ) {
+            let Encoding::LogGauge { ppb } = Encoding::gauge(eps) else {
+                return Ok(());
+            };
+            let g = LogGrid::new(ppb);
+            prop_assert_eq!(g.wire(v), g.index(v).map(|(w, _)| w));
+            if let Some((_, q)) = g.index(v) {
+                prop_assert_eq!(g.wire(q), g.index(q).map(|(w, _)| w));
+                let near = f64::from_bits(q.to_bits().wrapping_add_signed(ulps));
+                prop_assert_eq!(g.wire(near), g.index(near).map(|(w, _)| w));
+            }
         }
 
         /// A log gauge's `quantise` (the value found by the grid search)

@@ -51,8 +51,34 @@ impl Default for Prob {
 }
 
 impl Prob {
+    /// Adapts the probability to `bit` (decoder side; the encoder's
+    /// [`RangeEncoder::bit`] folds the same steps into its own branch).
     #[inline]
     fn update(&mut self, bit: bool) {
+        if self.shift == ADAPT_MAX {
+            self.settled(bit);
+        } else {
+            self.young(bit);
+        }
+    }
+
+    /// A settled probability's step (`shift == ADAPT_MAX`, nearly every
+    /// decision): at a step of 1/16 neither floor can be crossed (from
+    /// `p >= PROB_FLOOR`, `p - p / 16 >= PROB_FLOOR`; from `p <= PROB_ONE -
+    /// PROB_FLOOR`, `p + (PROB_ONE - p) / 16` stays there too), so there is
+    /// no clamp and no count to move.
+    #[inline(always)]
+    fn settled(&mut self, bit: bool) {
+        if bit {
+            self.p -= self.p >> ADAPT_MAX;
+        } else {
+            self.p += (PROB_ONE - self.p) >> ADAPT_MAX;
+        }
+    }
+
+    /// A young probability's step: larger, clamped to the floors.
+    #[inline(never)]
+    fn young(&mut self, bit: bool) {
         let s = u32::from(self.shift);
         // Keep p inside 1..PROB_ONE: a certain bit must stay codable. p
         // starts and stays within the floors, and each step moves it one
@@ -64,9 +90,67 @@ impl Prob {
             self.p += (PROB_ONE - self.p) >> s;
             self.p = self.p.min(PROB_ONE - PROB_FLOOR);
         }
-        if self.shift < ADAPT_MAX {
-            self.shift += 1;
+        self.shift += 1;
+    }
+}
+
+/// The byte side of the encoder: LZMA's carry propagation (a run of 0xFF
+/// bytes waits in `cache_size` until a carry is known). Apart from `low`
+/// and `range`, so the coding loops keep those two in registers and only
+/// the byte output goes through memory.
+#[derive(Debug, Default)]
+struct ByteOut {
+    cache: u8,
+    cache_size: u64,
+    first: bool,
+    out: Vec<u8>,
+}
+
+impl ByteOut {
+    /// Moves the top byte of `low` out; returns the new `low`.
+    #[inline]
+    fn shift_low(&mut self, low: u64) -> u64 {
+        if (low as u32) < 0xFF00_0000 || (low >> 32) != 0 {
+            let carry = (low >> 32) as u8;
+            if self.first {
+                // LZMA's first byte is the integer part of a code in
+                // [0, 1): always zero, so it is not sent.
+                self.first = false;
+            } else {
+                self.out.push(self.cache.wrapping_add(carry));
+            }
+            for _ in 1..self.cache_size {
+                self.out.push(0xFFu8.wrapping_add(carry));
+            }
+            self.cache_size = 0;
+            self.cache = (low >> 24) as u8;
         }
+        self.cache_size += 1;
+        (low & 0x00FF_FFFF) << 8
+    }
+}
+
+/// Codes one adaptive decision on the coder state `(low, range)`.
+/// Renormalises with one byte, which always suffices: a decision leaves
+/// at least `(TOP >> PROB_BITS) * PROB_FLOOR` (over 2^16) of a range that
+/// was at least `TOP`.
+#[inline(always)]
+fn code_bit(low: &mut u64, range: &mut u32, bytes: &mut ByteOut, p: &mut Prob, bit: bool) {
+    let bound = (*range >> PROB_BITS) * u32::from(p.p);
+    if bit {
+        *low += u64::from(bound);
+        *range -= bound;
+    } else {
+        *range = bound;
+    }
+    if p.shift == ADAPT_MAX {
+        p.settled(bit);
+    } else {
+        p.young(bit);
+    }
+    if *range < TOP {
+        *range <<= 8;
+        *low = bytes.shift_low(*low);
     }
 }
 
@@ -75,10 +159,7 @@ impl Prob {
 pub struct RangeEncoder {
     low: u64,
     range: u32,
-    cache: u8,
-    cache_size: u64,
-    first: bool,
-    out: Vec<u8>,
+    bytes: ByteOut,
 }
 
 impl RangeEncoder {
@@ -88,68 +169,91 @@ impl RangeEncoder {
         Self {
             low: 0,
             range: u32::MAX,
-            cache: 0,
-            cache_size: 1,
-            first: true,
-            out,
-        }
-    }
-
-    fn shift_low(&mut self) {
-        if (self.low as u32) < 0xFF00_0000 || (self.low >> 32) != 0 {
-            let carry = (self.low >> 32) as u8;
-            let mut temp = self.cache;
-            loop {
-                if self.first {
-                    // LZMA's first byte is the integer part of a code in
-                    // [0, 1): always zero, so it is not sent.
-                    self.first = false;
-                } else {
-                    self.out.push(temp.wrapping_add(carry));
-                }
-                temp = 0xFF;
-                self.cache_size -= 1;
-                if self.cache_size == 0 {
-                    break;
-                }
-            }
-            self.cache = (self.low >> 24) as u8;
-        }
-        self.cache_size += 1;
-        self.low = (self.low & 0x00FF_FFFF) << 8;
-    }
-
-    #[inline]
-    fn normalize(&mut self) {
-        while self.range < TOP {
-            self.range <<= 8;
-            self.shift_low();
+            bytes: ByteOut {
+                cache: 0,
+                cache_size: 1,
+                first: true,
+                out,
+            },
         }
     }
 
     /// Codes `bit` with the adaptive probability `p`, then adapts `p`.
-    #[inline]
+    #[inline(always)]
     pub fn bit(&mut self, p: &mut Prob, bit: bool) {
-        let bound = (self.range >> PROB_BITS) * u32::from(p.p);
-        if bit {
-            self.low += u64::from(bound);
-            self.range -= bound;
-        } else {
-            self.range = bound;
+        let (mut low, mut range) = (self.low, self.range);
+        code_bit(&mut low, &mut range, &mut self.bytes, p, bit);
+        (self.low, self.range) = (low, range);
+    }
+
+    /// Codes the `log2(N)` low bits of `sym` (most significant first) as
+    /// a path down the binary tree `probs` (node 1 the root, node `k`'s
+    /// children `2k` and `2k + 1`): what `bit` would do level by level,
+    /// with the coder state kept in registers. `N` is a power of two.
+    #[inline]
+    pub fn tree<const N: usize>(&mut self, probs: &mut [Prob; N], sym: u32) {
+        const { assert!(N.is_power_of_two() && N <= 128) };
+        let levels = N.trailing_zeros();
+        let (mut low, mut range) = (self.low, self.range);
+        let path = (sym as usize & (N - 1)) | N;
+        // Unrolled (at most 7 levels; the test on `levels` is constant).
+        // The node above bit i: the bits above it under a leading one,
+        // always below N (the modulus only spares a bounds check).
+        macro_rules! level {
+            ($i:expr) => {
+                if $i < levels {
+                    code_bit(
+                        &mut low,
+                        &mut range,
+                        &mut self.bytes,
+                        &mut probs[(path >> ($i + 1)) % N],
+                        (path >> $i) & 1 == 1,
+                    );
+                }
+            };
         }
-        p.update(bit);
-        self.normalize();
+        level!(6);
+        level!(5);
+        level!(4);
+        level!(3);
+        level!(2);
+        level!(1);
+        level!(0);
+        (self.low, self.range) = (low, range);
     }
 
     /// Codes the low `n` bits of `v` (most significant first) at probability 1/2.
+    // Out of line: inlined into its callers it compiled to more
+    // instructions a bit (callgrind, tick_cost).
+    #[inline(never)]
     pub fn direct(&mut self, v: u64, n: u32) {
-        for i in (0..n).rev() {
-            self.range >>= 1;
-            if (v >> i) & 1 == 1 {
-                self.low += u64::from(self.range);
-            }
-            self.normalize();
+        debug_assert!(n <= 64);
+        if n == 0 {
+            return;
         }
+        let (mut low, mut range) = (self.low, self.range);
+        // The bits left to code, the next one on top: its sign is the mask.
+        let mut x = v << (64 - n);
+        let mut left = n;
+        while left > 0 {
+            // With the top bit of `range` at t (24..=31), t - 23 halvings
+            // bring it below TOP: code that many (or what is left) without
+            // a check, then renormalise with one byte (a halving keeps at
+            // least 2^23), exactly as bit by bit.
+            let t = 31 - range.leading_zeros();
+            let k = left.min(t - 23);
+            for _ in 0..k {
+                range >>= 1;
+                low += u64::from(range) & ((x as i64) >> 63) as u64;
+                x <<= 1;
+            }
+            left -= k;
+            if range < TOP {
+                range <<= 8;
+                low = self.bytes.shift_low(low);
+            }
+        }
+        (self.low, self.range) = (low, range);
     }
 
     /// Ends the stream and returns its bytes: the shortest tail that decodes
@@ -168,9 +272,9 @@ impl RangeEncoder {
             }
         }
         for _ in 0..=keep {
-            self.shift_low();
+            self.low = self.bytes.shift_low(self.low);
         }
-        self.out
+        self.bytes.out
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Sender {
     gens: Vec<u32>,
     seen: Vec<u64>,
     generation: u64,
+    /// Distinct live series observed in this tick: when it is every live
+    /// series, nothing can be retired and `finish_tick` skips its scan.
+    seen_now: usize,
     sources: HashMap<String, u32>,
     ticked: Vec<u32>,
     cs: Changeset,
@@ -95,6 +98,7 @@ impl Sender {
     /// Starts a tick at `ts_ms`. Any previous tick must have been finished.
     pub fn begin_tick(&mut self, ts_ms: i64) {
         self.generation += 1;
+        self.seen_now = 0;
         // Reuse the previous tick's vectors (and each section's) instead of
         // allocating them again every tick.
         let cs = &mut self.cs;
@@ -169,23 +173,59 @@ impl Sender {
     /// without it): then observe by labels again.
     pub fn observe_key(&mut self, key: SeriesKey, value: f64) -> bool {
         let i = key.handle as usize;
+        // A handle has a quantiser exactly while its series is in the
+        // table (both are set in `observe` and cleared in `finish_tick`).
         if self.gens.get(i) != Some(&key.generation)
             || self.quant.get(i).is_none_or(Option::is_none)
         {
             return false;
         }
-        let Some(src) = self.table.get(key.handle).map(|e| e.source) else {
-            return false;
-        };
-        self.update(key.handle, src, value);
+        self.update_live(key.handle, value);
         true
+    }
+
+    /// [`Sender::update`] for a live handle, its source looked up only
+    /// when the value changed (most observations change nothing).
+    fn update_live(&mut self, h: u32, value: f64) {
+        let i = h as usize;
+        if self.seen[i] != self.generation {
+            self.seen[i] = self.generation;
+            self.seen_now += 1;
+        }
+        let Some(q) = self.quant[i].as_mut() else {
+            return;
+        };
+        if let Some(e) = q.observe(value) {
+            let encoding = q.encoding();
+            let Some(entry) = self.table.get_mut(h) else {
+                return; // invariant: a handle with a quantiser is live
+            };
+            entry.value = e.value;
+            entry.encoding = encoding;
+            let src = entry.source;
+            self.record_change(h, src, e);
+        }
+    }
+
+    /// Puts an emitted change of series `h` (of source `src`) in the tick's
+    /// changeset.
+    fn record_change(&mut self, h: u32, src: u32, e: super::quantise::Emit) {
+        if e.redefined {
+            self.cs.defs.push(h);
+        }
+        if let Some(sec) = self.cs.sections.iter_mut().rev().find(|s| s.source == src) {
+            sec.updates.push((h, e.value));
+        }
     }
 
     /// Quantises `value` for live handle `h` of source `src` and records
     /// the change, if any, in the tick's section of `src`.
     fn update(&mut self, h: u32, src: u32, value: f64) {
         let i = h as usize;
-        self.seen[i] = self.generation;
+        if self.seen[i] != self.generation {
+            self.seen[i] = self.generation;
+            self.seen_now += 1;
+        }
         let Some(q) = self.quant[i].as_mut() else {
             return; // invariant: every indexed handle has a quantiser
         };
@@ -195,12 +235,7 @@ impl Sender {
                 entry.value = e.value;
                 entry.encoding = encoding;
             }
-            if e.redefined {
-                self.cs.defs.push(h);
-            }
-            if let Some(sec) = self.cs.sections.iter_mut().rev().find(|s| s.source == src) {
-                sec.updates.push((h, e.value));
-            }
+            self.record_change(h, src, e);
         }
     }
 
@@ -211,14 +246,19 @@ impl Sender {
         let generation = self.generation;
         let mut gone = std::mem::take(&mut self.gone);
         gone.clear();
-        gone.extend(
-            self.table
-                .iter()
-                .filter(|(h, s)| {
-                    self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
-                })
-                .map(|(h, _)| h),
-        );
+        // Only handles observed in this tick count in `seen_now`, and every
+        // one of them is live until this scan retires something: when it
+        // is all of them, no series can be missing.
+        if self.seen_now < self.table.len() {
+            gone.extend(
+                self.table
+                    .iter()
+                    .filter(|(h, s)| {
+                        self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
+                    })
+                    .map(|(h, _)| h),
+            );
+        }
         for &h in &gone {
             if let Some(e) = self.table.remove(h) {
                 self.index.remove(&e.labels);
