@@ -40,7 +40,7 @@ use super::cgroup_v1::{self, subdirs};
 use super::perf::{ALL_KINDS, PerfKind, classify_errno, scale_count};
 use super::perf_jobs::DEFAULT_READ_EVERY;
 use super::probe::{DEFAULT_REPROBE_EVERY, Probe};
-use super::{Collector, Observation, cgroup_v2};
+use super::{Collector, Observation};
 use crate::error::LeafError;
 
 /// Tasks read per job at most.
@@ -283,7 +283,7 @@ impl PerfTasksCollector {
         }
         // Jobs that cgroup v2 holds are counted by perf's cgroup mode.
         for r in &self.v2_roots {
-            if let Ok(d) = cgroup_v2::job_dirs(r) {
+            if let Ok(Some((d, _))) = self.dirs.v2_job_dirs(r, self.now_ms) {
                 for (id, _) in d {
                     out.remove(&id);
                 }

@@ -43,6 +43,10 @@ use crate::sched::cache::{CachePolicy, MetaCache};
 use crate::sched::worker::ScontrolWorker;
 use crate::sched::{JobMeta, parse_passwd};
 
+/// One cgroup v2 root's Slurm job directories and whether a
+/// `*slurmstepd.scope` exists there.
+type V2Jobs = (Vec<(u64, PathBuf)>, bool);
+
 /// Processes read per job at most (a fork bomb must not stall the tick).
 const MAX_PIDS_PER_JOB: usize = 4096;
 /// Processes read by a linuxproc scan at most.
@@ -174,11 +178,7 @@ impl SlurmJobsCollector {
     }
 
     /// Job id -> its job directories in the hierarchy that lists processes.
-    fn process_dirs(
-        &self,
-        v2_roots: &[PathBuf],
-        errs: &mut Vec<LeafError>,
-    ) -> HashMap<u64, Vec<PathBuf>> {
+    fn process_dirs(&self, v2: &[V2Jobs], errs: &mut Vec<LeafError>) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
         for ctl in ["memory", "cpuacct"] {
             let ctl = self.cgroup_root.join(ctl);
@@ -194,36 +194,35 @@ impl SlurmJobsCollector {
                 break;
             }
         }
-        for root in v2_roots {
-            match cgroup_v2::job_dirs(root) {
-                Ok(dirs) => {
-                    for (id, p) in dirs {
-                        out.entry(id).or_default().push(p);
-                    }
-                }
+        for (dirs, _) in v2 {
+            for (id, p) in dirs {
+                out.entry(*id).or_default().push(p.clone());
+            }
+        }
+        out
+    }
+
+    /// The Slurm jobs of the cgroup v2 hierarchies, where one may be: the
+    /// root itself (pure v2) or `unified/` (hybrid), each with a
+    /// `system.slice`. Listed through the shared cache (again only when a
+    /// directory changed).
+    fn v2_listings(&self, errs: &mut Vec<LeafError>) -> Vec<V2Jobs> {
+        let mut out = Vec::new();
+        for r in [self.cgroup_root.clone(), self.cgroup_root.join("unified")] {
+            match self.dirs.v2_job_dirs(&r, self.now_ms) {
+                Ok(Some(l)) => out.push(l),
+                Ok(None) => {}
                 Err(e) => errs.push(e),
             }
         }
         out
     }
 
-    /// Where a cgroup v2 hierarchy may be: the root itself (pure v2) or
-    /// `unified/` (hybrid). Looked up once per tick.
-    fn v2_roots(&self) -> Vec<PathBuf> {
-        [self.cgroup_root.clone(), self.cgroup_root.join("unified")]
-            .into_iter()
-            .filter(|r| r.join("system.slice").is_dir())
-            .collect()
-    }
-
     /// Whether Slurm's cgroup layout exists here (then jobs come from it).
     /// `v1`: what this tick's v1 scan saw (a `slurm*` directory under
-    /// `memory/` or `cpuacct/`).
-    fn cgroup_layout(&self, v1: bool, v2_roots: &[PathBuf]) -> bool {
-        v1 || v2_roots.iter().any(|r| {
-            cgroup_v1::subdirs(&r.join("system.slice"))
-                .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
-        })
+    /// `memory/` or `cpuacct/`); `v2`: whether a `*slurmstepd.scope` exists.
+    fn cgroup_layout(v1: bool, v2: &[V2Jobs]) -> bool {
+        v1 || v2.iter().any(|(_, scope)| *scope)
     }
 
     /// linuxproc mode: jobs from `/proc`, with their carried CPU and I/O.
@@ -261,18 +260,14 @@ impl SlurmJobsCollector {
 
     /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
     /// Also says whether Slurm's v1 layout is there.
-    fn scan(
-        &mut self,
-        v2_roots: &[PathBuf],
-        first: &mut Option<LeafError>,
-    ) -> (Vec<JobCgroup>, bool) {
+    fn scan(&mut self, v2: &[V2Jobs], first: &mut Option<LeafError>) -> (Vec<JobCgroup>, bool) {
         let (mut jobs, errs, v1_layout) =
             cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot, &self.dirs, self.now_ms);
         for e in errs {
             self.count("cgroup", first, e);
         }
-        for root in v2_roots {
-            let (v2, errs) = cgroup_v2::scan_jobs_hot(root, &mut self.hot);
+        for (dirs, _) in v2 {
+            let (v2, errs) = cgroup_v2::scan_listed(dirs, &mut self.hot);
             for e in errs {
                 self.count("cgroup", first, e);
             }
@@ -433,19 +428,22 @@ impl Collector for SlurmJobsCollector {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
-        let v2_roots = self.v2_roots();
-        let (mut jobs, v1_layout) = self.scan(&v2_roots, &mut first);
+        let mut errs = Vec::new();
+        let v2 = self.v2_listings(&mut errs);
+        for e in errs.drain(..) {
+            self.count("cgroup", &mut first, e);
+        }
+        let (mut jobs, v1_layout) = self.scan(&v2, &mut first);
         let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
-        if jobs.is_empty() && !self.cgroup_layout(v1_layout, &v2_roots) {
+        if jobs.is_empty() && !Self::cgroup_layout(v1_layout, &v2) {
             self.scan_procs(&mut jobs, &mut proc_io, &mut first);
         }
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
         self.scheduler_round(&ids, &mut first);
 
-        let mut errs = Vec::new();
         // Only jobs' I/O needs their process directories: no jobs, no listing.
         let dirs = if jobs.iter().any(|j| !proc_io.contains_key(&j.job_id)) {
-            self.process_dirs(&v2_roots, &mut errs)
+            self.process_dirs(&v2, &mut errs)
         } else {
             HashMap::new()
         };
