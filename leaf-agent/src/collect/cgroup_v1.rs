@@ -149,8 +149,11 @@ pub struct JobDirsCache(Arc<Mutex<ListingCache>>);
 /// every change of the watched directories.
 pub const RELIST_EVERY: u64 = 60;
 
+/// Job directories of one controller: (uid, job id, path).
+type JobDirs = Vec<(u32, u64, PathBuf)>;
+
 /// Listings (job dirs, whether a `slurm*` root was seen) of one controller.
-type Listing = (Vec<(u32, u64, PathBuf)>, bool);
+type Listing = (JobDirs, bool);
 
 /// A cgroup v2 root's Slurm job dirs and whether a `*slurmstepd.scope`
 /// exists; `None` without a `system.slice` directory.
@@ -284,7 +287,7 @@ pub(crate) fn job_dirs_walk(
     controller: &Path,
     slurm_root: &mut bool,
     watch: &mut dyn FnMut(&Path) -> bool,
-) -> Result<(Vec<(u32, u64, PathBuf)>, bool), LeafError> {
+) -> Result<(JobDirs, bool), LeafError> {
     let mut out = Vec::new();
     let mut watched = watch(controller);
     for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {

@@ -109,7 +109,7 @@ pub(crate) fn job_dirs_walk(
     let slice = cgroup_root.join("system.slice");
     // Watched before it is looked at, so a `system.slice` made meanwhile
     // is an event.
-    let root_watched = watch(cgroup_root) || cgroup_root.parent().is_some_and(|p| watch(p));
+    let root_watched = watch(cgroup_root) || cgroup_root.parent().is_some_and(&mut *watch);
     if !slice.is_dir() {
         return Ok((None, root_watched));
     }
