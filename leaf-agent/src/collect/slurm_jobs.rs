@@ -42,6 +42,7 @@ use crate::error::LeafError;
 use crate::sched::cache::{CachePolicy, MetaCache};
 use crate::sched::worker::ScontrolWorker;
 use crate::sched::{JobMeta, parse_passwd};
+use canopy_proto::model::{Labels, MetricKind};
 
 /// One cgroup v2 root's Slurm job directories and whether a
 /// `*slurmstepd.scope` exists there.
@@ -106,6 +107,8 @@ pub struct SlurmJobsCollector {
     /// linuxproc mode: ticks to wait before the next `/proc` scan.
     proc_skip: u32,
     labels: HashMap<u64, JobLabels>,
+    /// Each reported job's label sets, reused from tick to tick.
+    series: HashMap<u64, JobSeries>,
     first_seen: HashMap<u64, i64>,
     users: Vec<(u32, String)>,
     now_ms: i64,
@@ -136,6 +139,7 @@ impl SlurmJobsCollector {
             cpu: HashMap::new(),
             proc_skip: 0,
             labels: HashMap::new(),
+            series: HashMap::new(),
             first_seen: HashMap::new(),
             users: Vec::new(),
             now_ms: 0,
@@ -363,9 +367,30 @@ impl SlurmJobsCollector {
     }
 }
 
+/// The series of one job, in the order [`emit`] writes them.
+const METRICS: [(&str, MetricKind); 11] = [
+    ("canopy_job_cpu_seconds_total", MetricKind::Counter),
+    ("canopy_job_io_read_bytes_total", MetricKind::Counter),
+    ("canopy_job_io_write_bytes_total", MetricKind::Counter),
+    ("canopy_job_io_read_ops_total", MetricKind::Counter),
+    ("canopy_job_io_write_ops_total", MetricKind::Counter),
+    ("canopy_job_memory_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_rss_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_cache_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_allocated_bytes", MetricKind::Gauge),
+    ("canopy_job_cpus_allocated", MetricKind::Gauge),
+    ("canopy_job_gpus_allocated", MetricKind::Gauge),
+];
+
+/// A job's label sets, one per entry of [`METRICS`], built at its first
+/// report and reused every tick after (a job's labels are fixed then), so
+/// a tick clones a handle per series instead of sorting and copying labels.
+type JobSeries = [Option<Labels>; METRICS.len()];
+
 fn emit(
     node: &str,
     l: &JobLabels,
+    series: &mut JobSeries,
     j: &JobCgroup,
     m: Option<&JobMeta>,
     io: Option<IoCounters>,
@@ -377,42 +402,37 @@ fn emit(
         ("account", l.account.as_str()),
         ("partition", l.partition.as_str()),
     ];
+    let mut push = |i: usize, value: f64| {
+        let (name, kind) = METRICS[i];
+        let labels = series[i]
+            .get_or_insert_with(|| Observation::new(name, kind, node, &labels, value).labels)
+            .clone();
+        out.push(Observation {
+            labels,
+            kind,
+            value,
+        });
+    };
     if let Some(ns) = j.cpu_usage_ns {
-        out.push(Observation::counter(
-            "canopy_job_cpu_seconds_total",
-            node,
-            &labels,
-            ns as f64 / 1e9,
-        ));
+        push(0, ns as f64 / 1e9);
     }
     if let Some(io) = io {
-        let counters = [
-            ("canopy_job_io_read_bytes_total", io.read_bytes),
-            ("canopy_job_io_write_bytes_total", io.write_bytes),
-            ("canopy_job_io_read_ops_total", io.read_ops),
-            ("canopy_job_io_write_ops_total", io.write_ops),
-        ];
-        for (name, v) in counters {
-            out.push(Observation::counter(name, node, &labels, v as f64));
+        let counters = [io.read_bytes, io.write_bytes, io.read_ops, io.write_ops];
+        for (i, v) in counters.into_iter().enumerate() {
+            push(1 + i, v as f64);
         }
     }
     let gauges = [
-        ("canopy_job_memory_bytes", j.memory_usage_bytes),
-        ("canopy_job_memory_rss_bytes", j.memory_rss_bytes),
-        ("canopy_job_memory_cache_bytes", j.memory_cache_bytes),
-        (
-            "canopy_job_memory_allocated_bytes",
-            m.and_then(|m| m.memory_bytes).or(j.memory_limit_bytes),
-        ),
-        (
-            "canopy_job_cpus_allocated",
-            m.and_then(|m| m.cpus).or(j.cpus.map(u64::from)),
-        ),
-        ("canopy_job_gpus_allocated", m.map(|m| m.gpus)),
+        j.memory_usage_bytes,
+        j.memory_rss_bytes,
+        j.memory_cache_bytes,
+        m.and_then(|m| m.memory_bytes).or(j.memory_limit_bytes),
+        m.and_then(|m| m.cpus).or(j.cpus.map(u64::from)),
+        m.map(|m| m.gpus),
     ];
-    for (name, v) in gauges {
+    for (i, v) in gauges.into_iter().enumerate() {
         if let Some(v) = v {
-            out.push(Observation::gauge(name, node, &labels, v as f64));
+            push(5 + i, v as f64);
         }
     }
 }
@@ -472,12 +492,14 @@ impl Collector for SlurmJobsCollector {
                 continue;
             };
             let meta = self.meta.get(j.job_id);
-            emit(&self.node, &l, j, meta, io, out);
+            let series = self.series.entry(j.job_id).or_default();
+            emit(&self.node, &l, series, j, meta, io, out);
         }
         // Ended jobs: forget them (and close their files); their series go stale.
         self.hot.end_tick();
         self.io.retain(|id, _| ids.contains(id));
         self.labels.retain(|id, _| ids.contains(id));
+        self.series.retain(|id, _| ids.contains(id));
         self.first_seen.retain(|id, _| ids.contains(id));
         for (kind, n) in &self.errors {
             out.push(Observation::counter(

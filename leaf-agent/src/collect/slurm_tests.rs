@@ -155,6 +155,27 @@ fn job_io_and_scheduler_labels() {
         (16_384 + (300 << 20)) as f64,
         "reaped I/O counted once"
     );
+    // Label sets kept from the first report are the ones a fresh build
+    // gives, with the right kind, tick after tick.
+    let jobs: Vec<_> = out
+        .iter()
+        .filter(|o| o.labels.get("job_id") == Some("5"))
+        .collect();
+    assert_eq!(jobs.len(), 9, "no rss or cache in this fixture: {jobs:?}");
+    for o in jobs {
+        let name = o.labels.name();
+        let pairs: Vec<(&str, &str)> = ["job_id", "user", "account", "partition"]
+            .iter()
+            .map(|k| (*k, o.labels.get(k).unwrap_or("")))
+            .collect();
+        let fresh = Observation::new(name, o.kind, "n1", &pairs, o.value);
+        assert_eq!(o.labels, fresh.labels);
+        assert_eq!(
+            o.kind == canopy_proto::model::MetricKind::Counter,
+            name.ends_with("_total"),
+            "{name}"
+        );
+    }
 
     // An unreadable process file: that process is skipped and counted, the rest stays.
     put(&proc_root.join("101/io"), "write_bytes: lots\n");
