@@ -12,9 +12,11 @@
 //! `meminfo`, `loadavg`, the PSI files, `/proc/<pid>/io`, cgroup control
 //! files other than the pid lists) comes whole in one `read` when the buffer
 //! is large enough, so a short read is its end: one `pread` a tick instead
-//! of two. A file of many records (`net/dev`, `diskstats`, `mountinfo`,
-//! `cgroup.procs`) may come short of its end (the kernel stops at a record
-//! that does not fit its page-sized buffer), so it is read until `0`.
+//! of two. A file of many records (`mountinfo`, `cgroup.procs`) may come
+//! short of its end (the kernel stops at a record that does not fit its
+//! page-sized buffer), so it is read until `0`, unless its records are
+//! short ([`Render::Lines`]: `net/dev`, `diskstats`) and the read left room
+//! for one more.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -36,7 +38,20 @@ pub enum Render {
     /// One record (`single_open`, a cgroup control file): a read that
     /// returns less than asked for returned the whole file.
     Single,
+    /// Records of at most [`MAX_LINE`] bytes (`net/dev`, `diskstats`): the
+    /// kernel fills at least a page a read and stops short of a record
+    /// only when it would not fit, so a short read leaving room for one
+    /// more record returned the whole file.
+    Lines,
 }
+
+/// The longest record of a [`Render::Lines`] file (a `net/dev` line is
+/// under 400 bytes, a `diskstats` one under 500).
+pub const MAX_LINE: usize = 1024;
+
+/// The least a `seq_file` read fills before stopping short of a record
+/// (its buffer starts at a page, 4 KiB at the smallest).
+const SEQ_BUF: usize = 4096;
 
 /// One hot file: its path, its open descriptor and the last text read.
 #[derive(Debug)]
@@ -65,6 +80,15 @@ impl HotFile {
     pub fn single(path: impl Into<PathBuf>) -> Self {
         HotFile {
             render: Render::Single,
+            ..Self::new(path)
+        }
+    }
+
+    /// A hot file of short records (see [`Render::Lines`]): one `pread` a
+    /// read while it is under 3 KiB, else read until `0`.
+    pub fn lines(path: impl Into<PathBuf>) -> Self {
+        HotFile {
+            render: Render::Lines,
             ..Self::new(path)
         }
     }
@@ -131,8 +155,15 @@ pub(crate) fn pread_whole(f: &File, buf: &mut Vec<u8>, render: Render) -> io::Re
         match f.read_at(&mut buf[len..], len as u64) {
             Ok(0) => break,
             Ok(n) => {
+                let asked = buf.len() - len;
                 len += n;
-                if render == Render::Single && len < buf.len() {
+                // Each read is filled on its own: judge this one.
+                let whole = match render {
+                    Render::Records => false,
+                    Render::Single => n < asked,
+                    Render::Lines => n < asked && n + MAX_LINE <= SEQ_BUF,
+                };
+                if whole {
                     break;
                 }
             }
@@ -253,10 +284,21 @@ mod tests {
         std::fs::write(&p, &big).expect("big");
         assert_eq!(h.read().expect("big").len(), 20_000);
         // One record (a short read is the end): the same, whole, large or small.
+        let mut lines = HotFile::lines(&p);
+        assert_eq!(lines.read().expect("lines big").len(), 20_000);
         let mut one = HotFile::single(&p);
         assert_eq!(one.read().expect("single big").len(), 20_000);
         std::fs::write(&p, "cpu 6\n").expect("small");
         assert_eq!(one.read().expect("single small"), "cpu 6\n");
+        // The same interfaces as a plain read (counters may move between).
+        let names = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| l.split(':').next().unwrap_or("").to_string())
+                .collect()
+        };
+        let net = std::fs::read_to_string("/proc/net/dev").expect("net/dev");
+        let mut h = HotFile::lines("/proc/net/dev");
+        assert_eq!(names(h.read().expect("lines")), names(&net));
         assert_eq!(
             HotFile::single("/proc/self/stat")
                 .read()
