@@ -297,8 +297,8 @@ mod tests {
                 .collect()
         };
         let net = std::fs::read_to_string("/proc/net/dev").expect("net/dev");
-        let mut h = HotFile::lines("/proc/net/dev");
-        assert_eq!(names(h.read().expect("lines")), names(&net));
+        let mut dev = HotFile::lines("/proc/net/dev");
+        assert_eq!(names(dev.read().expect("lines")), names(&net));
         assert_eq!(
             HotFile::single("/proc/self/stat")
                 .read()
