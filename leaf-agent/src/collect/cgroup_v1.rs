@@ -168,6 +168,8 @@ struct ListingCache {
     listed_at: u64,
     by_controller: HashMap<PathBuf, (Listing, bool)>,
     v2: HashMap<PathBuf, (V2Listing, bool)>,
+    /// Directory trees below job directories (steps, tasks).
+    trees: HashMap<PathBuf, (Vec<PathBuf>, bool)>,
     /// `None` before the first tick; `Some(None)`: no inotify.
     watch: Option<Option<DirWatch>>,
     /// Walks made (listings not taken from the cache), for tests.
@@ -195,6 +197,7 @@ impl ListingCache {
         if changed || self.ticks - self.listed_at >= RELIST_EVERY {
             self.by_controller.clear();
             self.v2.clear();
+            self.trees.clear();
             if let Some(Some(w)) = &mut self.watch {
                 w.reset_count();
             }
@@ -203,6 +206,7 @@ impl ListingCache {
             // Keep only the listings whose every directory is watched.
             self.by_controller.retain(|_, (_, watched)| *watched);
             self.v2.retain(|_, (_, watched)| *watched);
+            self.trees.retain(|_, (_, watched)| *watched);
         }
     }
 
@@ -269,6 +273,61 @@ impl JobDirsCache {
         c.v2.insert(root.to_path_buf(), (l.clone(), watched));
         Ok(l)
     }
+}
+
+/// Most directories of one job's tree ([`JobDirsCache::tree`]).
+pub const MAX_TREE_DIRS: usize = 4096;
+
+impl JobDirsCache {
+    /// `dir` and every directory below it (a job's steps and tasks), at
+    /// most [`MAX_TREE_DIRS`] (a missing `dir` is listed alone, so its
+    /// files read as missing). Listed again only
+    /// when needed, as [`JobDirsCache::job_dirs_seen`]: a job's processes
+    /// are read from `cgroup.procs` or `tasks` in each, every tick, without
+    /// listing the tree every tick. Errors (unlisted directories) are
+    /// returned and not kept.
+    pub(crate) fn tree(&self, dir: &Path, tick_ms: i64) -> (Vec<PathBuf>, Vec<LeafError>) {
+        if tick_ms == 0 {
+            let (dirs, errs, _) = tree_walk(dir, &mut |_| false);
+            return (dirs, errs);
+        }
+        let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        c.at_tick(tick_ms);
+        if let Some((dirs, _)) = c.trees.get(dir) {
+            return (dirs.clone(), Vec::new());
+        }
+        c.walks += 1;
+        let (dirs, errs, watched) = tree_walk(dir, &mut c.watcher());
+        c.trees.insert(
+            dir.to_path_buf(),
+            (dirs.clone(), watched && errs.is_empty()),
+        );
+        (dirs, errs)
+    }
+}
+
+/// `dir` and the directories below it (see [`JobDirsCache::tree`]),
+/// calling `watch` on each before listing it; the errors met, and whether
+/// every directory was watched and the tree was listed whole.
+fn tree_walk(
+    dir: &Path,
+    watch: &mut dyn FnMut(&Path) -> bool,
+) -> (Vec<PathBuf>, Vec<LeafError>, bool) {
+    let (mut out, mut errs, mut watched) = (Vec::new(), Vec::new(), true);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if out.len() >= MAX_TREE_DIRS {
+            watched = false;
+            break;
+        }
+        watched &= watch(&d);
+        match subdirs(&d) {
+            Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
+            Err(e) => errs.push(LeafError::io(&d, e)),
+        }
+        out.push(d);
+    }
+    (out, errs, watched)
 }
 
 /// Every `slurm*/uid_*/job_*` directory under one controller, as

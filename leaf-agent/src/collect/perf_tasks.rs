@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use perf_event::{Builder, Counter};
 
-use super::cgroup_v1::{self, subdirs};
+use super::cgroup_v1;
 use super::perf::{ALL_KINDS, PerfKind, classify_errno, scale_count};
 use super::perf_jobs::DEFAULT_READ_EVERY;
 use super::probe::{DEFAULT_REPROBE_EVERY, Probe};
@@ -292,22 +292,27 @@ impl PerfTasksCollector {
         (out, layout)
     }
 
-    /// Every TID listed in `tasks` under the job's directories.
-    fn job_tasks(dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    /// Every TID listed in `tasks` under the job's directories (the trees
+    /// listed through the shared cache, again only when they changed).
+    fn job_tasks(
+        tree: &cgroup_v1::JobDirsCache,
+        tick_ms: i64,
+        dirs: &[PathBuf],
+        errs: &mut Vec<LeafError>,
+    ) -> Vec<u32> {
         let mut tids = Vec::new();
-        let mut stack = dirs.to_vec();
-        while let Some(d) = stack.pop() {
-            if tids.len() >= MAX_TASKS_PER_JOB {
-                break;
-            }
-            match std::fs::read_to_string(d.join("tasks")) {
-                Ok(t) => tids.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => errs.push(LeafError::io(d.join("tasks"), e)),
-            }
-            match subdirs(&d) {
-                Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
-                Err(e) => errs.push(LeafError::io(&d, e)),
+        'dirs: for top in dirs {
+            let (all, e) = tree.tree(top, tick_ms);
+            errs.extend(e);
+            for d in all {
+                if tids.len() >= MAX_TASKS_PER_JOB {
+                    break 'dirs;
+                }
+                match std::fs::read_to_string(d.join("tasks")) {
+                    Ok(t) => tids.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => errs.push(LeafError::io(d.join("tasks"), e)),
+                }
             }
         }
         tids.sort_unstable();
@@ -394,7 +399,7 @@ impl Collector for PerfTasksCollector {
         self.jobs.retain(|j, _| dirs.contains_key(j));
         let mut errs = Vec::new();
         for (job, d) in &dirs {
-            let tids = Self::job_tasks(d, &mut errs);
+            let tids = Self::job_tasks(&self.dirs, self.now_ms, d, &mut errs);
             let known = self
                 .jobs
                 .get(job)

@@ -155,24 +155,29 @@ impl SlurmJobsCollector {
     }
 
     /// The job's processes: PIDs in `cgroup.procs` below its job directories.
-    fn job_pids(hot: &mut HotFiles, dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    fn job_pids(
+        hot: &mut HotFiles,
+        tree: &cgroup_v1::JobDirsCache,
+        tick_ms: i64,
+        dirs: &[PathBuf],
+        errs: &mut Vec<LeafError>,
+    ) -> Vec<u32> {
         let mut pids = Vec::new();
-        let mut stack: Vec<PathBuf> = dirs.to_vec();
-        while let Some(d) = stack.pop() {
-            if pids.len() >= MAX_PIDS_PER_JOB {
-                break;
-            }
-            match hot.read_opt(&d.join("cgroup.procs")) {
-                Ok(Some(t)) => match proc_io::parse_pid_list(t) {
-                    Ok(p) => pids.extend(p),
+        'dirs: for top in dirs {
+            let (all, e) = tree.tree(top, tick_ms);
+            errs.extend(e);
+            for d in all {
+                if pids.len() >= MAX_PIDS_PER_JOB {
+                    break 'dirs;
+                }
+                match hot.read_opt(&d.join("cgroup.procs")) {
+                    Ok(Some(t)) => match proc_io::parse_pid_list(t) {
+                        Ok(p) => pids.extend(p),
+                        Err(e) => errs.push(e),
+                    },
+                    Ok(None) => {}
                     Err(e) => errs.push(e),
-                },
-                Ok(None) => {}
-                Err(e) => errs.push(e),
-            }
-            match cgroup_v1::subdirs(&d) {
-                Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
-                Err(e) => errs.push(LeafError::io(&d, e)),
+                }
             }
         }
         pids.sort_unstable();
@@ -473,7 +478,7 @@ impl Collector for SlurmJobsCollector {
         for j in &jobs {
             let io = proc_io.get(&j.job_id).copied().or_else(|| {
                 dirs.get(&j.job_id).map(|d| {
-                    let pids = Self::job_pids(&mut self.hot, d, &mut errs);
+                    let pids = Self::job_pids(&mut self.hot, &self.dirs, self.now_ms, d, &mut errs);
                     let mut samples = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc_io::read_proc(&self.proc_root, pid) {

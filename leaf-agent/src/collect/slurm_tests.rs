@@ -390,6 +390,45 @@ fn job_directories_are_listed_once_per_tick_across_collectors() {
 }
 
 #[test]
+fn a_job_tree_is_listed_again_only_when_it_changed() {
+    let d = crate::TestDir::new();
+    let job = d.path().join("memory/slurm_n1/uid_7/job_1");
+    put(&job.join("step_batch/cgroup.procs"), "1\n");
+    let cache = cgroup_v1::JobDirsCache::new();
+    let tree = |tick: i64| {
+        let (mut dirs, errs) = cache.tree(&job, tick);
+        assert!(errs.is_empty(), "{errs:?}");
+        dirs.sort();
+        dirs.iter()
+            .map(|p| {
+                p.strip_prefix(&job)
+                    .expect("below")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tree(1000), vec!["", "step_batch"]);
+    let walks = cache.walks();
+    assert_eq!(tree(2000), vec!["", "step_batch"]);
+    assert_eq!(cache.walks(), walks, "unchanged: not listed again");
+    // A new step and a task below it: seen at the next tick.
+    put(&job.join("step_0/task_0/cgroup.procs"), "2\n");
+    assert_eq!(
+        tree(3000),
+        vec!["", "step_0", "step_0/task_0", "step_batch"]
+    );
+    // A task made below the new (now watched) step, then removed.
+    std::fs::create_dir(job.join("step_0/task_1")).expect("mkdir");
+    assert_eq!(tree(4000).len(), 5);
+    std::fs::remove_dir_all(job.join("step_0")).expect("rm");
+    assert_eq!(tree(5000), vec!["", "step_batch"]);
+    // No tick time: walked every call; a missing job is itself only.
+    std::fs::remove_dir_all(&job).expect("rm job");
+    assert_eq!(cache.tree(&job, 0).0, vec![job.clone()]);
+}
+
+#[test]
 fn v2_job_directories_are_watched_too() {
     let d = crate::TestDir::new();
     let root = d.path().join("cg");
