@@ -13,6 +13,7 @@ use canopy_proto::link::{Uplink, UplinkEncoder, unix_now_ms};
 use tokio::sync::{mpsc, watch};
 
 use crate::collect::{Collector, Observation, Sink};
+use crate::ticker::Ticker;
 
 /// Where a leaf's frames go.
 #[derive(Debug)]
@@ -61,11 +62,11 @@ pub async fn run(
         .collect();
     let mut obs: Vec<Observation> = Vec::new();
     let mut warned: Vec<(&'static str, i64)> = Vec::new();
-    let mut interval = tokio::time::interval(cfg.tick);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // One wake-up a tick (see `ticker`).
+    let mut ticker = Ticker::new(cfg.tick);
     loop {
         tokio::select! {
-            _ = interval.tick() => {}
+            () = ticker.tick() => {}
             _ = shutdown.changed() => break,
         }
         if *shutdown.borrow() {

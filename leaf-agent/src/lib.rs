@@ -19,6 +19,7 @@ pub mod collect;
 pub mod error;
 pub mod sched;
 pub mod sim;
+pub mod ticker;
 
 pub use collect::{Collector, Observation, host_collectors};
 pub use error::LeafError;

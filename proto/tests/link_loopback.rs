@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use canopy_proto::link::{
     Ca, CloseCode, Dialer, Identity, InboundLink, LinkError, LinkTuning, Listener, OutboundLink,
+    Uplink, UplinkConfig, UplinkTarget,
 };
 use rustls_pki_types::pem::PemObject;
 use tokio::net::UdpSocket;
@@ -571,4 +572,70 @@ async fn link_certified_peer_outside_the_plan_is_refused_with_its_code_and_count
         .await
         .expect("accepted without a list");
     assert_eq!(listener.stats().not_in_plan.load(Ordering::Relaxed), 1);
+}
+
+/// A parent that vanishes without a word (its packets stop, its
+/// connection is not closed) is left for the backup by the uplink's answer
+/// timeout, not QUIC's idle timeout: here the idle timeout (30 s) and the
+/// keep-alive (10 s) are longer than the test's guard, so only a record
+/// that went unanswered can end the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uplink_leaves_a_silent_parent_for_its_backup_without_the_idle_timeout() {
+    let p = pair();
+    let tuning = LinkTuning {
+        keep_alive: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(30),
+        ..LinkTuning::default()
+    };
+    let primary = Listener::bind(loopback(), &p.parent, tuning.clone()).expect("bind primary");
+    let backup = Listener::bind(loopback(), &p.parent, tuning.clone()).expect("bind backup");
+    let relay = Relay::start(primary.local_addr()).await;
+    let dialer = Arc::new(Dialer::new(loopback(), &p.child, tuning).expect("dialer"));
+    let target = |addr| UplinkTarget {
+        name: "parent".into(),
+        addr,
+    };
+    let cfg = UplinkConfig {
+        ack_timeout: Duration::ZERO,
+        ..UplinkConfig::new(target(relay.addr), Some(target(backup.local_addr())))
+    };
+    let answer = cfg.answer_timeout;
+    assert!(!answer.is_zero() && answer < GUARD);
+    let up = Uplink::spawn(dialer, cfg);
+    // A record every 100 ms, as a fast tick would.
+    let sender = {
+        let up = up.clone();
+        tokio::spawn(async move {
+            for i in 0u32.. {
+                up.send(up.epoch(), i.to_le_bytes().to_vec());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let on_primary = guard("accept on the primary", primary.accept())
+        .await
+        .expect("open")
+        .expect("link");
+    assert!(
+        guard("a record", on_primary.recv_record())
+            .await
+            .expect("recv")
+            .is_some()
+    );
+    assert_eq!(up.stats().failovers.load(Ordering::Relaxed), 0);
+
+    relay.dead.store(true, Ordering::Relaxed);
+    let on_backup = guard("accept on the backup", backup.accept())
+        .await
+        .expect("open")
+        .expect("link");
+    assert!(
+        guard("a record on the backup", on_backup.recv_record())
+            .await
+            .expect("recv")
+            .is_some()
+    );
+    assert!(up.on_backup());
+    assert_eq!(up.stats().failovers.load(Ordering::Relaxed), 1);
+    sender.abort();
 }

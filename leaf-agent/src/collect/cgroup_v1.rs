@@ -19,6 +19,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::dir_watch::DirWatch;
 use super::hot_file::HotFiles;
 use super::{Collector, Observation};
 use crate::error::LeafError;
@@ -129,21 +130,91 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> LeafError + '_ {
     move |e| LeafError::io(p, e)
 }
 
-/// One tick's listings of the Slurm job directories, shared by the
-/// collectors that walk them (the job collector and per-task perf both list
-/// `cpuacct/`, `memory/` and `cpuset/` each tick: about five syscalls per
-/// directory). A listing is reused only within the same tick (same tick
-/// time); a tick time of 0 (unset) always lists afresh. Clones share.
+/// The listings of the Slurm job directories, shared by the collectors that
+/// walk them (the job collector and per-task perf both list `cpuacct/`,
+/// `memory/`, `cpuset/` and the cgroup v2 `system.slice` each tick: about
+/// five syscalls per directory). Clones share.
+///
+/// A listing is made again when a directory it walked gained or lost an
+/// entry, as inotify ([`DirWatch`]) reports, checked once a tick (one
+/// `read`); otherwise it is reused, at most [`RELIST_EVERY`] ticks. So a
+/// job made or removed is seen at the next tick, as with a listing a tick.
+/// A listing that could not be watched whole (a directory missing, no
+/// inotify) is made again the next tick. A tick time of 0 (unset) always
+/// lists afresh.
 #[derive(Clone, Debug, Default)]
 pub struct JobDirsCache(Arc<Mutex<ListingCache>>);
 
-/// Listings (job dirs, whether a `slurm*` root was seen) of one tick.
-type Listing = (Vec<(u32, u64, PathBuf)>, bool);
+/// Ticks a watched listing is reused at most: a safety net, inotify reports
+/// every change of the watched directories.
+pub const RELIST_EVERY: u64 = 60;
+
+/// Job directories of one controller: (uid, job id, path).
+type JobDirs = Vec<(u32, u64, PathBuf)>;
+
+/// Listings (job dirs, whether a `slurm*` root was seen) of one controller.
+type Listing = (JobDirs, bool);
+
+/// A cgroup v2 root's Slurm job dirs and whether a `*slurmstepd.scope`
+/// exists; `None` without a `system.slice` directory.
+pub(crate) type V2Listing = Option<(Vec<(u64, PathBuf)>, bool)>;
 
 #[derive(Debug, Default)]
 struct ListingCache {
     tick_ms: i64,
-    by_controller: HashMap<PathBuf, Listing>,
+    /// Ticks seen (distinct tick times).
+    ticks: u64,
+    /// Tick at which the kept listings were made.
+    listed_at: u64,
+    by_controller: HashMap<PathBuf, (Listing, bool)>,
+    v2: HashMap<PathBuf, (V2Listing, bool)>,
+    /// Directory trees below job directories (steps, tasks).
+    trees: HashMap<PathBuf, (Vec<PathBuf>, bool)>,
+    /// `None` before the first tick; `Some(None)`: no inotify.
+    watch: Option<Option<DirWatch>>,
+    /// Walks made (listings not taken from the cache), for tests.
+    walks: u64,
+}
+
+impl ListingCache {
+    /// Moves to tick `tick_ms`: keeps the watched listings unless a watched
+    /// directory changed or they are [`RELIST_EVERY`] ticks old.
+    fn at_tick(&mut self, tick_ms: i64) {
+        if self.tick_ms == tick_ms {
+            return;
+        }
+        self.tick_ms = tick_ms;
+        self.ticks += 1;
+        let watch = self.watch.get_or_insert_with(DirWatch::new);
+        let changed = match watch {
+            Some(w) => w.changed().unwrap_or_else(|e| {
+                tracing::info!(error = %e, "inotify failed: job directories are listed every tick");
+                *watch = None;
+                true
+            }),
+            None => true,
+        };
+        if changed || self.ticks - self.listed_at >= RELIST_EVERY {
+            self.by_controller.clear();
+            self.v2.clear();
+            self.trees.clear();
+            if let Some(Some(w)) = &mut self.watch {
+                w.reset_count();
+            }
+            self.listed_at = self.ticks;
+        } else {
+            // Keep only the listings whose every directory is watched.
+            self.by_controller.retain(|_, (_, watched)| *watched);
+            self.v2.retain(|_, (_, watched)| *watched);
+            self.trees.retain(|_, (_, watched)| *watched);
+        }
+    }
+
+    /// A hook for the walks: watches each directory before it is listed.
+    fn watcher(&mut self) -> impl FnMut(&Path) -> bool + '_ {
+        let mut w = self.watch.as_mut().and_then(Option::as_mut);
+        move |dir: &Path| w.as_mut().is_some_and(|w| w.watch(dir))
+    }
 }
 
 impl JobDirsCache {
@@ -152,8 +223,14 @@ impl JobDirsCache {
         Self::default()
     }
 
-    /// [`job_dirs_seen`] of `controller` at tick `tick_ms`, listed once per
-    /// tick across every holder of this cache. Errors are not kept.
+    /// Listings made so far (not taken from the cache).
+    #[cfg(test)]
+    pub(crate) fn walks(&self) -> u64 {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).walks
+    }
+
+    /// [`job_dirs_seen`] of `controller` at tick `tick_ms`, listed again
+    /// only when needed (see the type's docs). Errors are not kept.
     pub(crate) fn job_dirs_seen(
         &self,
         controller: &Path,
@@ -164,21 +241,93 @@ impl JobDirsCache {
             return job_dirs_seen(controller, slurm_root);
         }
         let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if c.tick_ms != tick_ms {
-            c.tick_ms = tick_ms;
-            c.by_controller.clear();
-        }
-        if let Some((dirs, seen)) = c.by_controller.get(controller) {
+        c.at_tick(tick_ms);
+        if let Some(((dirs, seen), _)) = c.by_controller.get(controller) {
             *slurm_root |= *seen;
             return Ok(dirs.clone());
         }
         let mut seen = false;
-        let dirs = job_dirs_seen(controller, &mut seen)?;
+        c.walks += 1;
+        let (dirs, watched) = job_dirs_walk(controller, &mut seen, &mut c.watcher())?;
         *slurm_root |= seen;
         c.by_controller
-            .insert(controller.to_path_buf(), (dirs.clone(), seen));
+            .insert(controller.to_path_buf(), ((dirs.clone(), seen), watched));
         Ok(dirs)
     }
+
+    /// The Slurm job directories of the cgroup v2 hierarchy at `root`
+    /// ([`cgroup_v2::job_dirs`](super::cgroup_v2::job_dirs)) and whether a
+    /// `*slurmstepd.scope` exists; `Ok(None)` without a `system.slice`.
+    /// Listed again only when needed, as [`JobDirsCache::job_dirs_seen`].
+    pub(crate) fn v2_job_dirs(&self, root: &Path, tick_ms: i64) -> Result<V2Listing, LeafError> {
+        if tick_ms == 0 {
+            return super::cgroup_v2::job_dirs_walk(root, &mut |_| false).map(|(l, _)| l);
+        }
+        let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        c.at_tick(tick_ms);
+        if let Some((l, _)) = c.v2.get(root) {
+            return Ok(l.clone());
+        }
+        c.walks += 1;
+        let (l, watched) = super::cgroup_v2::job_dirs_walk(root, &mut c.watcher())?;
+        c.v2.insert(root.to_path_buf(), (l.clone(), watched));
+        Ok(l)
+    }
+}
+
+/// Most directories of one job's tree ([`JobDirsCache::tree`]).
+pub const MAX_TREE_DIRS: usize = 4096;
+
+impl JobDirsCache {
+    /// `dir` and every directory below it (a job's steps and tasks), at
+    /// most [`MAX_TREE_DIRS`] (a missing `dir` is listed alone, so its
+    /// files read as missing). Listed again only
+    /// when needed, as [`JobDirsCache::job_dirs_seen`]: a job's processes
+    /// are read from `cgroup.procs` or `tasks` in each, every tick, without
+    /// listing the tree every tick. Errors (unlisted directories) are
+    /// returned and not kept.
+    pub(crate) fn tree(&self, dir: &Path, tick_ms: i64) -> (Vec<PathBuf>, Vec<LeafError>) {
+        if tick_ms == 0 {
+            let (dirs, errs, _) = tree_walk(dir, &mut |_| false);
+            return (dirs, errs);
+        }
+        let mut c = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        c.at_tick(tick_ms);
+        if let Some((dirs, _)) = c.trees.get(dir) {
+            return (dirs.clone(), Vec::new());
+        }
+        c.walks += 1;
+        let (dirs, errs, watched) = tree_walk(dir, &mut c.watcher());
+        c.trees.insert(
+            dir.to_path_buf(),
+            (dirs.clone(), watched && errs.is_empty()),
+        );
+        (dirs, errs)
+    }
+}
+
+/// `dir` and the directories below it (see [`JobDirsCache::tree`]),
+/// calling `watch` on each before listing it; the errors met, and whether
+/// every directory was watched and the tree was listed whole.
+fn tree_walk(
+    dir: &Path,
+    watch: &mut dyn FnMut(&Path) -> bool,
+) -> (Vec<PathBuf>, Vec<LeafError>, bool) {
+    let (mut out, mut errs, mut watched) = (Vec::new(), Vec::new(), true);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if out.len() >= MAX_TREE_DIRS {
+            watched = false;
+            break;
+        }
+        watched &= watch(&d);
+        match subdirs(&d) {
+            Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
+            Err(e) => errs.push(LeafError::io(&d, e)),
+        }
+        out.push(d);
+    }
+    (out, errs, watched)
 }
 
 /// Every `slurm*/uid_*/job_*` directory under one controller, as
@@ -188,16 +337,29 @@ pub(crate) fn job_dirs_seen(
     controller: &Path,
     slurm_root: &mut bool,
 ) -> Result<Vec<(u32, u64, PathBuf)>, LeafError> {
+    job_dirs_walk(controller, slurm_root, &mut |_| false).map(|(d, _)| d)
+}
+
+/// [`job_dirs_seen`], calling `watch` on each directory before listing it;
+/// also says whether every `watch` succeeded (the listing may be kept).
+pub(crate) fn job_dirs_walk(
+    controller: &Path,
+    slurm_root: &mut bool,
+    watch: &mut dyn FnMut(&Path) -> bool,
+) -> Result<(JobDirs, bool), LeafError> {
     let mut out = Vec::new();
+    let mut watched = watch(controller);
     for (root, root_path) in subdirs(controller).map_err(io_err(controller))? {
         if !root.starts_with("slurm") {
             continue;
         }
         *slurm_root = true;
+        watched &= watch(&root_path);
         for (u, upath) in subdirs(&root_path).map_err(io_err(&root_path))? {
             let Some(uid) = parse_uid_dir(&u) else {
                 continue;
             };
+            watched &= watch(&upath);
             for (j, jpath) in subdirs(&upath).map_err(io_err(&upath))? {
                 if let Some(job) = parse_job_dir(&j) {
                     out.push((uid, job, jpath));
@@ -205,7 +367,7 @@ pub(crate) fn job_dirs_seen(
             }
         }
     }
-    Ok(out)
+    Ok((out, watched))
 }
 
 fn add(slot: &mut Option<u64>, v: Option<u64>) {
@@ -277,7 +439,7 @@ fn read_job_files(
 ) -> Result<(), LeafError> {
     let num = |files: &mut HotFiles, file: &'static str| -> Result<Option<u64>, LeafError> {
         files
-            .read_opt(&dir.join(file))?
+            .read_single_opt(&dir.join(file))?
             .map(|t| parse_u64_file(file, t))
             .transpose()
     };
@@ -292,14 +454,14 @@ fn read_job_files(
                 &mut job.memory_limit_bytes,
                 num(files, "memory.limit_in_bytes")?.filter(|l| *l < UNLIMITED),
             );
-            if let Some(t) = files.read_opt(&dir.join("memory.stat"))? {
+            if let Some(t) = files.read_single_opt(&dir.join("memory.stat"))? {
                 let (rss, cache) = parse_memory_stat(t)?;
                 add(&mut job.memory_rss_bytes, rss);
                 add(&mut job.memory_cache_bytes, cache);
             }
         }
         "cpuset" => {
-            if let Some(t) = files.read_opt(&dir.join("cpuset.cpus"))? {
+            if let Some(t) = files.read_single_opt(&dir.join("cpuset.cpus"))? {
                 let n = parse_cpu_list(t)?;
                 job.cpus = Some(job.cpus.unwrap_or(0).saturating_add(n));
             }

@@ -94,20 +94,42 @@ pub fn job_of_path(path: &str) -> Option<u64> {
 
 /// Every `job_<id>` directory under `*slurmstepd.scope` in `system.slice`.
 pub fn job_dirs(cgroup_root: &Path) -> Result<Vec<(u64, PathBuf)>, LeafError> {
+    job_dirs_walk(cgroup_root, &mut |_| false).map(|(l, _)| l.map(|(d, _)| d).unwrap_or_default())
+}
+
+/// [`job_dirs`], and whether a `*slurmstepd.scope` exists (`None` without a
+/// `system.slice` directory), calling `watch` on each directory before it
+/// is listed (on the root, or its parent when the root is missing, for the
+/// absence of `system.slice`); also says whether every `watch` succeeded
+/// (the answer may be kept until a watched directory changes).
+pub(crate) fn job_dirs_walk(
+    cgroup_root: &Path,
+    watch: &mut dyn FnMut(&Path) -> bool,
+) -> Result<(super::cgroup_v1::V2Listing, bool), LeafError> {
     let slice = cgroup_root.join("system.slice");
+    // Watched before it is looked at, so a `system.slice` made meanwhile
+    // is an event.
+    let root_watched = watch(cgroup_root) || cgroup_root.parent().is_some_and(&mut *watch);
+    if !slice.is_dir() {
+        return Ok((None, root_watched));
+    }
+    let mut watched = watch(&slice);
     let mut out = Vec::new();
+    let mut scope_seen = false;
     let scopes = subdirs(&slice).map_err(|e| LeafError::io(&slice, e))?;
     for (scope, spath) in scopes {
         if !scope.ends_with("slurmstepd.scope") {
             continue;
         }
+        scope_seen = true;
+        watched &= watch(&spath);
         for (j, jpath) in subdirs(&spath).map_err(|e| LeafError::io(&spath, e))? {
             if let Some(id) = parse_job_dir(&j) {
                 out.push((id, jpath));
             }
         }
     }
-    Ok(out)
+    Ok((Some((out, scope_seen)), watched))
 }
 
 /// What the v2 files of one job say (CPU in ns, for [`JobCgroup`]).
@@ -122,19 +144,19 @@ pub struct JobV2 {
 }
 
 fn read_job(files: &mut HotFiles, dir: &Path, j: &mut JobV2) -> Result<(), LeafError> {
-    if let Some(t) = files.read_opt(&dir.join("cpu.stat"))? {
+    if let Some(t) = files.read_single_opt(&dir.join("cpu.stat"))? {
         let ns = parse_cpu_stat(t)?.usage_usec.saturating_mul(1000);
         j.job.cpu_usage_ns = Some(j.job.cpu_usage_ns.unwrap_or(0).saturating_add(ns));
     }
-    if let Some(t) = files.read_opt(&dir.join("memory.current"))? {
+    if let Some(t) = files.read_single_opt(&dir.join("memory.current"))? {
         let v = parse_u64_file("memory.current", t)?;
         j.job.memory_usage_bytes = Some(j.job.memory_usage_bytes.unwrap_or(0).saturating_add(v));
     }
-    if let Some(t) = files.read_opt(&dir.join("io.stat"))? {
+    if let Some(t) = files.read_single_opt(&dir.join("io.stat"))? {
         let v = parse_io_stat(t)?;
         j.io = Some(j.io.unwrap_or_default().saturating_add(v));
     }
-    if let Some(t) = files.read_opt(&dir.join("pids.current"))? {
+    if let Some(t) = files.read_single_opt(&dir.join("pids.current"))? {
         let v = parse_u64_file("pids.current", t)?;
         j.pids = Some(j.pids.unwrap_or(0).saturating_add(v));
     }
@@ -149,24 +171,27 @@ pub fn scan_jobs(cgroup_root: &Path) -> (Vec<JobV2>, Vec<LeafError>) {
 /// [`scan_jobs`] reading the job files through `files`, which keeps them
 /// open from tick to tick (the caller ends its ticks).
 pub fn scan_jobs_hot(cgroup_root: &Path, files: &mut HotFiles) -> (Vec<JobV2>, Vec<LeafError>) {
+    match job_dirs(cgroup_root) {
+        Ok(dirs) => scan_listed(&dirs, files),
+        Err(e) => (Vec::new(), vec![e]),
+    }
+}
+
+/// [`scan_jobs_hot`] of job directories already listed (by [`job_dirs`]).
+pub fn scan_listed(dirs: &[(u64, PathBuf)], files: &mut HotFiles) -> (Vec<JobV2>, Vec<LeafError>) {
     let mut jobs: BTreeMap<u64, JobV2> = BTreeMap::new();
     let mut errors = Vec::new();
-    match job_dirs(cgroup_root) {
-        Ok(dirs) => {
-            for (id, dir) in dirs {
-                let j = jobs.entry(id).or_insert_with(|| JobV2 {
-                    job: JobCgroup {
-                        job_id: id,
-                        ..JobCgroup::default()
-                    },
-                    ..JobV2::default()
-                });
-                if let Err(e) = read_job(files, &dir, j) {
-                    errors.push(e);
-                }
-            }
+    for (id, dir) in dirs {
+        let j = jobs.entry(*id).or_insert_with(|| JobV2 {
+            job: JobCgroup {
+                job_id: *id,
+                ..JobCgroup::default()
+            },
+            ..JobV2::default()
+        });
+        if let Err(e) = read_job(files, dir, j) {
+            errors.push(e);
         }
-        Err(e) => errors.push(e),
     }
     (jobs.into_values().collect(), errors)
 }

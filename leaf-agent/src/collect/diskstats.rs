@@ -139,7 +139,7 @@ impl DiskStatsCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         DiskStatsCollector {
             node: node.to_string(),
-            file: HotFile::new(proc_root.join("diskstats")),
+            file: HotFile::lines(proc_root.join("diskstats")),
         }
     }
 }

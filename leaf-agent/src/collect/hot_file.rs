@@ -7,6 +7,16 @@
 //! file went away, e.g. a cgroup removed under it) drops the descriptor and
 //! tries once more by path, so the caller sees the same errors as a plain
 //! `read_to_string`.
+//!
+//! A file the kernel renders as one record ([`Render::Single`]: `stat`,
+//! `meminfo`, `loadavg`, the PSI files, `/proc/<pid>/io`, cgroup control
+//! files other than the pid lists) comes whole in one `read` when the buffer
+//! is large enough, so a short read is its end: one `pread` a tick instead
+//! of two. A file of many records (`mountinfo`, `cgroup.procs`) may come
+//! short of its end (the kernel stops at a record that does not fit its
+//! page-sized buffer), so it is read until `0`, unless its records are
+//! short ([`Render::Lines`]: `net/dev`, `diskstats`) and the read left room
+//! for one more.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,23 +30,66 @@ use crate::error::LeafError;
 /// size is not one of ours).
 const MAX_BYTES: usize = 16 << 20;
 
+/// How the kernel renders a file, which says when a read has reached its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Render {
+    /// Many records (a `seq_file` iterator): read until a read returns 0.
+    Records,
+    /// One record (`single_open`, a cgroup control file): a read that
+    /// returns less than asked for returned the whole file.
+    Single,
+    /// Records of at most [`MAX_LINE`] bytes (`net/dev`, `diskstats`): the
+    /// kernel fills at least a page a read and stops short of a record
+    /// only when it would not fit, so a short read leaving room for one
+    /// more record returned the whole file.
+    Lines,
+}
+
+/// The longest record of a [`Render::Lines`] file (a `net/dev` line is
+/// under 400 bytes, a `diskstats` one under 500).
+pub const MAX_LINE: usize = 1024;
+
+/// The least a `seq_file` read fills before stopping short of a record
+/// (its buffer starts at a page, 4 KiB at the smallest).
+const SEQ_BUF: usize = 4096;
+
 /// One hot file: its path, its open descriptor and the last text read.
 #[derive(Debug)]
 pub struct HotFile {
     path: PathBuf,
     file: Option<File>,
+    render: Render,
     buf: Vec<u8>,
     text: String,
 }
 
 impl HotFile {
-    /// A hot file at `path`, opened on first read.
+    /// A hot file at `path`, opened on first read, read until `0` (any file).
     pub fn new(path: impl Into<PathBuf>) -> Self {
         HotFile {
             path: path.into(),
             file: None,
+            render: Render::Records,
             buf: Vec::new(),
             text: String::new(),
+        }
+    }
+
+    /// A hot file the kernel renders as one record (see [`Render::Single`]):
+    /// one `pread` a read.
+    pub fn single(path: impl Into<PathBuf>) -> Self {
+        HotFile {
+            render: Render::Single,
+            ..Self::new(path)
+        }
+    }
+
+    /// A hot file of short records (see [`Render::Lines`]): one `pread` a
+    /// read while it is under 3 KiB, else read until `0`.
+    pub fn lines(path: impl Into<PathBuf>) -> Self {
+        HotFile {
+            render: Render::Lines,
+            ..Self::new(path)
         }
     }
 
@@ -80,12 +133,13 @@ impl HotFile {
         let Some(f) = self.file.as_ref() else {
             return Err(io::ErrorKind::NotFound.into());
         };
-        pread_whole(f, &mut self.buf)
+        pread_whole(f, &mut self.buf, self.render)
     }
 }
 
-/// Reads `f` whole from offset 0 into `buf` (replaced).
-fn pread_whole(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
+/// Reads `f` whole from offset 0 into `buf` (replaced); see [`Render`] for
+/// when a short read ends it.
+pub(crate) fn pread_whole(f: &File, buf: &mut Vec<u8>, render: Render) -> io::Result<()> {
     buf.clear();
     // Room for the last read's size and then some: usually one pread.
     let want = (buf.capacity().max(4096) + 1023) & !1023;
@@ -100,7 +154,19 @@ fn pread_whole(f: &File, buf: &mut Vec<u8>) -> io::Result<()> {
         }
         match f.read_at(&mut buf[len..], len as u64) {
             Ok(0) => break,
-            Ok(n) => len += n,
+            Ok(n) => {
+                let asked = buf.len() - len;
+                len += n;
+                // Each read is filled on its own: judge this one.
+                let whole = match render {
+                    Render::Records => false,
+                    Render::Single => n < asked,
+                    Render::Lines => n < asked && n + MAX_LINE <= SEQ_BUF,
+                };
+                if whole {
+                    break;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -133,22 +199,34 @@ impl HotFiles {
     }
 
     /// The file's text now; `Ok(None)` when it does not exist (a job that
-    /// ended between the directory scan and the read).
+    /// ended between the directory scan and the read). Read until `0`: for
+    /// files of many records (`cgroup.procs`).
     pub fn read_opt(&mut self, path: &Path) -> Result<Option<&str>, LeafError> {
+        self.read_as(path, Render::Records)
+    }
+
+    /// [`HotFiles::read_opt`] of a file the kernel renders as one record (a
+    /// cgroup control file such as `cpuacct.usage`, `memory.stat`,
+    /// `cpu.stat`, `io.stat`): one `pread`.
+    pub fn read_single_opt(&mut self, path: &Path) -> Result<Option<&str>, LeafError> {
+        self.read_as(path, Render::Single)
+    }
+
+    fn read_as(&mut self, path: &Path, render: Render) -> Result<Option<&str>, LeafError> {
         let r = match self.files.get_mut(path) {
             Some((f, seen)) => {
                 *seen = self.tick;
-                match pread_whole(f, &mut self.buf) {
+                match pread_whole(f, &mut self.buf, render) {
                     Ok(()) => Ok(()),
                     // A stale descriptor (its cgroup removed, ENODEV): once
                     // more by path.
                     Err(_) => {
                         self.files.remove(path);
-                        self.open_and_read(path)
+                        self.open_and_read(path, render)
                     }
                 }
             }
-            None => self.open_and_read(path),
+            None => self.open_and_read(path, render),
         };
         match r {
             Ok(()) => {}
@@ -160,9 +238,9 @@ impl HotFiles {
             .map_err(|e| LeafError::io(path, io::Error::new(io::ErrorKind::InvalidData, e)))
     }
 
-    fn open_and_read(&mut self, path: &Path) -> io::Result<()> {
+    fn open_and_read(&mut self, path: &Path, render: Render) -> io::Result<()> {
         let f = File::open(path)?;
-        pread_whole(&f, &mut self.buf)?;
+        pread_whole(&f, &mut self.buf, render)?;
         if self.files.len() < MAX_HOT_FILES {
             self.files.insert(path.to_path_buf(), (f, self.tick));
         }
@@ -205,6 +283,30 @@ mod tests {
         let big = "x".repeat(20_000);
         std::fs::write(&p, &big).expect("big");
         assert_eq!(h.read().expect("big").len(), 20_000);
+        // One record (a short read is the end): the same, whole, large or small.
+        let mut lines = HotFile::lines(&p);
+        assert_eq!(lines.read().expect("lines big").len(), 20_000);
+        let mut one = HotFile::single(&p);
+        assert_eq!(one.read().expect("single big").len(), 20_000);
+        std::fs::write(&p, "cpu 6\n").expect("small");
+        assert_eq!(one.read().expect("single small"), "cpu 6\n");
+        // The same interfaces as a plain read (counters may move between).
+        let names = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| l.split(':').next().unwrap_or("").to_string())
+                .collect()
+        };
+        let net = std::fs::read_to_string("/proc/net/dev").expect("net/dev");
+        let mut dev = HotFile::lines("/proc/net/dev");
+        assert_eq!(names(dev.read().expect("lines")), names(&net));
+        assert_eq!(
+            HotFile::single("/proc/self/stat")
+                .read()
+                .expect("proc")
+                .lines()
+                .count(),
+            1
+        );
         // Gone: an error naming the path, and back once it returns.
         std::fs::remove_file(&p).expect("rm");
         drop(h.file.take());

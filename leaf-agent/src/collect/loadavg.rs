@@ -67,7 +67,7 @@ impl LoadAvgCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         LoadAvgCollector {
             node: node.to_string(),
-            file: HotFile::new(proc_root.join("loadavg")),
+            file: HotFile::single(proc_root.join("loadavg")),
         }
     }
 }

@@ -101,7 +101,7 @@ impl MemInfoCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         MemInfoCollector {
             node: node.to_string(),
-            file: HotFile::new(proc_root.join("meminfo")),
+            file: HotFile::single(proc_root.join("meminfo")),
         }
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod cgroup_v1;
 pub mod cgroup_v2;
+pub mod dir_watch;
 pub mod diskstats;
 pub mod filesystem;
 pub mod fs_worker;

@@ -94,7 +94,7 @@ impl NetDevCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         NetDevCollector {
             node: node.to_string(),
-            file: HotFile::new(proc_root.join("net").join("dev")),
+            file: HotFile::lines(proc_root.join("net").join("dev")),
         }
     }
 }

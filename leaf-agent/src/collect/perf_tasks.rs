@@ -36,11 +36,12 @@ use std::path::{Path, PathBuf};
 
 use perf_event::{Builder, Counter};
 
-use super::cgroup_v1::{self, subdirs};
+use super::cgroup_v1;
+use super::hot_file::HotFiles;
 use super::perf::{ALL_KINDS, PerfKind, classify_errno, scale_count};
 use super::perf_jobs::DEFAULT_READ_EVERY;
 use super::probe::{DEFAULT_REPROBE_EVERY, Probe};
-use super::{Collector, Observation, cgroup_v2};
+use super::{Collector, Observation};
 use crate::error::LeafError;
 
 /// Tasks read per job at most.
@@ -175,6 +176,8 @@ pub struct PerfTasksCollector {
     /// This tick's job directory listings (shared with the job collector).
     dirs: cgroup_v1::JobDirsCache,
     now_ms: i64,
+    /// The jobs' `tasks` files, kept open and re-read in place.
+    hot: HotFiles,
 }
 
 impl std::fmt::Debug for PerfTasksCollector {
@@ -226,6 +229,7 @@ impl PerfTasksCollector {
             errors: BTreeMap::new(),
             dirs: cgroup_v1::JobDirsCache::new(),
             now_ms: 0,
+            hot: HotFiles::new(),
         }
     }
 
@@ -283,7 +287,7 @@ impl PerfTasksCollector {
         }
         // Jobs that cgroup v2 holds are counted by perf's cgroup mode.
         for r in &self.v2_roots {
-            if let Ok(d) = cgroup_v2::job_dirs(r) {
+            if let Ok(Some((d, _))) = self.dirs.v2_job_dirs(r, self.now_ms) {
                 for (id, _) in d {
                     out.remove(&id);
                 }
@@ -292,22 +296,30 @@ impl PerfTasksCollector {
         (out, layout)
     }
 
-    /// Every TID listed in `tasks` under the job's directories.
-    fn job_tasks(dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    /// Every TID listed in `tasks` under the job's directories (the trees
+    /// listed through the shared cache, again only when they changed).
+    fn job_tasks(
+        hot: &mut HotFiles,
+        tree: &cgroup_v1::JobDirsCache,
+        tick_ms: i64,
+        dirs: &[PathBuf],
+        errs: &mut Vec<LeafError>,
+    ) -> Vec<u32> {
         let mut tids = Vec::new();
-        let mut stack = dirs.to_vec();
-        while let Some(d) = stack.pop() {
-            if tids.len() >= MAX_TASKS_PER_JOB {
-                break;
-            }
-            match std::fs::read_to_string(d.join("tasks")) {
-                Ok(t) => tids.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => errs.push(LeafError::io(d.join("tasks"), e)),
-            }
-            match subdirs(&d) {
-                Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
-                Err(e) => errs.push(LeafError::io(&d, e)),
+        'dirs: for top in dirs {
+            let (all, e) = tree.tree(top, tick_ms);
+            errs.extend(e);
+            for d in all {
+                if tids.len() >= MAX_TASKS_PER_JOB {
+                    break 'dirs;
+                }
+                match hot.read_opt(&d.join("tasks")) {
+                    Ok(Some(t)) => {
+                        tids.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+                    }
+                    Ok(None) => {}
+                    Err(e) => errs.push(e),
+                }
             }
         }
         tids.sort_unstable();
@@ -386,6 +398,8 @@ impl Collector for PerfTasksCollector {
         // layout present, a new job is picked up at the next tick.
         let (dirs, layout) = self.job_dirs();
         if dirs.is_empty() && self.jobs.is_empty() && !layout {
+            // Nothing read: close what earlier ticks kept open.
+            self.hot.end_tick();
             self.probe
                 .missing(&"no Slurm root in a cgroup v1 hierarchy (Slurm absent, or cgroup v2)");
             return Ok(());
@@ -394,7 +408,7 @@ impl Collector for PerfTasksCollector {
         self.jobs.retain(|j, _| dirs.contains_key(j));
         let mut errs = Vec::new();
         for (job, d) in &dirs {
-            let tids = Self::job_tasks(d, &mut errs);
+            let tids = Self::job_tasks(&mut self.hot, &self.dirs, self.now_ms, d, &mut errs);
             let known = self
                 .jobs
                 .get(job)
@@ -414,6 +428,8 @@ impl Collector for PerfTasksCollector {
             let j = self.jobs.entry(*job).or_default();
             j.known = tids.into_iter().collect();
         }
+        // Ended jobs' `tasks` files close here.
+        self.hot.end_tick();
         if !errs.is_empty() {
             *self.errors.entry("cgroup").or_default() += errs.len() as u64;
         }

@@ -70,7 +70,7 @@ impl PressureCollector {
             absent: false,
             present: false,
             files: ["cpu", "io", "memory"]
-                .map(|res| (res, HotFile::new(proc_root.join("pressure").join(res)))),
+                .map(|res| (res, HotFile::single(proc_root.join("pressure").join(res)))),
         }
     }
 }

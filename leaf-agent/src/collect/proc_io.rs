@@ -5,6 +5,7 @@
 use std::io;
 use std::path::Path;
 
+use super::hot_file::Render;
 use crate::error::LeafError;
 
 /// The `/proc/<pid>/io` counters Canopy exports. For a process (thread group)
@@ -112,7 +113,15 @@ pub fn read_proc(proc_root: &Path, pid: u32) -> Result<Option<ProcSample>, LeafE
     let dir = proc_root.join(pid.to_string());
     let read = |name: &str| -> Result<Option<String>, LeafError> {
         let p = dir.join(name);
-        match std::fs::read_to_string(&p) {
+        // One record each: open, one pread, close (no size probe, no
+        // second read for the end).
+        let mut buf = Vec::new();
+        let text = std::fs::File::open(&p)
+            .and_then(|f| super::hot_file::pread_whole(&f, &mut buf, Render::Single))
+            .and_then(|()| {
+                String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            });
+        match text {
             Ok(s) => Ok(Some(s)),
             // ESRCH shows up when the process dies mid-read.
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {

@@ -42,6 +42,11 @@ use crate::error::LeafError;
 use crate::sched::cache::{CachePolicy, MetaCache};
 use crate::sched::worker::ScontrolWorker;
 use crate::sched::{JobMeta, parse_passwd};
+use canopy_proto::model::{Labels, MetricKind};
+
+/// One cgroup v2 root's Slurm job directories and whether a
+/// `*slurmstepd.scope` exists there.
+type V2Jobs = (Vec<(u64, PathBuf)>, bool);
 
 /// Processes read per job at most (a fork bomb must not stall the tick).
 const MAX_PIDS_PER_JOB: usize = 4096;
@@ -102,6 +107,8 @@ pub struct SlurmJobsCollector {
     /// linuxproc mode: ticks to wait before the next `/proc` scan.
     proc_skip: u32,
     labels: HashMap<u64, JobLabels>,
+    /// Each reported job's label sets, reused from tick to tick.
+    series: HashMap<u64, JobSeries>,
     first_seen: HashMap<u64, i64>,
     users: Vec<(u32, String)>,
     now_ms: i64,
@@ -132,6 +139,7 @@ impl SlurmJobsCollector {
             cpu: HashMap::new(),
             proc_skip: 0,
             labels: HashMap::new(),
+            series: HashMap::new(),
             first_seen: HashMap::new(),
             users: Vec::new(),
             now_ms: 0,
@@ -147,24 +155,29 @@ impl SlurmJobsCollector {
     }
 
     /// The job's processes: PIDs in `cgroup.procs` below its job directories.
-    fn job_pids(hot: &mut HotFiles, dirs: &[PathBuf], errs: &mut Vec<LeafError>) -> Vec<u32> {
+    fn job_pids(
+        hot: &mut HotFiles,
+        tree: &cgroup_v1::JobDirsCache,
+        tick_ms: i64,
+        dirs: &[PathBuf],
+        errs: &mut Vec<LeafError>,
+    ) -> Vec<u32> {
         let mut pids = Vec::new();
-        let mut stack: Vec<PathBuf> = dirs.to_vec();
-        while let Some(d) = stack.pop() {
-            if pids.len() >= MAX_PIDS_PER_JOB {
-                break;
-            }
-            match hot.read_opt(&d.join("cgroup.procs")) {
-                Ok(Some(t)) => match proc_io::parse_pid_list(t) {
-                    Ok(p) => pids.extend(p),
+        'dirs: for top in dirs {
+            let (all, e) = tree.tree(top, tick_ms);
+            errs.extend(e);
+            for d in all {
+                if pids.len() >= MAX_PIDS_PER_JOB {
+                    break 'dirs;
+                }
+                match hot.read_opt(&d.join("cgroup.procs")) {
+                    Ok(Some(t)) => match proc_io::parse_pid_list(t) {
+                        Ok(p) => pids.extend(p),
+                        Err(e) => errs.push(e),
+                    },
+                    Ok(None) => {}
                     Err(e) => errs.push(e),
-                },
-                Ok(None) => {}
-                Err(e) => errs.push(e),
-            }
-            match cgroup_v1::subdirs(&d) {
-                Ok(s) => stack.extend(s.into_iter().map(|(_, p)| p)),
-                Err(e) => errs.push(LeafError::io(&d, e)),
+                }
             }
         }
         pids.sort_unstable();
@@ -174,11 +187,7 @@ impl SlurmJobsCollector {
     }
 
     /// Job id -> its job directories in the hierarchy that lists processes.
-    fn process_dirs(
-        &self,
-        v2_roots: &[PathBuf],
-        errs: &mut Vec<LeafError>,
-    ) -> HashMap<u64, Vec<PathBuf>> {
+    fn process_dirs(&self, v2: &[V2Jobs], errs: &mut Vec<LeafError>) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
         for ctl in ["memory", "cpuacct"] {
             let ctl = self.cgroup_root.join(ctl);
@@ -194,36 +203,35 @@ impl SlurmJobsCollector {
                 break;
             }
         }
-        for root in v2_roots {
-            match cgroup_v2::job_dirs(root) {
-                Ok(dirs) => {
-                    for (id, p) in dirs {
-                        out.entry(id).or_default().push(p);
-                    }
-                }
+        for (dirs, _) in v2 {
+            for (id, p) in dirs {
+                out.entry(*id).or_default().push(p.clone());
+            }
+        }
+        out
+    }
+
+    /// The Slurm jobs of the cgroup v2 hierarchies, where one may be: the
+    /// root itself (pure v2) or `unified/` (hybrid), each with a
+    /// `system.slice`. Listed through the shared cache (again only when a
+    /// directory changed).
+    fn v2_listings(&self, errs: &mut Vec<LeafError>) -> Vec<V2Jobs> {
+        let mut out = Vec::new();
+        for r in [self.cgroup_root.clone(), self.cgroup_root.join("unified")] {
+            match self.dirs.v2_job_dirs(&r, self.now_ms) {
+                Ok(Some(l)) => out.push(l),
+                Ok(None) => {}
                 Err(e) => errs.push(e),
             }
         }
         out
     }
 
-    /// Where a cgroup v2 hierarchy may be: the root itself (pure v2) or
-    /// `unified/` (hybrid). Looked up once per tick.
-    fn v2_roots(&self) -> Vec<PathBuf> {
-        [self.cgroup_root.clone(), self.cgroup_root.join("unified")]
-            .into_iter()
-            .filter(|r| r.join("system.slice").is_dir())
-            .collect()
-    }
-
     /// Whether Slurm's cgroup layout exists here (then jobs come from it).
     /// `v1`: what this tick's v1 scan saw (a `slurm*` directory under
-    /// `memory/` or `cpuacct/`).
-    fn cgroup_layout(&self, v1: bool, v2_roots: &[PathBuf]) -> bool {
-        v1 || v2_roots.iter().any(|r| {
-            cgroup_v1::subdirs(&r.join("system.slice"))
-                .is_ok_and(|d| d.iter().any(|(n, _)| n.ends_with("slurmstepd.scope")))
-        })
+    /// `memory/` or `cpuacct/`); `v2`: whether a `*slurmstepd.scope` exists.
+    fn cgroup_layout(v1: bool, v2: &[V2Jobs]) -> bool {
+        v1 || v2.iter().any(|(_, scope)| *scope)
     }
 
     /// linuxproc mode: jobs from `/proc`, with their carried CPU and I/O.
@@ -261,18 +269,14 @@ impl SlurmJobsCollector {
 
     /// Jobs of both layouts; a job seen in v1 is not taken again from v2.
     /// Also says whether Slurm's v1 layout is there.
-    fn scan(
-        &mut self,
-        v2_roots: &[PathBuf],
-        first: &mut Option<LeafError>,
-    ) -> (Vec<JobCgroup>, bool) {
+    fn scan(&mut self, v2: &[V2Jobs], first: &mut Option<LeafError>) -> (Vec<JobCgroup>, bool) {
         let (mut jobs, errs, v1_layout) =
             cgroup_v1::scan_jobs_hot(&self.cgroup_root, &mut self.hot, &self.dirs, self.now_ms);
         for e in errs {
             self.count("cgroup", first, e);
         }
-        for root in v2_roots {
-            let (v2, errs) = cgroup_v2::scan_jobs_hot(root, &mut self.hot);
+        for (dirs, _) in v2 {
+            let (v2, errs) = cgroup_v2::scan_listed(dirs, &mut self.hot);
             for e in errs {
                 self.count("cgroup", first, e);
             }
@@ -368,9 +372,30 @@ impl SlurmJobsCollector {
     }
 }
 
+/// The series of one job, in the order [`emit`] writes them.
+const METRICS: [(&str, MetricKind); 11] = [
+    ("canopy_job_cpu_seconds_total", MetricKind::Counter),
+    ("canopy_job_io_read_bytes_total", MetricKind::Counter),
+    ("canopy_job_io_write_bytes_total", MetricKind::Counter),
+    ("canopy_job_io_read_ops_total", MetricKind::Counter),
+    ("canopy_job_io_write_ops_total", MetricKind::Counter),
+    ("canopy_job_memory_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_rss_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_cache_bytes", MetricKind::Gauge),
+    ("canopy_job_memory_allocated_bytes", MetricKind::Gauge),
+    ("canopy_job_cpus_allocated", MetricKind::Gauge),
+    ("canopy_job_gpus_allocated", MetricKind::Gauge),
+];
+
+/// A job's label sets, one per entry of [`METRICS`], built at its first
+/// report and reused every tick after (a job's labels are fixed then), so
+/// a tick clones a handle per series instead of sorting and copying labels.
+type JobSeries = [Option<Labels>; METRICS.len()];
+
 fn emit(
     node: &str,
     l: &JobLabels,
+    series: &mut JobSeries,
     j: &JobCgroup,
     m: Option<&JobMeta>,
     io: Option<IoCounters>,
@@ -382,42 +407,37 @@ fn emit(
         ("account", l.account.as_str()),
         ("partition", l.partition.as_str()),
     ];
+    let mut push = |i: usize, value: f64| {
+        let (name, kind) = METRICS[i];
+        let labels = series[i]
+            .get_or_insert_with(|| Observation::new(name, kind, node, &labels, value).labels)
+            .clone();
+        out.push(Observation {
+            labels,
+            kind,
+            value,
+        });
+    };
     if let Some(ns) = j.cpu_usage_ns {
-        out.push(Observation::counter(
-            "canopy_job_cpu_seconds_total",
-            node,
-            &labels,
-            ns as f64 / 1e9,
-        ));
+        push(0, ns as f64 / 1e9);
     }
     if let Some(io) = io {
-        let counters = [
-            ("canopy_job_io_read_bytes_total", io.read_bytes),
-            ("canopy_job_io_write_bytes_total", io.write_bytes),
-            ("canopy_job_io_read_ops_total", io.read_ops),
-            ("canopy_job_io_write_ops_total", io.write_ops),
-        ];
-        for (name, v) in counters {
-            out.push(Observation::counter(name, node, &labels, v as f64));
+        let counters = [io.read_bytes, io.write_bytes, io.read_ops, io.write_ops];
+        for (i, v) in counters.into_iter().enumerate() {
+            push(1 + i, v as f64);
         }
     }
     let gauges = [
-        ("canopy_job_memory_bytes", j.memory_usage_bytes),
-        ("canopy_job_memory_rss_bytes", j.memory_rss_bytes),
-        ("canopy_job_memory_cache_bytes", j.memory_cache_bytes),
-        (
-            "canopy_job_memory_allocated_bytes",
-            m.and_then(|m| m.memory_bytes).or(j.memory_limit_bytes),
-        ),
-        (
-            "canopy_job_cpus_allocated",
-            m.and_then(|m| m.cpus).or(j.cpus.map(u64::from)),
-        ),
-        ("canopy_job_gpus_allocated", m.map(|m| m.gpus)),
+        j.memory_usage_bytes,
+        j.memory_rss_bytes,
+        j.memory_cache_bytes,
+        m.and_then(|m| m.memory_bytes).or(j.memory_limit_bytes),
+        m.and_then(|m| m.cpus).or(j.cpus.map(u64::from)),
+        m.map(|m| m.gpus),
     ];
-    for (name, v) in gauges {
+    for (i, v) in gauges.into_iter().enumerate() {
         if let Some(v) = v {
-            out.push(Observation::gauge(name, node, &labels, v as f64));
+            push(5 + i, v as f64);
         }
     }
 }
@@ -433,19 +453,22 @@ impl Collector for SlurmJobsCollector {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         let mut first = None;
-        let v2_roots = self.v2_roots();
-        let (mut jobs, v1_layout) = self.scan(&v2_roots, &mut first);
+        let mut errs = Vec::new();
+        let v2 = self.v2_listings(&mut errs);
+        for e in errs.drain(..) {
+            self.count("cgroup", &mut first, e);
+        }
+        let (mut jobs, v1_layout) = self.scan(&v2, &mut first);
         let mut proc_io: HashMap<u64, IoCounters> = HashMap::new();
-        if jobs.is_empty() && !self.cgroup_layout(v1_layout, &v2_roots) {
+        if jobs.is_empty() && !Self::cgroup_layout(v1_layout, &v2) {
             self.scan_procs(&mut jobs, &mut proc_io, &mut first);
         }
         let ids: Vec<u64> = jobs.iter().map(|j| j.job_id).collect();
         self.scheduler_round(&ids, &mut first);
 
-        let mut errs = Vec::new();
         // Only jobs' I/O needs their process directories: no jobs, no listing.
         let dirs = if jobs.iter().any(|j| !proc_io.contains_key(&j.job_id)) {
-            self.process_dirs(&v2_roots, &mut errs)
+            self.process_dirs(&v2, &mut errs)
         } else {
             HashMap::new()
         };
@@ -455,7 +478,7 @@ impl Collector for SlurmJobsCollector {
         for j in &jobs {
             let io = proc_io.get(&j.job_id).copied().or_else(|| {
                 dirs.get(&j.job_id).map(|d| {
-                    let pids = Self::job_pids(&mut self.hot, d, &mut errs);
+                    let pids = Self::job_pids(&mut self.hot, &self.dirs, self.now_ms, d, &mut errs);
                     let mut samples = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc_io::read_proc(&self.proc_root, pid) {
@@ -474,12 +497,14 @@ impl Collector for SlurmJobsCollector {
                 continue;
             };
             let meta = self.meta.get(j.job_id);
-            emit(&self.node, &l, j, meta, io, out);
+            let series = self.series.entry(j.job_id).or_default();
+            emit(&self.node, &l, series, j, meta, io, out);
         }
         // Ended jobs: forget them (and close their files); their series go stale.
         self.hot.end_tick();
         self.io.retain(|id, _| ids.contains(id));
         self.labels.retain(|id, _| ids.contains(id));
+        self.series.retain(|id, _| ids.contains(id));
         self.first_seen.retain(|id, _| ids.contains(id));
         for (kind, n) in &self.errors {
             out.push(Observation::counter(

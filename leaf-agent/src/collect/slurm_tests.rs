@@ -155,6 +155,27 @@ fn job_io_and_scheduler_labels() {
         (16_384 + (300 << 20)) as f64,
         "reaped I/O counted once"
     );
+    // Label sets kept from the first report are the ones a fresh build
+    // gives, with the right kind, tick after tick.
+    let jobs: Vec<_> = out
+        .iter()
+        .filter(|o| o.labels.get("job_id") == Some("5"))
+        .collect();
+    assert_eq!(jobs.len(), 9, "no rss or cache in this fixture: {jobs:?}");
+    for o in jobs {
+        let name = o.labels.name();
+        let pairs: Vec<(&str, &str)> = ["job_id", "user", "account", "partition"]
+            .iter()
+            .map(|k| (*k, o.labels.get(k).unwrap_or("")))
+            .collect();
+        let fresh = Observation::new(name, o.kind, "n1", &pairs, o.value);
+        assert_eq!(o.labels, fresh.labels);
+        assert_eq!(
+            o.kind == canopy_proto::model::MetricKind::Counter,
+            name.ends_with("_total"),
+            "{name}"
+        );
+    }
 
     // An unreadable process file: that process is skipped and counted, the rest stays.
     put(&proc_root.join("101/io"), "write_bytes: lots\n");
@@ -334,6 +355,106 @@ fn job_directories_are_listed_once_per_tick_across_collectors() {
     let mut next = jobs(&other, 2000);
     next.sort_unstable();
     assert_eq!(next, vec![1, 2], "the next tick lists again");
+    // Nothing changed: later ticks reuse the listing (inotify says so).
+    let walks = cache.walks();
+    let sorted = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(sorted(jobs(&cache, 3000)), vec![1, 2]);
+    assert_eq!(sorted(jobs(&other, 4000)), vec![1, 2]);
+    assert_eq!(
+        cache.walks(),
+        walks,
+        "unchanged directories: not listed again"
+    );
+    // A job of a new user (two levels below a watched directory): next tick.
+    put(&cpuacct.join("slurm_n1/uid_9/job_3/cpuacct.usage"), "1\n");
+    assert_eq!(sorted(jobs(&cache, 5000)), vec![1, 2, 3]);
+    assert_eq!(cache.walks(), walks + 1);
+    // A job made under the new user's directory once it is watched.
+    put(&cpuacct.join("slurm_n1/uid_9/job_4/cpuacct.usage"), "1\n");
+    assert_eq!(sorted(jobs(&cache, 6000)), vec![1, 2, 3, 4]);
+    // Jobs removed (their series then go stale): gone at the next tick.
+    std::fs::remove_dir_all(cpuacct.join("slurm_n1/uid_9")).expect("rm");
+    assert_eq!(sorted(jobs(&other, 7000)), vec![1, 2]);
     std::fs::remove_dir_all(cpuacct.join("slurm_n1/uid_7/job_1")).expect("rm");
+    assert_eq!(jobs(&cache, 8000), vec![2]);
     assert_eq!(jobs(&cache, 0), vec![2], "no tick time: always listed");
+    // At most RELIST_EVERY ticks without a listing, changed or not.
+    let walks = cache.walks();
+    for k in 0..cgroup_v1::RELIST_EVERY {
+        let _ = jobs(&cache, 9000 + 1000 * i64::try_from(k).expect("small"));
+    }
+    assert_eq!(cache.walks(), walks + 1, "one safety relisting");
+}
+
+#[test]
+fn a_job_tree_is_listed_again_only_when_it_changed() {
+    let d = crate::TestDir::new();
+    let job = d.path().join("memory/slurm_n1/uid_7/job_1");
+    put(&job.join("step_batch/cgroup.procs"), "1\n");
+    let cache = cgroup_v1::JobDirsCache::new();
+    let tree = |tick: i64| {
+        let (mut dirs, errs) = cache.tree(&job, tick);
+        assert!(errs.is_empty(), "{errs:?}");
+        dirs.sort();
+        dirs.iter()
+            .map(|p| {
+                p.strip_prefix(&job)
+                    .expect("below")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tree(1000), vec!["", "step_batch"]);
+    let walks = cache.walks();
+    assert_eq!(tree(2000), vec!["", "step_batch"]);
+    assert_eq!(cache.walks(), walks, "unchanged: not listed again");
+    // A new step and a task below it: seen at the next tick.
+    put(&job.join("step_0/task_0/cgroup.procs"), "2\n");
+    assert_eq!(
+        tree(3000),
+        vec!["", "step_0", "step_0/task_0", "step_batch"]
+    );
+    // A task made below the new (now watched) step, then removed.
+    std::fs::create_dir(job.join("step_0/task_1")).expect("mkdir");
+    assert_eq!(tree(4000).len(), 5);
+    std::fs::remove_dir_all(job.join("step_0")).expect("rm");
+    assert_eq!(tree(5000), vec!["", "step_batch"]);
+    // No tick time: walked every call; a missing job is itself only.
+    std::fs::remove_dir_all(&job).expect("rm job");
+    assert_eq!(cache.tree(&job, 0).0, vec![job.clone()]);
+}
+
+#[test]
+fn v2_job_directories_are_watched_too() {
+    let d = crate::TestDir::new();
+    let root = d.path().join("cg");
+    std::fs::create_dir_all(&root).expect("root");
+    let cache = cgroup_v1::JobDirsCache::new();
+    let at = |tick: i64| {
+        cache
+            .v2_job_dirs(&root, tick)
+            .expect("listed")
+            .map(|(d, scope)| (d.into_iter().map(|(id, _)| id).collect::<Vec<_>>(), scope))
+    };
+    assert_eq!(at(1000), None, "no system.slice");
+    std::fs::create_dir_all(root.join("system.slice/slurmstepd.scope")).expect("mkdir");
+    assert_eq!(
+        at(2000),
+        Some((vec![], true)),
+        "made: seen at the next tick"
+    );
+    let walks = cache.walks();
+    assert_eq!(at(3000), Some((vec![], true)));
+    assert_eq!(cache.walks(), walks, "unchanged: reused");
+    put(
+        &root.join("system.slice/slurmstepd.scope/job_8/cpu.stat"),
+        "usage_usec 1\n",
+    );
+    assert_eq!(at(4000), Some((vec![8], true)));
+    std::fs::remove_dir_all(root.join("system.slice/slurmstepd.scope/job_8")).expect("rm");
+    assert_eq!(at(5000), Some((vec![], true)));
 }

@@ -148,7 +148,7 @@ impl StatCollector {
     pub fn new(node: &str, proc_root: &Path) -> Self {
         StatCollector {
             node: node.to_string(),
-            file: HotFile::new(proc_root.join("stat")),
+            file: HotFile::single(proc_root.join("stat")),
             user_hz: USER_HZ,
         }
     }

@@ -178,6 +178,12 @@ impl OutboundLink {
         self.conn.close(CloseCode::Normal.varint(), b"bye");
     }
 
+    /// UDP datagrams received from the parent so far (any packet: data,
+    /// QUIC ACKs, pings), to tell a parent that answers from a silent one.
+    pub fn datagrams_received(&self) -> u64 {
+        self.conn.stats().udp_rx.datagrams
+    }
+
     /// Smoothed round-trip time to the parent.
     pub fn rtt(&self) -> Duration {
         self.conn.rtt()

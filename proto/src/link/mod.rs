@@ -32,13 +32,20 @@
 //!
 //! # Liveness
 //!
-//! Keep-alives after [`LinkTuning::keep_alive`] of silence from the peer
-//! and an idle timeout of [`LinkTuning::idle_timeout`] (500 ms and 1.5 s by
-//! default) mean a parent that vanishes without a word is noticed within
-//! 2 s (the idle timer restarts at our first send after the peer's last
-//! packet, at most `keep_alive` later): [`OutboundLink::closed`] resolves
-//! and sends and receives fail. A link carrying a frame every 1 s tick
-//! hears its peer's acks every second, so it pings about once a second.
+//! A link carrying a record every 1 s tick hears from its peer every tick
+//! (the parent's QUIC ACK of each record, its acknowledgements; the
+//! child's records), so it needs no keep-alive pings, each of which costs
+//! both ends a wake-up or three. A parent that vanishes without a word is
+//! found by the [`Uplink`]: a record written to it and followed by no
+//! packet from it within [`UplinkConfig::answer_timeout`] (1 s by default)
+//! leaves it, so at a 1 s tick the child is sending to its backup within
+//! 2 s. QUIC's own keep-alives after [`LinkTuning::keep_alive`] of silence
+//! and its idle timeout of [`LinkTuning::idle_timeout`] (1.25 s and 3 s by
+//! default: longer than a tick, so a busy link never pings) keep a quiet
+//! link up and end one whose peer vanished within 4.25 s (the idle timer
+//! restarts at our first send after the peer's last packet, at most
+//! `keep_alive` later): [`OutboundLink::closed`] resolves and sends and
+//! receives fail.
 //!
 //! # Closing
 //!
@@ -62,8 +69,8 @@ pub use control::Control;
 pub use dialer::{Dialer, OutboundLink};
 pub use listener::{InboundLink, Listener, ListenerStats};
 pub use uplink::{
-    AckError, BufferLimits, DEFAULT_ACK_TIMEOUT, Outbox, OutboxStats, Recipe, Shadow, Uplink,
-    UplinkConfig, UplinkEncoder, UplinkStats, UplinkTarget,
+    AckError, BufferLimits, DEFAULT_ACK_TIMEOUT, DEFAULT_ANSWER_TIMEOUT, Outbox, OutboxStats,
+    Recipe, Shadow, Uplink, UplinkConfig, UplinkEncoder, UplinkStats, UplinkTarget,
 };
 
 /// Unix time now in ms: the one clock read the shells share (the pure cores
@@ -177,8 +184,8 @@ pub struct LinkTuning {
 impl Default for LinkTuning {
     fn default() -> Self {
         Self {
-            keep_alive: Duration::from_millis(500),
-            idle_timeout: Duration::from_millis(1500),
+            keep_alive: Duration::from_millis(1250),
+            idle_timeout: Duration::from_secs(3),
             connect_timeout: Duration::from_secs(2),
             max_record: 16 * 1024 * 1024,
             stream_receive_window: 2 * 1024 * 1024,
@@ -353,13 +360,20 @@ mod tests {
     fn default_tuning_is_valid_and_detects_death_within_two_seconds() {
         let t = LinkTuning::default();
         t.validate().expect("defaults valid");
-        assert!(t.idle_timeout + t.keep_alive <= Duration::from_secs(2));
+        // A 1 s tick writes a record a second: a dead parent is left
+        // within a tick plus the answer timeout.
+        let tick = Duration::from_secs(1);
+        assert!(tick + DEFAULT_ANSWER_TIMEOUT <= Duration::from_secs(2));
+        // Busy links do not ping: both ends hear each other every tick.
+        assert!(t.keep_alive > tick);
+        // A quiet link still ends when its peer is gone.
+        assert!(t.idle_timeout + t.keep_alive <= Duration::from_secs(5));
     }
 
     #[test]
     fn bad_tuning_rejected() {
         let t = LinkTuning {
-            keep_alive: Duration::from_secs(2),
+            keep_alive: Duration::from_secs(4),
             ..LinkTuning::default()
         };
         assert!(matches!(t.validate(), Err(LinkError::InvalidTuning(_))));

@@ -62,6 +62,10 @@ fn roots(identity: &Identity) -> Result<Arc<RootCertStore>> {
     Ok(Arc::new(roots))
 }
 
+/// Ack-eliciting packets a parent may receive from a child before it must
+/// acknowledge at once (it acknowledges within its max_ack_delay anyway).
+const ACK_ELICITING_THRESHOLD: u32 = 16;
+
 /// The QUIC transport knobs for one end: fast dead-peer detection, bounded
 /// windows, and room for exactly the one bidirectional stream the link uses.
 pub fn transport_config(tuning: &LinkTuning, role: Role) -> Result<TransportConfig> {
@@ -82,6 +86,17 @@ pub fn transport_config(tuning: &LinkTuning, role: Role) -> Result<TransportConf
         Role::Client => 0,
     };
     t.max_concurrent_bidi_streams(VarInt::from_u32(bidi));
+    if role == Role::Client {
+        // A child's record of a tick spans a few packets, and its parent
+        // acknowledges every second one at once by default: a packet and a
+        // wake-up on the child apart from the parent's acknowledgement
+        // record, which follows within a millisecond. Asked to wait for
+        // more (QUIC ACK frequency extension), the parent's QUIC ACK rides
+        // with that record, or goes within its max_ack_delay (25 ms).
+        let mut af = quinn::AckFrequencyConfig::default();
+        af.ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD));
+        t.ack_frequency_config(Some(af));
+    }
     Ok(t)
 }
 

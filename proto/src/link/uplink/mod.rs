@@ -47,7 +47,7 @@ pub use shadow::{Recipe, Shadow};
 use super::{Control, Dialer, OutboundLink, unix_now_ms};
 use crate::codec::{Changeset, CodecConfig, LinkEncoder, SeriesTable, record};
 use parents::Parents;
-use stall::{AckClock, AckHold, sleep_until_due};
+use stall::{AckClock, AckHold, Answer, earliest, sleep_until_due};
 
 /// Where one parent listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +91,12 @@ pub struct UplinkConfig {
     /// ack stall); zero: never. Must exceed the parent's ack latency (its
     /// own upstream's, for a relay).
     pub ack_timeout: Duration,
+    /// Longest a record written to the parent may wait for any packet from
+    /// it (its QUIC ACK comes within 25 ms plus a round trip) before the
+    /// parent counts as dead and the link is left: with a record every
+    /// 1 s tick, a parent that vanished is left within 1 s + this, with no
+    /// keep-alive pings on the link. Zero: only QUIC's idle timeout.
+    pub answer_timeout: Duration,
 }
 
 impl UplinkConfig {
@@ -107,9 +113,14 @@ impl UplinkConfig {
             codec: CodecConfig::default(),
             replay_ack_wait: Duration::from_secs(3),
             ack_timeout: DEFAULT_ACK_TIMEOUT,
+            answer_timeout: DEFAULT_ANSWER_TIMEOUT,
         }
     }
 }
+
+/// [`UplinkConfig::answer_timeout`] by default: with the 1 s tick, a dead
+/// parent is left within 2 s.
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// [`UplinkConfig::ack_timeout`] when none is planned.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -619,6 +630,8 @@ async fn serve(
     };
     // When each written, unacknowledged record of this link was written.
     let mut written = AckClock::new(cfg.ack_timeout);
+    // Whether the parent answers the records written to it at all.
+    let mut answer = Answer::new(cfg.answer_timeout);
     let ack_stall = |streaming: Option<u64>, waited: Duration| {
         stats.ack_stalls.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(parent = %target.name, on_backup, waited = ?waited, "parent keeps the link but does not acknowledge; leaving it");
@@ -634,6 +647,10 @@ async fn serve(
         if let Some(waited) = written.overdue(tokio::time::Instant::now()) {
             link.close().await;
             return ack_stall(streaming, waited);
+        }
+        if answer.silent(tokio::time::Instant::now(), || link.received()) {
+            tracing::warn!(parent = %target.name, on_backup, waited = ?cfg.answer_timeout, "parent does not answer (no packet since a record was written); leaving it");
+            return lost(streaming);
         }
         let next = shared.outbox().next_live().map(|(e, r)| (e, r.to_vec()));
         if let Some((epoch, rec)) = next {
@@ -659,11 +676,13 @@ async fn serve(
                 }
             }
             shared.outbox().sent();
-            written.push(tokio::time::Instant::now());
+            let now = tokio::time::Instant::now();
+            written.push(now);
+            answer.wrote(now, || link.received());
             count_sent(stats, rec.len());
             continue;
         }
-        let due = written.due();
+        let due = earliest(written.due(), answer.due());
         tokio::select! {
             () = sleep_until_due(due) => {}
             () = shared.more.notified() => {}
@@ -674,7 +693,14 @@ async fn serve(
                 return End::Lost;
             }
             c = link.recv_control(), if !control_done => match c {
-                Ok(Some(msg)) => on_control(shared, streaming, &msg),
+                Ok(Some(msg)) => {
+                    // A single parent that sent something is alive (a
+                    // group's merged acks do not say which member spoke).
+                    if link.len() == 1 {
+                        answer.answered();
+                    }
+                    on_control(shared, streaming, &msg);
+                }
                 Ok(None) => control_done = true,
                 Err(e) => {
                     tracing::warn!(error = %e, "uplink lost its parent (control stream)");

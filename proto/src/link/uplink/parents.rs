@@ -91,6 +91,14 @@ impl Parents {
         }
     }
 
+    /// Per member, the datagrams received from it so far.
+    pub(super) fn received(&self) -> Vec<u64> {
+        self.links
+            .iter()
+            .map(OutboundLink::datagrams_received)
+            .collect()
+    }
+
     /// Resolves when any member's link ends, with its reason.
     pub(super) async fn closed(&self) -> LinkError {
         let mut ends: Vec<_> = self.links.iter().map(|l| Box::pin(l.closed())).collect();

@@ -96,6 +96,71 @@ impl AckClock {
     }
 }
 
+/// Whether the parent answers at all: a record written to it must be
+/// followed, within `wait`, by some packet from it (its QUIC ACK comes
+/// within the ack delay, 25 ms, plus a round trip). This finds a parent
+/// that vanished without a word at the first record written after it
+/// died, so a 1 s tick finds it within 1 s + `wait`, without keep-alive
+/// pings on a link that carries a record every tick. The caller passes
+/// `now` and the links' counts of datagrams received.
+#[derive(Debug)]
+pub(super) struct Answer {
+    wait: Duration,
+    /// Deadline and the datagram counts when the oldest record not yet
+    /// answered was written.
+    armed: Option<(Instant, Vec<u64>)>,
+}
+
+impl Answer {
+    /// Nothing outstanding; `wait` zero never fires.
+    pub(super) fn new(wait: Duration) -> Self {
+        Self { wait, armed: None }
+    }
+
+    /// A record was written at `now`, the links having received `rx`
+    /// datagrams so far; the oldest record not yet answered sets the
+    /// deadline.
+    pub(super) fn wrote(&mut self, now: Instant, rx: impl FnOnce() -> Vec<u64>) {
+        if self.armed.is_none() && !self.wait.is_zero() {
+            self.armed = Some((now + self.wait, rx()));
+        }
+    }
+
+    /// The parent answered (a control record came): nothing outstanding.
+    pub(super) fn answered(&mut self) {
+        self.armed = None;
+    }
+
+    /// When to look at the links' counts next.
+    pub(super) fn due(&self) -> Option<Instant> {
+        self.armed.as_ref().map(|(t, _)| *t)
+    }
+
+    /// At or past the deadline, with the links' counts now: true when a
+    /// link received nothing since the record was written (its parent is
+    /// gone); otherwise nothing is outstanding any more.
+    pub(super) fn silent(&mut self, now: Instant, rx: impl FnOnce() -> Vec<u64>) -> bool {
+        let Some((due, before)) = &self.armed else {
+            return false;
+        };
+        if now < *due {
+            return false;
+        }
+        let after = rx();
+        let silent = before.len() != after.len() || before.iter().zip(&after).any(|(b, a)| a <= b);
+        self.armed = None;
+        silent
+    }
+}
+
+/// The earlier of two deadlines.
+pub(super) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Sleeps until `due`; forever when it is `None`.
 pub(super) async fn sleep_until_due(due: Option<Instant>) {
     match due {
@@ -128,6 +193,40 @@ mod tests {
         assert_eq!(c.overdue(t0 + T), None);
         c.sync(0);
         assert_eq!(c.due(), None, "all acked");
+    }
+
+    #[test]
+    fn a_parent_silent_after_a_write_is_found_at_the_deadline() {
+        let t0 = Instant::now();
+        let w = Duration::from_secs(1);
+        let mut a = Answer::new(w);
+        assert_eq!(a.due(), None, "nothing written");
+        a.wrote(t0, || vec![5]);
+        a.wrote(t0 + w / 2, || vec![6]);
+        assert_eq!(a.due(), Some(t0 + w), "the oldest write sets it");
+        assert!(!a.silent(t0 + w / 2, || vec![5]), "not due yet");
+        assert_eq!(a.due(), Some(t0 + w), "still armed");
+        assert!(a.silent(t0 + w, || vec![5]), "nothing received: gone");
+        assert_eq!(a.due(), None);
+        // Something arrived: alive, and nothing outstanding until the next write.
+        a.wrote(t0 + w, || vec![5]);
+        assert!(!a.silent(t0 + w * 2, || vec![6]));
+        assert_eq!(a.due(), None);
+        // A control record answers before the deadline: no wake-up needed.
+        a.wrote(t0 + w * 2, || vec![6]);
+        a.answered();
+        assert_eq!(a.due(), None);
+        assert!(!a.silent(t0 + w * 9, || vec![6]));
+        // A group: every member must have answered.
+        a.wrote(t0, || vec![1, 1]);
+        assert!(a.silent(t0 + w, || vec![2, 1]));
+        // Zero: never armed.
+        let mut off = Answer::new(Duration::ZERO);
+        off.wrote(t0, || vec![0]);
+        assert_eq!(off.due(), None);
+        assert_eq!(earliest(Some(t0 + w), Some(t0)), Some(t0));
+        assert_eq!(earliest(None, Some(t0)), Some(t0));
+        assert_eq!(earliest(None, None), None);
     }
 
     #[test]
