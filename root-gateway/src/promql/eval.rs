@@ -222,6 +222,32 @@ impl<'a> Evaluator<'a> {
         Ok(rc)
     }
 
+    /// [`Evaluator::fetch`] with each label set cut down to the labels
+    /// `keep` accepts (see [`Querier::select_keep`]), not cached: for an
+    /// aggregation, which needs only its grouping labels.
+    ///
+    /// [`Querier::select_keep`]: crate::store::Querier::select_keep
+    pub(crate) fn fetch_keep(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+        range: i64,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Rc<Vec<Series>>, PromqlError> {
+        let k = prepass::key(vs);
+        let (lo, hi) = self
+            .windows
+            .get(&k)
+            .copied()
+            .unwrap_or((t.saturating_sub(range), t));
+        let matchers = prepass::matchers(vs)?;
+        let series = self
+            .q
+            .select_keep(&matchers, lo, hi, self.opts.max_series_per_selector, keep)
+            .map_err(series_limit)?;
+        Ok(Rc::new(series))
+    }
+
     /// Series matching `matchers` with their newest sample time in the
     /// lookback window ending at `t` (stale series left out).
     pub(crate) fn select_latest(

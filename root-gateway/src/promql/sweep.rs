@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan};
-use promql_parser::parser::{AggregateExpr, Call, Expr, MatrixSelector};
+use promql_parser::parser::{AggregateExpr, Call, Expr, LabelModifier, MatrixSelector};
 
 use super::eval::Evaluator;
 use super::prepass::{self, Mode, adjust, dur_ms};
@@ -159,6 +159,16 @@ pub(crate) fn instant(
     Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
 }
 
+/// True when [`aggregate::group_pairs`] under `modifier` takes the label
+/// named `n` into a group key.
+fn grouping_label(modifier: &Option<LabelModifier>, n: &str) -> bool {
+    match modifier {
+        None => false,
+        Some(LabelModifier::Include(by)) => by.labels.iter().any(|b| b == n),
+        Some(LabelModifier::Exclude(wo)) => n != METRIC_NAME && !wo.labels.iter().any(|b| b == n),
+    }
+}
+
 /// True when range function `call` removes the metric name (all but
 /// `last_over_time` and `first_over_time`).
 fn drops_name(call: &Call) -> bool {
@@ -204,7 +214,12 @@ fn sweep(
     let vs = &ms.vs;
     let range = dur_ms(&ms.range);
     let tt0 = adjust(&vs.at, &vs.offset, start, ev.qstart, ev.qend);
-    let all = ev.fetch(vs, tt0, range)?;
+    let all = match agg {
+        // An aggregation needs only its grouping labels (the same pairs
+        // `group_pairs` takes from whole label sets).
+        Some((a, _)) => ev.fetch_keep(vs, tt0, range, &|n| grouping_label(&a.modifier, n))?,
+        None => ev.fetch(vs, tt0, range)?,
+    };
     // Functions that keep the metric name until the query ends.
     let keep_name = !drops_name(call);
 
@@ -215,7 +230,8 @@ fn sweep(
         Some((a, _)) => {
             // Groups looked up by their label pairs borrowed from the
             // series: a label set is built once per group, not per series.
-            let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
+            let mut index: HashMap<Vec<(&str, &str)>, usize, foldhash::fast::RandomState> =
+                HashMap::default();
             let mut key: Vec<(&str, &str)> = Vec::new();
             for s in all.iter() {
                 key.clear();

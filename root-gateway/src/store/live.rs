@@ -698,6 +698,42 @@ impl Querier for LiveStore {
         maxt: i64,
         limit: usize,
     ) -> Result<Vec<Series>, StoreError> {
+        self.select_labels(matchers, (mint, maxt), limit, None)
+    }
+
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.select_labels(matchers, (mint, maxt), limit, Some(keep))
+    }
+}
+
+impl LiveStore {
+    /// [`Querier::select`], or with `keep` [`Querier::select_keep`]: series
+    /// whose kept labels are equal share one label set, built once.
+    fn select_labels(
+        &self,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        limit: usize,
+        keep: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Vec<Series>, StoreError> {
+        // `up{node}` of every source, unless the selector names another metric.
+        let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
+        if let Some(keep) = keep.filter(|_| up && !self.sources.is_empty()) {
+            // `up` series are ordered among the others by their whole label
+            // sets: cut them down after that order is known.
+            let mut out = self.select_labels(matchers, (mint, maxt), limit, None)?;
+            for s in &mut out {
+                s.labels = Labels::from_sorted_pairs(s.labels.iter().filter(|(n, _)| keep(n)));
+            }
+            return Ok(out);
+        }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
         let ids = self.index.candidates(matchers, &self.strings);
         let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
@@ -723,21 +759,70 @@ impl Querier for LiveStore {
             }
             hits.push((e, samples));
         }
-        // In label order, compared on the interned ids: only the first
-        // differing id costs a string comparison. Label sets are built
-        // only for the series returned. Held label sets are unique, so an
-        // unstable sort gives the one order.
-        hits.sort_unstable_by(|a, b| self.strings.cmp_syms(&a.0.labels, &b.0.labels));
-        let mut out: Vec<Series> = hits
-            .into_iter()
-            .map(|(e, samples)| Series {
-                labels: self.strings.labels(&e.labels),
-                samples,
-                start_ms: None,
+        // In label order, sorted on the interned ids (see `sort_sets`).
+        // Label sets are built only for the series returned. Held label
+        // sets are unique, so an unstable sort gives the one order.
+        let mut order: Vec<u32> = (0..hits.len() as u32).collect();
+        {
+            let sets: Vec<&[u32]> = hits.iter().map(|h| &h.0.labels[..]).collect();
+            self.strings.sort_sets(&sets, &mut order);
+        }
+        let hits: Vec<(&Entry, Vec<Sample>)> = order
+            .iter()
+            .map(|&i| {
+                let h = &mut hits[i as usize];
+                (h.0, std::mem::take(&mut h.1))
             })
             .collect();
-        // `up{node}` of every source, unless the selector names another metric.
-        let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
+        let mut out: Vec<Series> = match keep {
+            None => hits
+                .into_iter()
+                .map(|(e, samples)| Series {
+                    labels: self.strings.labels(&e.labels),
+                    samples,
+                    start_ms: None,
+                })
+                .collect(),
+            Some(keep) => {
+                // Whether `keep` accepts a label name, by its interned id
+                // (a selection holds few distinct names).
+                let mut names: Vec<(u32, bool)> = Vec::new();
+                let mut shared: HashMap<Vec<u32>, Labels, foldhash::fast::RandomState> =
+                    HashMap::default();
+                let mut key: Vec<u32> = Vec::new();
+                let mut out = Vec::with_capacity(hits.len());
+                for (e, samples) in hits {
+                    key.clear();
+                    for p in e.labels.chunks_exact(2) {
+                        let kept = match names.iter().find(|(n, _)| *n == p[0]) {
+                            Some(&(_, k)) => k,
+                            None => {
+                                let k = keep(self.strings.get(p[0]));
+                                names.push((p[0], k));
+                                k
+                            }
+                        };
+                        if kept {
+                            key.extend_from_slice(p);
+                        }
+                    }
+                    let labels = match shared.get(key.as_slice()) {
+                        Some(l) => l.clone(),
+                        None => {
+                            let l = self.strings.labels(&key);
+                            shared.insert(key.clone(), l.clone());
+                            l
+                        }
+                    };
+                    out.push(Series {
+                        labels,
+                        samples,
+                        start_ms: None,
+                    });
+                }
+                out
+            }
+        };
         let mut ups = false;
         for src in self.sources.iter().filter(|_| up) {
             let labels = Labels::from_pairs([(METRIC_NAME, "up"), ("node", src.name.as_str())]);

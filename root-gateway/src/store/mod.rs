@@ -188,6 +188,26 @@ pub trait Querier {
         limit: usize,
     ) -> Result<Vec<Series>, StoreError>;
 
+    /// [`Querier::select`] with each returned label set cut down to the
+    /// labels whose name `keep` accepts, in the same order (the order of
+    /// the full label sets). Aggregations need only their grouping labels,
+    /// so a store may skip building whole label sets, and may share one
+    /// label set between series whose kept labels are equal.
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        let mut out = self.select(matchers, mint, maxt, limit)?;
+        for s in &mut out {
+            s.labels = Labels::from_sorted_pairs(s.labels.iter().filter(|(n, _)| keep(n)));
+        }
+        Ok(out)
+    }
+
     /// Label sets of series matching `matchers` that have data in `[mint, maxt]`.
     fn series(
         &self,

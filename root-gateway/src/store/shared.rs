@@ -171,4 +171,15 @@ impl Querier for SharedStore {
     ) -> Result<Vec<Series>, StoreError> {
         self.read(|s| s.select(matchers, mint, maxt, limit))
     }
+
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.read(|s| s.select_keep(matchers, mint, maxt, limit, keep))
+    }
 }
