@@ -299,11 +299,9 @@ fn write_metric(out: &mut Vec<u8>, labels: &Labels) {
 /// Writes `[t,"v"]`: the time in seconds as [`json_ts`] gives it, the
 /// value as [`format_value`]'s text.
 fn write_pair(out: &mut Vec<u8>, t: i64, v: f64) {
-    use std::io::Write as _;
     out.push(b'[');
     if t % 1000 == 0 {
-        // Writing to a Vec cannot fail.
-        let _ = write!(out, "{}", t / 1000);
+        super::number::write_int(out, t / 1000);
     } else {
         let _ = serde_json::to_writer(&mut *out, &(t as f64 / 1000.0));
     }
@@ -311,7 +309,7 @@ fn write_pair(out: &mut Vec<u8>, t: i64, v: f64) {
     // format_value's text (digits, signs, '.', 'e', "NaN", "+Inf", "-Inf"),
     // without its allocation for finite values.
     if v.is_finite() {
-        let _ = write!(out, "{v}");
+        super::number::write_finite(out, v);
     } else {
         out.extend_from_slice(format_value(v).as_bytes());
     }
