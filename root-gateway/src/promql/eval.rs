@@ -222,18 +222,22 @@ impl<'a> Evaluator<'a> {
         Ok(rc)
     }
 
-    /// [`Evaluator::fetch`] with each label set cut down to the labels
-    /// `keep` accepts (see [`Querier::select_keep`]), not cached: for an
-    /// aggregation, which needs only its grouping labels.
+    /// Streams the series [`Evaluator::fetch`] would return, in its order,
+    /// each label set cut down to the labels `keep` accepts (see
+    /// [`Querier::select_each`]), to `f` until it returns `Ok(false)`;
+    /// checks for cancellation as the series go by. Not cached: for an
+    /// aggregation, which needs only its grouping labels and each series
+    /// once. `Ok(false)` when `f` stopped early.
     ///
-    /// [`Querier::select_keep`]: crate::store::Querier::select_keep
-    pub(crate) fn fetch_keep(
+    /// [`Querier::select_each`]: crate::store::Querier::select_each
+    pub(crate) fn fetch_each(
         &mut self,
         vs: &VectorSelector,
         t: i64,
         range: i64,
         keep: &dyn Fn(&str) -> bool,
-    ) -> Result<Rc<Vec<Series>>, PromqlError> {
+        f: &mut dyn FnMut(&Series) -> Result<bool, PromqlError>,
+    ) -> Result<bool, PromqlError> {
         let k = prepass::key(vs);
         let (lo, hi) = self
             .windows
@@ -241,11 +245,33 @@ impl<'a> Evaluator<'a> {
             .copied()
             .unwrap_or((t.saturating_sub(range), t));
         let matchers = prepass::matchers(vs)?;
-        let series = self
-            .q
-            .select_keep(&matchers, lo, hi, self.opts.max_series_per_selector, keep)
-            .map_err(series_limit)?;
-        Ok(Rc::new(series))
+        let (q, cancel, limit) = (self.q, self.cancel, self.opts.max_series_per_selector);
+        let calls = &mut self.calls;
+        let mut err = None;
+        let mut stopped = false;
+        q.select_each(&matchers, lo, hi, limit, keep, &mut |s| {
+            *calls = calls.wrapping_add(1);
+            let r = if calls.is_multiple_of(32) && cancel() {
+                Err(PromqlError::Timeout)
+            } else {
+                f(s)
+            };
+            match r {
+                Ok(go) => {
+                    stopped = !go;
+                    go
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })
+        .map_err(series_limit)?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(!stopped),
+        }
     }
 
     /// Series matching `matchers` with their newest sample time in the

@@ -208,6 +208,27 @@ pub trait Querier {
         Ok(out)
     }
 
+    /// [`Querier::select_keep`]'s series, in its order, handed to `f` one at
+    /// a time until it returns false: a store may then decode each series
+    /// into one reused buffer instead of holding the whole selection. On
+    /// an error (the limit), `f` may have seen part of the selection.
+    fn select_each(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut dyn FnMut(&Series) -> bool,
+    ) -> Result<(), StoreError> {
+        for s in self.select_keep(matchers, mint, maxt, limit, keep)? {
+            if !f(&s) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Label sets of series matching `matchers` that have data in `[mint, maxt]`.
     fn series(
         &self,

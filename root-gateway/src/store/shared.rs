@@ -182,4 +182,16 @@ impl Querier for SharedStore {
     ) -> Result<Vec<Series>, StoreError> {
         self.read(|s| s.select_keep(matchers, mint, maxt, limit, keep))
     }
+
+    fn select_each(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut dyn FnMut(&Series) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f))
+    }
 }

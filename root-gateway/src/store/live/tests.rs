@@ -506,6 +506,21 @@ fn select_keep_is_select_with_label_sets_cut_down() {
                 assert_eq!(c.labels, want);
                 assert_eq!(c.samples, f.samples);
             }
+            // Streamed: the same series in the same order, and a stop.
+            let mut streamed = Vec::new();
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |x| {
+                streamed.push(x.clone());
+                true
+            })
+            .unwrap();
+            assert_eq!(streamed, cut);
+            let mut seen = 0;
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |_| {
+                seen += 1;
+                seen < 3
+            })
+            .unwrap();
+            assert_eq!(seen, 3);
             shared += cut
                 .windows(2)
                 .filter(|w| w[0].labels.shares_buffer(&w[1].labels))
@@ -519,4 +534,19 @@ fn select_keep_is_select_with_label_sets_cut_down() {
         s.select_keep(&m("a_total"), 0, 30_000, 3, &by_job),
         Err(StoreError::SelectLimit { limit: 3 })
     ));
+    assert!(matches!(
+        s.select_each(&m("a_total"), 0, 30_000, 3, &by_job, &mut |_| true),
+        Err(StoreError::SelectLimit { limit: 3 })
+    ));
+    // Series without samples in the window are skipped, not counted.
+    let late = Labels::metric("a_total", [("job", "late"), ("node", "n99")]);
+    s.append(None, &late, 40_000, 1.0).unwrap();
+    let want = s.select(&m("a_total"), 5_000, 20_000, 1000).unwrap().len();
+    let mut n = 0;
+    s.select_each(&m("a_total"), 5_000, 20_000, want, &none, &mut |_| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, want);
 }
