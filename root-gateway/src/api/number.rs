@@ -24,7 +24,7 @@ pub(crate) fn write_finite(out: &mut Vec<u8>, v: f64) {
     // Mantissa and exponent: `d.ddd` or `ddd.d` or `d`, then `e[-]x`.
     let (mant, exp) = match s.iter().position(|&b| b == b'e') {
         Some(i) => (&s[..i], parse_exp(&s[i + 1..])),
-        None => (&s[..], 0),
+        None => (s, 0),
     };
     let (int, frac) = match mant.iter().position(|&b| b == b'.') {
         Some(i) => (&mant[..i], &mant[i + 1..]),
