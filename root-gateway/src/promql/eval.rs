@@ -12,6 +12,12 @@ use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_label
 use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
 use crate::store::{Labels, Querier, Series};
 
+/// What [`Evaluator::fetch_each`] hands each series to: the series (its
+/// label set cut down) and a builder of its whole label set; `Ok(false)`
+/// stops the stream.
+pub(crate) type SeriesSink<'f> =
+    dyn FnMut(&Series, &dyn Fn() -> Labels) -> Result<bool, PromqlError> + 'f;
+
 /// Evaluation state of one query.
 pub(crate) struct Evaluator<'a> {
     pub(crate) opts: &'a EngineOpts,
@@ -236,7 +242,7 @@ impl<'a> Evaluator<'a> {
         t: i64,
         range: i64,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series) -> Result<bool, PromqlError>,
+        f: &mut SeriesSink<'_>,
     ) -> Result<bool, PromqlError> {
         let k = prepass::key(vs);
         let (lo, hi) = self
@@ -249,12 +255,12 @@ impl<'a> Evaluator<'a> {
         let calls = &mut self.calls;
         let mut err = None;
         let mut stopped = false;
-        q.select_each(&matchers, lo, hi, limit, keep, &mut |s| {
+        q.select_each(&matchers, lo, hi, limit, keep, &mut |s, whole| {
             *calls = calls.wrapping_add(1);
             let r = if calls.is_multiple_of(32) && cancel() {
                 Err(PromqlError::Timeout)
             } else {
-                f(s)
+                f(s, whole)
             };
             match r {
                 Ok(go) => {

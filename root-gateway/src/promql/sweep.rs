@@ -141,9 +141,15 @@ pub(crate) fn instant(
             let Some(Expr::NumberLiteral(k)) = a.param.as_deref().map(unparen) else {
                 return Ok(None);
             };
-            let Some((None, call, _)) = shape(&a.expr) else {
+            let Some((None, call, ms)) = shape(&a.expr) else {
                 return Ok(None);
             };
+            // A plain k (no grouping, a whole number from 1 on, as
+            // `select_k` takes it): the k best are found streaming.
+            if a.modifier.is_none() && k.val >= 1.0 && k.val <= 1e6 && k.val.fract() == 0.0 {
+                let top = op == "topk";
+                return Ok(select_top(ev, call, ms, t, k.val as usize, top)?.map(Value::Vector));
+            }
             let Some(m) = sweep(ev, &a.expr, (t, t, 1), true)? else {
                 return Ok(None);
             };
@@ -157,6 +163,88 @@ pub(crate) fn instant(
     };
     let drop_name = agg.is_none() && drops_name(call);
     Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
+}
+
+/// Orders candidates as `select_k` does: by value (best first, NaN last),
+/// ties by position in the input.
+fn cmp_top(top: bool, x: (f64, usize), y: (f64, usize)) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let by_value = match (x.0.is_nan(), y.0.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ if top => y.0.total_cmp(&x.0),
+        _ => x.0.total_cmp(&y.0),
+    };
+    by_value.then(x.1.cmp(&y.1))
+}
+
+/// `topk(k, f(sel[r]))` / `bottomk` without grouping at `t`: the one-step
+/// sweep streamed over the selection, keeping only the series that are
+/// among the k best so far, whose whole label sets alone are built. The
+/// same samples in the same order as `select_k` over the whole sweep's
+/// vector (same order, same ties), the same limits and fallbacks.
+fn select_top(
+    ev: &mut Evaluator<'_>,
+    call: &Call,
+    ms: &MatrixSelector,
+    t: i64,
+    k: usize,
+    top: bool,
+) -> Result<Option<Vec<VectorSample>>, PromqlError> {
+    let vs = &ms.vs;
+    let range = dur_ms(&ms.range);
+    let tt0 = adjust(&vs.at, &vs.offset, t, ev.qstart, ev.qend);
+    let mut pass = Pass::new(call.func.name, None, (t, 1, 1), range, &vs.offset);
+    // Candidates (value, position, labels); beyond 2k the worst half goes.
+    let mut best: Vec<(f64, usize, Labels)> = Vec::new();
+    // The k-th best once the candidates were cut: nothing after it can
+    // enter.
+    let mut bar: Option<(f64, usize)> = None;
+    let mut pos = 0usize;
+    let mut point = Vec::with_capacity(1);
+    ev.fetch_each(vs, tt0, range, &|_| false, &mut |s, whole| {
+        point.clear();
+        pass.series(s, 0, Some(&mut point))?;
+        let Some(p) = point.first() else {
+            return Ok(true);
+        };
+        let c = (p.v, pos);
+        pos += 1;
+        if bar.is_some_and(|b| cmp_top(top, c, b).is_gt()) {
+            return Ok(true);
+        }
+        best.push((p.v, c.1, whole()));
+        if best.len() >= 2 * k.max(8) {
+            best.select_nth_unstable_by(k - 1, |x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+            best.truncate(k);
+            bar = best
+                .iter()
+                .map(|x| (x.0, x.1))
+                .max_by(|x, y| cmp_top(top, *x, *y));
+        }
+        Ok(true)
+    })?;
+    if pass.overlap {
+        return Ok(None);
+    }
+    let limit = ev.opts.max_samples;
+    if pass.held[0] > limit || pos > limit {
+        return Err(PromqlError::TooManySamples { limit });
+    }
+    best.sort_unstable_by(|x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+    best.truncate(k);
+    let drop_name = drops_name(call);
+    Ok(Some(
+        best.into_iter()
+            .map(|(v, _, labels)| VectorSample {
+                labels,
+                t,
+                v,
+                drop_name,
+            })
+            .collect(),
+    ))
 }
 
 /// True when [`aggregate::group_pairs`] under `modifier` takes the label
@@ -218,7 +306,40 @@ struct Pass<'n> {
     brk: Vec<u32>,
 }
 
-impl Pass<'_> {
+impl<'n> Pass<'n> {
+    /// The pass of range function `name` over `(start, step, nsteps)`
+    /// with windows of `range` ms ending `offset` before each step.
+    fn new(
+        name: &'n str,
+        agg: Option<Agg>,
+        (start, step, nsteps): (i64, i64, usize),
+        range: i64,
+        offset: &Option<promql_parser::parser::Offset>,
+    ) -> Self {
+        Pass {
+            name,
+            agg,
+            kernel: match name {
+                "rate" => Some((true, true)),
+                "increase" => Some((true, false)),
+                "delta" => Some((false, false)),
+                _ => None,
+            },
+            counter: matches!(name, "rate" | "increase"),
+            start,
+            step,
+            nsteps,
+            range,
+            off: prepass::offset_ms(offset),
+            held: vec![0usize; nsteps],
+            acc: Vec::new(),
+            overlap: false,
+            pts: Vec::new(),
+            sts: Vec::new(),
+            brk: Vec::new(),
+        }
+    }
+
     /// Evaluates series `s` at every step into group `o`'s accumulators
     /// (with an aggregation) or into `points`.
     fn series(
@@ -358,28 +479,13 @@ fn sweep(
     let tt0 = adjust(&vs.at, &vs.offset, start, ev.qstart, ev.qend);
     // Functions that keep the metric name until the query ends.
     let keep_name = !drops_name(call);
-    let mut pass = Pass {
+    let mut pass = Pass::new(
         name,
-        agg: agg.map(|(_, op)| op),
-        kernel: match name {
-            "rate" => Some((true, true)),
-            "increase" => Some((true, false)),
-            "delta" => Some((false, false)),
-            _ => None,
-        },
-        counter: matches!(name, "rate" | "increase"),
-        start,
-        step,
-        nsteps,
+        agg.map(|(_, op)| op),
+        (start, step, nsteps),
         range,
-        off: prepass::offset_ms(&vs.offset),
-        held: vec![0usize; nsteps],
-        acc: Vec::new(),
-        overlap: false,
-        pts: Vec::new(),
-        sts: Vec::new(),
-        brk: Vec::new(),
-    };
+        &vs.offset,
+    );
 
     // Output series: one per group, or one per input series.
     let mut outs: Vec<Out> = Vec::new();
@@ -403,7 +509,7 @@ fn sweep(
                 tt0,
                 range,
                 &|n| grouping_label(&a.modifier, n),
-                &mut |s| {
+                &mut |s, _| {
                     let o = match index.get(&s.labels) {
                         Some(&o) => o,
                         None => {

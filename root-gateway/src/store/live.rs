@@ -725,13 +725,15 @@ impl Querier for LiveStore {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series) -> bool,
+        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
     ) -> Result<(), StoreError> {
         let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
         if up && !self.sources.is_empty() {
             // `up` series join the selection (see `select_labels`).
-            for s in self.select_labels(matchers, (mint, maxt), limit, Some(keep))? {
-                if !f(&s) {
+            for mut s in self.select_labels(matchers, (mint, maxt), limit, None)? {
+                let full = std::mem::take(&mut s.labels);
+                s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
+                if !f(&s, &|| full.clone()) {
                     break;
                 }
             }
@@ -776,7 +778,7 @@ impl Querier for LiveStore {
             }
             n += 1;
             cur.labels = labels.of(&self.strings, &e.labels);
-            if !f(&cur) {
+            if !f(&cur, &|| self.strings.labels(&e.labels)) {
                 break;
             }
         }

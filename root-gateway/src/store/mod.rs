@@ -210,8 +210,10 @@ pub trait Querier {
 
     /// [`Querier::select_keep`]'s series, in its order, handed to `f` one at
     /// a time until it returns false: a store may then decode each series
-    /// into one reused buffer instead of holding the whole selection. On
-    /// an error (the limit), `f` may have seen part of the selection.
+    /// into one reused buffer instead of holding the whole selection. With
+    /// each series `f` gets a function that builds its whole label set, for
+    /// the few series it keeps (`topk`). On an error (the limit), `f` may
+    /// have seen part of the selection.
     fn select_each(
         &self,
         matchers: &[Matcher],
@@ -219,10 +221,12 @@ pub trait Querier {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series) -> bool,
+        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
     ) -> Result<(), StoreError> {
-        for s in self.select_keep(matchers, mint, maxt, limit, keep)? {
-            if !f(&s) {
+        for mut s in self.select(matchers, mint, maxt, limit)? {
+            let full = std::mem::take(&mut s.labels);
+            s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
+            if !f(&s, &|| full.clone()) {
                 break;
             }
         }

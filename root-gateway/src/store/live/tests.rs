@@ -508,14 +508,18 @@ fn select_keep_is_select_with_label_sets_cut_down() {
             }
             // Streamed: the same series in the same order, and a stop.
             let mut streamed = Vec::new();
-            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |x| {
-                streamed.push(x.clone());
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |x, whole| {
+                streamed.push((x.clone(), whole()));
                 true
             })
             .unwrap();
+            let (streamed, wholes): (Vec<Series>, Vec<Labels>) = streamed.into_iter().unzip();
             assert_eq!(streamed, cut);
+            // Each series' whole label set on demand.
+            let want: Vec<Labels> = full.iter().map(|x| x.labels.clone()).collect();
+            assert_eq!(wholes, want);
             let mut seen = 0;
-            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |_| {
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |_, _| {
                 seen += 1;
                 seen < 3
             })
@@ -535,7 +539,7 @@ fn select_keep_is_select_with_label_sets_cut_down() {
         Err(StoreError::SelectLimit { limit: 3 })
     ));
     assert!(matches!(
-        s.select_each(&m("a_total"), 0, 30_000, 3, &by_job, &mut |_| true),
+        s.select_each(&m("a_total"), 0, 30_000, 3, &by_job, &mut |_, _| true),
         Err(StoreError::SelectLimit { limit: 3 })
     ));
     // Series without samples in the window are skipped, not counted.
@@ -543,7 +547,7 @@ fn select_keep_is_select_with_label_sets_cut_down() {
     s.append(None, &late, 40_000, 1.0).unwrap();
     let want = s.select(&m("a_total"), 5_000, 20_000, 1000).unwrap().len();
     let mut n = 0;
-    s.select_each(&m("a_total"), 5_000, 20_000, want, &none, &mut |_| {
+    s.select_each(&m("a_total"), 5_000, 20_000, want, &none, &mut |_, _| {
         n += 1;
         true
     })
