@@ -5,8 +5,39 @@
 //! run as a one-step sweep.
 
 use canopy_gateway::promql::{Engine, EngineOpts, RangeSeries, Value};
-use canopy_gateway::store::{Labels, MemStore};
+use canopy_gateway::store::{
+    Appender, Labels, LiveStore, LiveStoreConfig, MemStore, Querier, Series,
+};
 use canopy_proto::model::STALE_NAN_BITS;
+
+/// The test data in a [`MemStore`] (with start times) and in a
+/// [`LiveStore`] (without: it keeps none), which also holds a fabric
+/// source's series and so an `up` series; its queries go through the
+/// live store's own `select_keep`.
+fn stores() -> (MemStore, LiveStore) {
+    let mem = store();
+    let mut live = LiveStore::new(LiveStoreConfig::default());
+    let all = mem
+        .select(&[], i64::MIN, i64::MAX, usize::MAX)
+        .expect("select");
+    for Series {
+        labels, samples, ..
+    } in all
+    {
+        for p in samples {
+            live.append(None, &labels, p.ts_ms, p.value)
+                .expect("append");
+        }
+    }
+    let l = Labels::metric("io_total", [("job", "j1"), ("node", "fabric")]);
+    for k in 0..300i64 {
+        let t = k * 15_000;
+        live.append(Some("fabric"), &l, t, (k / 3) as f64)
+            .expect("append");
+        live.heartbeat("fabric", t, 15_000);
+    }
+    (mem, live)
+}
 
 fn store() -> MemStore {
     let mut s = MemStore::new();
@@ -56,7 +87,13 @@ fn same(a: &[RangeSeries], b: &[RangeSeries]) -> bool {
 
 #[test]
 fn one_pass_range_queries_match_step_by_step() {
-    let s = store();
+    let (mem, live) = stores();
+    for s in [&mem as &dyn Querier, &live] {
+        one_pass_range_queries_match_step_by_step_on(s);
+    }
+}
+
+fn one_pass_range_queries_match_step_by_step_on(s: &dyn Querier) {
     let fast = Engine::new(EngineOpts::default());
     let slow = Engine::new(EngineOpts {
         one_pass_ranges: false,
@@ -72,6 +109,9 @@ fn one_pass_range_queries_match_step_by_step() {
         "group",
         "sum by (job)",
         "max without (node)",
+        "sum without (job)",
+        "count by (__name__)",
+        "sum by (job, absent)",
     ] {
         for f in [
             "rate",
@@ -96,11 +136,12 @@ fn one_pass_range_queries_match_step_by_step() {
                 "io_total[1m]",
                 "{__name__=~\".+_total\"}[2m] offset 30s",
                 "io_total[45s]",
+                "{__name__=~\".+\"}[1m]",
             ] {
                 let q = format!("{agg} ({f}({sel}))");
                 for (start, end, step) in [(0, 6_000_000, 15_000), (61_000, 3_000_000, 47_000)] {
-                    let a = fast.range_annotated(&s, &q, (start, end, step), &|| false);
-                    let b = slow.range_annotated(&s, &q, (start, end, step), &|| false);
+                    let a = fast.range_annotated(s, &q, (start, end, step), &|| false);
+                    let b = slow.range_annotated(s, &q, (start, end, step), &|| false);
                     match (&a, &b) {
                         (Ok((ma, wa)), Ok((mb, wb))) => {
                             assert!(
@@ -121,7 +162,13 @@ fn one_pass_range_queries_match_step_by_step() {
 
 #[test]
 fn one_step_instant_queries_match_step_by_step() {
-    let s = store();
+    let (mem, live) = stores();
+    for s in [&mem as &dyn Querier, &live] {
+        one_step_instant_queries_match_step_by_step_on(s);
+    }
+}
+
+fn one_step_instant_queries_match_step_by_step_on(s: &dyn Querier) {
     let fast = Engine::new(EngineOpts::default());
     let slow = Engine::new(EngineOpts {
         one_pass_ranges: false,
@@ -134,6 +181,8 @@ fn one_step_instant_queries_match_step_by_step() {
         "sum",
         "count by (job)",
         "min without (node)",
+        "sum without (job)",
+        "group by (node, job)",
         "topk(3,",
         "bottomk(2,",
         "topk by (job) (1,",
@@ -152,6 +201,7 @@ fn one_step_instant_queries_match_step_by_step() {
                 "io_total[1m]",
                 "{__name__=~\".+_total\"}[2m] offset 30s",
                 "io_total[45s]",
+                "{__name__=~\".+\"}[1m]",
             ] {
                 let q = if agg.ends_with(',') {
                     format!("{agg} {f}({sel}))")
@@ -163,8 +213,8 @@ fn one_step_instant_queries_match_step_by_step() {
                 for t in [
                     0, 30_000, 1_900_000, 2_100_000, 3_010_000, 5_990_000, 6_100_000,
                 ] {
-                    let a = fast.instant_annotated(&s, &q, t, &|| false);
-                    let b = slow.instant_annotated(&s, &q, t, &|| false);
+                    let a = fast.instant_annotated(s, &q, t, &|| false);
+                    let b = slow.instant_annotated(s, &q, t, &|| false);
                     match (&a, &b) {
                         (Ok((Value::Vector(va), wa)), Ok((Value::Vector(vb), wb))) => {
                             assert!(
@@ -185,4 +235,68 @@ fn one_step_instant_queries_match_step_by_step() {
         }
     }
     assert!(checked > 500, "only {checked} non-empty results compared");
+}
+
+/// `topk`/`bottomk` without grouping stream the selection and keep only
+/// the best candidates: on 70 series with many equal rates and some NaN
+/// ones, every k (below, at and past the candidates' cut-off, and past the
+/// series count) gives the step-by-step answer, order and ties included.
+#[test]
+fn streamed_topk_matches_step_by_step_with_ties_and_nan() {
+    let mut mem = MemStore::new();
+    let mut live = LiveStore::new(LiveStoreConfig::default());
+    for i in 0..70i64 {
+        let l = Labels::metric(
+            "tie_total",
+            [
+                ("node", format!("n{:02}", (i * 37) % 70)),
+                ("job", format!("j{}", i % 4)),
+            ],
+        );
+        for k in 0..40i64 {
+            let t = k * 15_000;
+            // Rates in four tiers (many ties), a few NaN.
+            let v = if i % 11 == 5 && k > 30 {
+                f64::NAN
+            } else {
+                (k * (i % 4 + 1)) as f64
+            };
+            mem.append(None, &l, t, v).expect("append");
+            live.append(None, &l, t, v).expect("append");
+        }
+    }
+    let fast = Engine::new(EngineOpts::default());
+    let slow = Engine::new(EngineOpts {
+        one_pass_ranges: false,
+        ..EngineOpts::default()
+    });
+    let mut checked = 0;
+    for s in [&mem as &dyn Querier, &live] {
+        for op in ["topk", "bottomk"] {
+            for k in [1, 2, 3, 7, 8, 9, 16, 17, 40, 69, 70, 100] {
+                for f in ["rate", "irate", "last_over_time"] {
+                    let q = format!("{op}({k}, {f}(tie_total[1m]))");
+                    for t in [300_000, 500_000, 585_000] {
+                        let a = fast.instant(s, &q, t).expect("fast");
+                        let b = slow.instant(s, &q, t).expect("slow");
+                        let (Value::Vector(va), Value::Vector(vb)) = (&a, &b) else {
+                            panic!("{q}: not vectors");
+                        };
+                        assert!(
+                            va.len() == vb.len()
+                                && va.iter().zip(vb).all(|(x, y)| {
+                                    x.labels == y.labels
+                                        && x.t == y.t
+                                        && (x.v.to_bits() == y.v.to_bits()
+                                            || x.v.is_nan() && y.v.is_nan())
+                                }),
+                            "{q} at {t}: streamed {va:?} vs step-by-step {vb:?}"
+                        );
+                        checked += va.len();
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "only {checked} samples compared");
 }

@@ -179,12 +179,27 @@ async fn run_blocking<T: Send + 'static>(
         }
     };
     let deadline = Instant::now() + timeout;
-    let res = tokio::task::spawn_blocking(move || {
+    let run = move || {
         let cancel = move || Instant::now() >= deadline;
         f(q.as_ref(), &e, &cancel)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    };
+    let res = if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        // On this thread: the worker's other tasks move to another thread
+        // instead of the query waiting for a blocking-pool thread to wake
+        // and the answer for this one to wake again (two cross-thread
+        // wake-ups per query, most of a small query's latency on a busy
+        // machine). A panic is caught as spawn_blocking would catch it.
+        tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+                .map_err(|_| ApiError::Internal("query evaluation panicked".into()))
+        })?
+    } else {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+    };
     res.map_err(|e| {
         if e.status().is_server_error() {
             tracing::warn!(error = %e, "query failed");
@@ -299,11 +314,9 @@ fn write_metric(out: &mut Vec<u8>, labels: &Labels) {
 /// Writes `[t,"v"]`: the time in seconds as [`json_ts`] gives it, the
 /// value as [`format_value`]'s text.
 fn write_pair(out: &mut Vec<u8>, t: i64, v: f64) {
-    use std::io::Write as _;
     out.push(b'[');
     if t % 1000 == 0 {
-        // Writing to a Vec cannot fail.
-        let _ = write!(out, "{}", t / 1000);
+        super::number::write_int(out, t / 1000);
     } else {
         let _ = serde_json::to_writer(&mut *out, &(t as f64 / 1000.0));
     }
@@ -311,7 +324,7 @@ fn write_pair(out: &mut Vec<u8>, t: i64, v: f64) {
     // format_value's text (digits, signs, '.', 'e', "NaN", "+Inf", "-Inf"),
     // without its allocation for finite values.
     if v.is_finite() {
-        let _ = write!(out, "{v}");
+        super::number::write_finite(out, v);
     } else {
         out.extend_from_slice(format_value(v).as_bytes());
     }

@@ -4,6 +4,7 @@ mod error;
 pub(crate) mod federate;
 pub mod grpc;
 pub mod http;
+mod number;
 mod params;
 pub mod selfmetrics;
 

@@ -12,6 +12,12 @@ use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_label
 use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
 use crate::store::{Labels, Querier, Series};
 
+/// What [`Evaluator::fetch_each`] hands each series to: the series (its
+/// label set cut down) and a builder of its whole label set; `Ok(false)`
+/// stops the stream.
+pub(crate) type SeriesSink<'f> =
+    dyn FnMut(&Series, &dyn Fn() -> Labels) -> Result<bool, PromqlError> + 'f;
+
 /// Evaluation state of one query.
 pub(crate) struct Evaluator<'a> {
     pub(crate) opts: &'a EngineOpts,
@@ -220,6 +226,58 @@ impl<'a> Evaluator<'a> {
         let rc = Rc::new(series);
         self.cache.insert(k, Rc::clone(&rc));
         Ok(rc)
+    }
+
+    /// Streams the series [`Evaluator::fetch`] would return, in its order,
+    /// each label set cut down to the labels `keep` accepts (see
+    /// [`Querier::select_each`]), to `f` until it returns `Ok(false)`;
+    /// checks for cancellation as the series go by. Not cached: for an
+    /// aggregation, which needs only its grouping labels and each series
+    /// once. `Ok(false)` when `f` stopped early.
+    ///
+    /// [`Querier::select_each`]: crate::store::Querier::select_each
+    pub(crate) fn fetch_each(
+        &mut self,
+        vs: &VectorSelector,
+        t: i64,
+        range: i64,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut SeriesSink<'_>,
+    ) -> Result<bool, PromqlError> {
+        let k = prepass::key(vs);
+        let (lo, hi) = self
+            .windows
+            .get(&k)
+            .copied()
+            .unwrap_or((t.saturating_sub(range), t));
+        let matchers = prepass::matchers(vs)?;
+        let (q, cancel, limit) = (self.q, self.cancel, self.opts.max_series_per_selector);
+        let calls = &mut self.calls;
+        let mut err = None;
+        let mut stopped = false;
+        q.select_each(&matchers, lo, hi, limit, keep, &mut |s, whole| {
+            *calls = calls.wrapping_add(1);
+            let r = if calls.is_multiple_of(32) && cancel() {
+                Err(PromqlError::Timeout)
+            } else {
+                f(s, whole)
+            };
+            match r {
+                Ok(go) => {
+                    stopped = !go;
+                    go
+                }
+                Err(e) => {
+                    err = Some(e);
+                    false
+                }
+            }
+        })
+        .map_err(series_limit)?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(!stopped),
+        }
     }
 
     /// Series matching `matchers` with their newest sample time in the

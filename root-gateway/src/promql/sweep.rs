@@ -9,13 +9,13 @@
 use std::collections::HashMap;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan};
-use promql_parser::parser::{AggregateExpr, Call, Expr, MatrixSelector};
+use promql_parser::parser::{AggregateExpr, Call, Expr, LabelModifier, MatrixSelector};
 
 use super::eval::Evaluator;
 use super::prepass::{self, Mode, adjust, dur_ms};
 use super::value::{Matrix, Point, RangeSeries, Value, VectorSample, finish_labels};
 use super::{PromqlError, aggregate, functions};
-use crate::store::Labels;
+use crate::store::{Labels, Series};
 
 /// Range functions without scalar parameters that need only their window.
 const FUNCS: &[&str] = &[
@@ -141,9 +141,15 @@ pub(crate) fn instant(
             let Some(Expr::NumberLiteral(k)) = a.param.as_deref().map(unparen) else {
                 return Ok(None);
             };
-            let Some((None, call, _)) = shape(&a.expr) else {
+            let Some((None, call, ms)) = shape(&a.expr) else {
                 return Ok(None);
             };
+            // A plain k (no grouping, a whole number from 1 on, as
+            // `select_k` takes it): the k best are found streaming.
+            if a.modifier.is_none() && k.val >= 1.0 && k.val <= 1e6 && k.val.fract() == 0.0 {
+                let top = op == "topk";
+                return Ok(select_top(ev, call, ms, t, k.val as usize, top)?.map(Value::Vector));
+            }
             let Some(m) = sweep(ev, &a.expr, (t, t, 1), true)? else {
                 return Ok(None);
             };
@@ -157,6 +163,98 @@ pub(crate) fn instant(
     };
     let drop_name = agg.is_none() && drops_name(call);
     Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
+}
+
+/// Orders candidates as `select_k` does: by value (best first, NaN last),
+/// ties by position in the input.
+fn cmp_top(top: bool, x: (f64, usize), y: (f64, usize)) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let by_value = match (x.0.is_nan(), y.0.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ if top => y.0.total_cmp(&x.0),
+        _ => x.0.total_cmp(&y.0),
+    };
+    by_value.then(x.1.cmp(&y.1))
+}
+
+/// `topk(k, f(sel[r]))` / `bottomk` without grouping at `t`: the one-step
+/// sweep streamed over the selection, keeping only the series that are
+/// among the k best so far, whose whole label sets alone are built. The
+/// same samples in the same order as `select_k` over the whole sweep's
+/// vector (same order, same ties), the same limits and fallbacks.
+fn select_top(
+    ev: &mut Evaluator<'_>,
+    call: &Call,
+    ms: &MatrixSelector,
+    t: i64,
+    k: usize,
+    top: bool,
+) -> Result<Option<Vec<VectorSample>>, PromqlError> {
+    let vs = &ms.vs;
+    let range = dur_ms(&ms.range);
+    let tt0 = adjust(&vs.at, &vs.offset, t, ev.qstart, ev.qend);
+    let mut pass = Pass::new(call.func.name, None, (t, 1, 1), range, &vs.offset);
+    // Candidates (value, position, labels); beyond 2k the worst half goes.
+    let mut best: Vec<(f64, usize, Labels)> = Vec::new();
+    // The k-th best once the candidates were cut: nothing after it can
+    // enter.
+    let mut bar: Option<(f64, usize)> = None;
+    let mut pos = 0usize;
+    let mut point = Vec::with_capacity(1);
+    ev.fetch_each(vs, tt0, range, &|_| false, &mut |s, whole| {
+        point.clear();
+        pass.series(s, 0, Some(&mut point))?;
+        let Some(p) = point.first() else {
+            return Ok(true);
+        };
+        let c = (p.v, pos);
+        pos += 1;
+        if bar.is_some_and(|b| cmp_top(top, c, b).is_gt()) {
+            return Ok(true);
+        }
+        best.push((p.v, c.1, whole()));
+        if best.len() >= 2 * k.max(8) {
+            best.select_nth_unstable_by(k - 1, |x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+            best.truncate(k);
+            bar = best
+                .iter()
+                .map(|x| (x.0, x.1))
+                .max_by(|x, y| cmp_top(top, *x, *y));
+        }
+        Ok(true)
+    })?;
+    if pass.overlap {
+        return Ok(None);
+    }
+    let limit = ev.opts.max_samples;
+    if pass.held[0] > limit || pos > limit {
+        return Err(PromqlError::TooManySamples { limit });
+    }
+    best.sort_unstable_by(|x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+    best.truncate(k);
+    let drop_name = drops_name(call);
+    Ok(Some(
+        best.into_iter()
+            .map(|(v, _, labels)| VectorSample {
+                labels,
+                t,
+                v,
+                drop_name,
+            })
+            .collect(),
+    ))
+}
+
+/// True when [`aggregate::group_pairs`] under `modifier` takes the label
+/// named `n` into a group key.
+fn grouping_label(modifier: &Option<LabelModifier>, n: &str) -> bool {
+    match modifier {
+        None => false,
+        Some(LabelModifier::Include(by)) => by.labels.iter().any(|b| b == n),
+        Some(LabelModifier::Exclude(wo)) => n != METRIC_NAME && !wo.labels.iter().any(|b| b == n),
+    }
 }
 
 /// True when range function `call` removes the metric name (all but
@@ -180,10 +278,185 @@ fn to_vector(m: Matrix, t: i64, drop_name: bool) -> Vec<VectorSample> {
         .collect()
 }
 
+/// The per-series half of a sweep: each series' windows evaluated at
+/// every step, folded into its group's accumulators or pushed as points.
+struct Pass<'n> {
+    name: &'n str,
+    agg: Option<Agg>,
+    /// rate, increase and delta go straight to the rate kernel (no
+    /// dispatch on the name at every step): (counter, per second).
+    kernel: Option<(bool, bool)>,
+    /// For rate and increase: breaks (resets, overlaps) before each point,
+    /// so windows without any skip the reset scan.
+    counter: bool,
+    start: i64,
+    step: i64,
+    nsteps: usize,
+    range: i64,
+    /// Without `@` (see `shape`) a step's window ends `off` before it.
+    off: i64,
+    /// Samples held per step, as the step-by-step evaluator counts them.
+    held: Vec<usize>,
+    /// One fold state per group and step.
+    acc: Vec<Acc>,
+    /// Some series' start times overlapped (a warning).
+    overlap: bool,
+    pts: Vec<Point>,
+    sts: Vec<i64>,
+    brk: Vec<u32>,
+}
+
+impl<'n> Pass<'n> {
+    /// The pass of range function `name` over `(start, step, nsteps)`
+    /// with windows of `range` ms ending `offset` before each step.
+    fn new(
+        name: &'n str,
+        agg: Option<Agg>,
+        (start, step, nsteps): (i64, i64, usize),
+        range: i64,
+        offset: &Option<promql_parser::parser::Offset>,
+    ) -> Self {
+        Pass {
+            name,
+            agg,
+            kernel: match name {
+                "rate" => Some((true, true)),
+                "increase" => Some((true, false)),
+                "delta" => Some((false, false)),
+                _ => None,
+            },
+            counter: matches!(name, "rate" | "increase"),
+            start,
+            step,
+            nsteps,
+            range,
+            off: prepass::offset_ms(offset),
+            held: vec![0usize; nsteps],
+            acc: Vec::new(),
+            overlap: false,
+            pts: Vec::new(),
+            sts: Vec::new(),
+            brk: Vec::new(),
+        }
+    }
+
+    /// Evaluates series `s` at every step into group `o`'s accumulators
+    /// (with an aggregation) or into `points`.
+    fn series(
+        &mut self,
+        s: &Series,
+        o: usize,
+        mut points: Option<&mut Vec<Point>>,
+    ) -> Result<(), PromqlError> {
+        let (pts, sts, brk) = (&mut self.pts, &mut self.sts, &mut self.brk);
+        pts.clear();
+        sts.clear();
+        for (i, p) in s.samples.iter().enumerate() {
+            if is_stale_nan(p.value) {
+                continue;
+            }
+            pts.push(Point {
+                t: p.ts_ms,
+                v: p.value,
+            });
+            if let Some(st) = s.start_ms.as_deref() {
+                sts.push(st.get(i).copied().unwrap_or(0));
+            }
+        }
+        brk.clear();
+        if self.counter {
+            // brk[k]: breaks at indices 1..k (k excluded).
+            brk.push(0);
+            let mut n = 0u32;
+            for g in 0..pts.len() {
+                if g > 0 && functions::is_break(pts, sts, g) {
+                    n += 1;
+                }
+                brk.push(n);
+            }
+        }
+        if self.agg.is_some() && self.acc.len() < (o + 1) * self.nsteps {
+            self.acc.resize(
+                (o + 1) * self.nsteps,
+                Acc {
+                    n: 0,
+                    s: 0.0,
+                    c: 0.0,
+                },
+            );
+        }
+        let (start, step, range) = (self.start, self.step, self.range);
+        let (mut a, mut b) = (0usize, 0usize);
+        let mut overlap = false;
+        for (k, h) in self.held.iter_mut().enumerate() {
+            let t = start + step * k as i64;
+            let tt = t.saturating_sub(self.off);
+            let lo = tt.saturating_sub(range);
+            while a < pts.len() && pts[a].t <= lo {
+                a += 1;
+            }
+            b = b.max(a);
+            while b < pts.len() && pts[b].t <= tt {
+                b += 1;
+            }
+            if a == b {
+                continue;
+            }
+            *h += b - a;
+            let st = if sts.is_empty() { &[][..] } else { &sts[a..b] };
+            let breaks = !self.counter || brk[b] - brk[a + 1] > 0;
+            let r = match self.kernel {
+                Some((is_counter, is_rate)) => functions::extrapolated_rate(
+                    &pts[a..b],
+                    st,
+                    (tt, range),
+                    is_counter,
+                    is_rate,
+                    &mut overlap,
+                    breaks,
+                ),
+                None => functions::range_apply(
+                    self.name,
+                    &pts[a..b],
+                    st,
+                    (tt, range, t),
+                    &[],
+                    (Mode::Plain, breaks),
+                    &mut overlap,
+                )?,
+            };
+            let Some(v) = r else { continue };
+            *h += 1;
+            match self.agg {
+                None => {
+                    if let Some(p) = points.as_deref_mut() {
+                        p.push(Point { t, v });
+                    }
+                }
+                Some(op) => {
+                    let x = &mut self.acc[o * self.nsteps + k];
+                    x.n += 1;
+                    match op {
+                        Agg::Sum => (x.s, x.c) = functions::kahan_inc(v, x.s, x.c),
+                        Agg::Min if x.n == 1 || v < x.s || x.s.is_nan() => x.s = v,
+                        Agg::Max if x.n == 1 || v > x.s || x.s.is_nan() => x.s = v,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        self.overlap |= overlap;
+        Ok(())
+    }
+}
+
 /// The sweep itself: output series in order of first appearance (input
 /// series order), unsorted. `raw`: without aggregation, keep the input
 /// label sets as they are (name removal and the duplicate check are the
 /// caller's, as for an instant query's [`VectorSample::drop_name`]).
+/// With an aggregation the selection is streamed (one series at a time,
+/// holding only its grouping labels): the same series in the same order
+/// as the other shapes' whole selection.
 fn sweep(
     ev: &mut Evaluator<'_>,
     e: &Expr,
@@ -204,203 +477,113 @@ fn sweep(
     let vs = &ms.vs;
     let range = dur_ms(&ms.range);
     let tt0 = adjust(&vs.at, &vs.offset, start, ev.qstart, ev.qend);
-    let all = ev.fetch(vs, tt0, range)?;
     // Functions that keep the metric name until the query ends.
     let keep_name = !drops_name(call);
+    let mut pass = Pass::new(
+        name,
+        agg.map(|(_, op)| op),
+        (start, step, nsteps),
+        range,
+        &vs.offset,
+    );
 
     // Output series: one per group, or one per input series.
     let mut outs: Vec<Out> = Vec::new();
-    let mut target: Vec<usize> = Vec::with_capacity(all.len());
     match agg {
         Some((a, _)) => {
-            // Groups looked up by their label pairs borrowed from the
-            // series: a label set is built once per group, not per series.
-            let mut index: HashMap<Vec<(&str, &str)>, usize> = HashMap::new();
-            let mut key: Vec<(&str, &str)> = Vec::new();
-            for s in all.iter() {
-                key.clear();
-                aggregate::group_pairs(&s.labels, &a.modifier, &mut key);
-                if key.iter().any(|(n, _)| *n == METRIC_NAME) {
-                    // Pending name removal across a group: not handled here.
-                    return Ok(None);
-                }
-                let i = match index.get(key.as_slice()) {
-                    Some(&i) => i,
-                    None => {
-                        outs.push(Out {
-                            labels: Labels::from_pairs(key.iter().copied()),
-                            points: Vec::new(),
-                        });
-                        index.insert(key.clone(), outs.len() - 1);
-                        outs.len() - 1
-                    }
-                };
-                target.push(i);
+            if let Some(LabelModifier::Include(by)) = &a.modifier
+                && by.labels.iter().any(|n| n == METRIC_NAME)
+            {
+                // Pending name removal across a group: not handled here.
+                return Ok(None);
             }
-        }
-        None if raw => {
-            // The caller removes names and checks for duplicates.
-            for s in all.iter() {
-                target.push(outs.len());
-                outs.push(Out {
-                    labels: s.labels.clone(),
-                    points: Vec::new(),
-                });
+            // One fold state per group and step (16 bytes): beyond 4 Mi of
+            // them (many groups) the step-by-step evaluator needs less memory.
+            let cap = ev.opts.max_samples.min(1 << 22);
+            // Groups looked up by their label sets, which hold only the
+            // grouping labels: a label set is built once per group.
+            let mut index: HashMap<Labels, usize, foldhash::fast::RandomState> = HashMap::default();
+            let mut bail = false;
+            let complete = ev.fetch_each(
+                vs,
+                tt0,
+                range,
+                &|n| grouping_label(&a.modifier, n),
+                &mut |s, _| {
+                    let o = match index.get(&s.labels) {
+                        Some(&o) => o,
+                        None => {
+                            let mut key: Vec<(&str, &str)> = Vec::new();
+                            aggregate::group_pairs(&s.labels, &a.modifier, &mut key);
+                            if key.iter().any(|(n, _)| *n == METRIC_NAME)
+                                || (outs.len() + 1).saturating_mul(nsteps) > cap
+                            {
+                                bail = true;
+                                return Ok(false);
+                            }
+                            outs.push(Out {
+                                labels: Labels::from_pairs(key.iter().copied()),
+                                points: Vec::new(),
+                            });
+                            index.insert(s.labels.clone(), outs.len() - 1);
+                            outs.len() - 1
+                        }
+                    };
+                    pass.series(s, o, None)?;
+                    Ok(true)
+                },
+            )?;
+            if bail || !complete {
+                return Ok(None);
             }
         }
         None => {
-            let mut seen: HashMap<Labels, ()> = HashMap::new();
-            for s in all.iter() {
-                let mut l = s.labels.clone();
-                finish_labels(&mut l, !keep_name);
-                if seen.insert(l.clone(), ()).is_some() {
-                    // Possible duplicate label sets: the step-by-step
-                    // evaluator reports them where they collide.
-                    return Ok(None);
+            let all = ev.fetch(vs, tt0, range)?;
+            let mut target: Vec<usize> = Vec::with_capacity(all.len());
+            if raw {
+                // The caller removes names and checks for duplicates.
+                for s in all.iter() {
+                    target.push(outs.len());
+                    outs.push(Out {
+                        labels: s.labels.clone(),
+                        points: Vec::new(),
+                    });
                 }
-                target.push(outs.len());
-                outs.push(Out {
-                    labels: l,
-                    points: Vec::new(),
-                });
-            }
-        }
-    }
-
-    // One fold state per group and step (16 bytes): beyond 4 Mi of them
-    // (many groups) the step-by-step evaluator needs less memory.
-    if agg.is_some() && outs.len().saturating_mul(nsteps) > ev.opts.max_samples.min(1 << 22) {
-        return Ok(None);
-    }
-    let mut acc: Vec<Acc> = match agg {
-        Some(_) => vec![
-            Acc {
-                n: 0,
-                s: 0.0,
-                c: 0.0
-            };
-            outs.len() * nsteps
-        ],
-        None => Vec::new(),
-    };
-    // Samples held per step, as the step-by-step evaluator counts them.
-    let mut held = vec![0usize; nsteps];
-    let mut overlap_names: Vec<&str> = Vec::new();
-    let mut pts: Vec<Point> = Vec::new();
-    let mut sts: Vec<i64> = Vec::new();
-    // For rate and increase: breaks (resets, overlaps) before each point,
-    // so windows without any skip the reset scan.
-    let counter = matches!(name, "rate" | "increase");
-    // rate, increase and delta go straight to the rate kernel (no
-    // dispatch on the name at every step): (counter, per second).
-    let kernel = match name {
-        "rate" => Some((true, true)),
-        "increase" => Some((true, false)),
-        "delta" => Some((false, false)),
-        _ => None,
-    };
-    // Without `@` (see `shape`) a step's window ends `off` before it.
-    let off = prepass::offset_ms(&vs.offset);
-    let mut brk: Vec<u32> = Vec::new();
-    for (s, &o) in all.iter().zip(&target) {
-        ev.check_cancel()?;
-        pts.clear();
-        sts.clear();
-        for (i, p) in s.samples.iter().enumerate() {
-            if is_stale_nan(p.value) {
-                continue;
-            }
-            pts.push(Point {
-                t: p.ts_ms,
-                v: p.value,
-            });
-            if let Some(st) = s.start_ms.as_deref() {
-                sts.push(st.get(i).copied().unwrap_or(0));
-            }
-        }
-        brk.clear();
-        if counter {
-            // brk[k]: breaks at indices 1..k (k excluded).
-            brk.push(0);
-            let mut n = 0u32;
-            for g in 0..pts.len() {
-                if g > 0 && functions::is_break(&pts, &sts, g) {
-                    n += 1;
-                }
-                brk.push(n);
-            }
-        }
-        let (mut a, mut b) = (0usize, 0usize);
-        let mut overlap = false;
-        for (k, h) in held.iter_mut().enumerate() {
-            let t = start + step * k as i64;
-            let tt = t.saturating_sub(off);
-            let lo = tt.saturating_sub(range);
-            while a < pts.len() && pts[a].t <= lo {
-                a += 1;
-            }
-            b = b.max(a);
-            while b < pts.len() && pts[b].t <= tt {
-                b += 1;
-            }
-            if a == b {
-                continue;
-            }
-            *h += b - a;
-            let st = if sts.is_empty() { &[][..] } else { &sts[a..b] };
-            let breaks = !counter || brk[b] - brk[a + 1] > 0;
-            let r = match kernel {
-                Some((is_counter, is_rate)) => functions::extrapolated_rate(
-                    &pts[a..b],
-                    st,
-                    (tt, range),
-                    is_counter,
-                    is_rate,
-                    &mut overlap,
-                    breaks,
-                ),
-                None => functions::range_apply(
-                    name,
-                    &pts[a..b],
-                    st,
-                    (tt, range, t),
-                    &[],
-                    (Mode::Plain, breaks),
-                    &mut overlap,
-                )?,
-            };
-            let Some(v) = r else { continue };
-            *h += 1;
-            match agg {
-                None => outs[o].points.push(Point { t, v }),
-                Some((_, op)) => {
-                    let x = &mut acc[o * nsteps + k];
-                    x.n += 1;
-                    match op {
-                        Agg::Sum => (x.s, x.c) = functions::kahan_inc(v, x.s, x.c),
-                        Agg::Min if x.n == 1 || v < x.s || x.s.is_nan() => x.s = v,
-                        Agg::Max if x.n == 1 || v > x.s || x.s.is_nan() => x.s = v,
-                        _ => {}
+            } else {
+                let mut seen: HashMap<Labels, ()> = HashMap::new();
+                for s in all.iter() {
+                    let mut l = s.labels.clone();
+                    finish_labels(&mut l, !keep_name);
+                    if seen.insert(l.clone(), ()).is_some() {
+                        // Possible duplicate label sets: the step-by-step
+                        // evaluator reports them where they collide.
+                        return Ok(None);
                     }
+                    target.push(outs.len());
+                    outs.push(Out {
+                        labels: l,
+                        points: Vec::new(),
+                    });
                 }
             }
-        }
-        if overlap {
-            overlap_names.push(s.labels.name());
+            for (s, &o) in all.iter().zip(&target) {
+                ev.check_cancel()?;
+                pass.series(s, o, Some(&mut outs[o].points))?;
+            }
         }
     }
-    if !overlap_names.is_empty() {
+    if pass.overlap {
         // Warnings are raised in step order there: leave it to that evaluator.
         return Ok(None);
     }
-    if held.iter().any(|&h| h > ev.opts.max_samples) {
+    if pass.held.iter().any(|&h| h > ev.opts.max_samples) {
         return Err(PromqlError::TooManySamples {
             limit: ev.opts.max_samples,
         });
     }
     if let Some((_, op)) = agg {
         for (o, out) in outs.iter_mut().enumerate() {
-            for (k, x) in acc[o * nsteps..(o + 1) * nsteps].iter().enumerate() {
+            for (k, x) in pass.acc[o * nsteps..(o + 1) * nsteps].iter().enumerate() {
                 if x.n == 0 {
                     continue;
                 }

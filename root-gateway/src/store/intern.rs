@@ -109,6 +109,80 @@ impl Interner {
         a.len().cmp(&b.len())
     }
 
+    /// Sorts `order` (indices into `sets`) so the label sets it names come
+    /// in [`Labels`] order, as sorting with [`Interner::cmp_syms`] would
+    /// (the sets must be distinct, as a store's are). A selection's sets
+    /// share most of their ids position by position, so it sorts by one
+    /// position at a time: indices grouped by the id there (an integer
+    /// sort), the groups ordered by their strings (one string comparison
+    /// per pair of distinct ids, not per pair of sets), then each group by
+    /// the next position; small groups go to `cmp_syms` directly.
+    pub(crate) fn sort_sets(&self, sets: &[&[u32]], order: &mut [u32]) {
+        let mut runs = Vec::new();
+        let mut tmp = Vec::new();
+        self.sort_from(sets, order, 0, &mut runs, &mut tmp);
+    }
+
+    fn sort_from(
+        &self,
+        sets: &[&[u32]],
+        order: &mut [u32],
+        mut pos: usize,
+        runs: &mut Vec<(Option<u32>, usize, usize)>,
+        tmp: &mut Vec<u32>,
+    ) {
+        // The id at `pos` of set `i` (`None` past its end: sorts first, as
+        // a shorter set sorts before a longer one it is a prefix of).
+        let at_pos = |i: u32, pos: usize| sets[i as usize].get(pos).copied();
+        loop {
+            if order.len() <= 16 {
+                order.sort_unstable_by(|&a, &b| self.cmp_syms(sets[a as usize], sets[b as usize]));
+                return;
+            }
+            let first = at_pos(order[0], pos);
+            if order.iter().all(|&i| at_pos(i, pos) == first) {
+                if first.is_none() {
+                    return;
+                }
+                pos += 1;
+                continue;
+            }
+            break;
+        }
+        let at = |i: u32| at_pos(i, pos);
+        order.sort_unstable_by_key(|&i| at(i));
+        let start = runs.len();
+        let mut a = 0;
+        while a < order.len() {
+            let id = at(order[a]);
+            let mut b = a + 1;
+            while b < order.len() && at(order[b]) == id {
+                b += 1;
+            }
+            runs.push((id, a, b));
+            a = b;
+        }
+        runs[start..].sort_unstable_by(|x, y| match (x.0, y.0) {
+            (Some(p), Some(q)) => self.get(p).cmp(self.get(q)),
+            (p, q) => p.cmp(&q),
+        });
+        tmp.clear();
+        for &(_, a, b) in &runs[start..] {
+            tmp.extend_from_slice(&order[a..b]);
+        }
+        order.copy_from_slice(tmp);
+        let mut a = 0;
+        for r in start..runs.len() {
+            let (id, x, y) = runs[r];
+            let b = a + (y - x);
+            if id.is_some() {
+                self.sort_from(sets, &mut order[a..b], pos + 1, runs, tmp);
+            }
+            a = b;
+        }
+        runs.truncate(start);
+    }
+
     /// True when every matcher accepts the series `syms`.
     pub(crate) fn all_match(&self, matchers: &[Matcher], syms: &[u32]) -> bool {
         matchers
@@ -148,6 +222,36 @@ mod tests {
         ];
         assert!(!i.all_match(&m, &sa));
         assert!(i.all_match(&m, &sb));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn sorting_sets_by_position_is_sorting_by_labels(
+            sets in proptest::collection::btree_set(
+                proptest::collection::btree_map(0u8..4, 0u8..6, 0..4), 0..80),
+            shuffle in proptest::collection::vec(0usize..1000, 0..80),
+        ) {
+            let mut i = Interner::default();
+            // Names and values whose ids are interned out of string order.
+            let name = |n: u8| ["zz", "b", "a_", "q"][n as usize];
+            let value = |v: u8| ["9", "10", "x", "1", "Z", "ab"][v as usize];
+            let labels: Vec<Labels> = sets
+                .iter()
+                .map(|m| Labels::from_pairs(m.iter().map(|(n, v)| (name(*n), value(*v)))))
+                .collect();
+            let syms: Vec<SymLabels> = labels.iter().rev().map(|l| i.intern(l)).rev().collect();
+            let refs: Vec<&[u32]> = syms.iter().map(|s| &s[..]).collect();
+            let mut order: Vec<u32> = (0..refs.len() as u32).collect();
+            for (k, &j) in shuffle.iter().enumerate().take(order.len()) {
+                let n = order.len();
+                order.swap(k, j % n);
+            }
+            i.sort_sets(&refs, &mut order);
+            let got: Vec<&Labels> = order.iter().map(|&k| &labels[k as usize]).collect();
+            let mut want: Vec<&Labels> = labels.iter().collect();
+            want.sort();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]

@@ -188,6 +188,51 @@ pub trait Querier {
         limit: usize,
     ) -> Result<Vec<Series>, StoreError>;
 
+    /// [`Querier::select`] with each returned label set cut down to the
+    /// labels whose name `keep` accepts, in the same order (the order of
+    /// the full label sets). Aggregations need only their grouping labels,
+    /// so a store may skip building whole label sets, and may share one
+    /// label set between series whose kept labels are equal.
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        let mut out = self.select(matchers, mint, maxt, limit)?;
+        for s in &mut out {
+            s.labels = Labels::from_sorted_pairs(s.labels.iter().filter(|(n, _)| keep(n)));
+        }
+        Ok(out)
+    }
+
+    /// [`Querier::select_keep`]'s series, in its order, handed to `f` one at
+    /// a time until it returns false: a store may then decode each series
+    /// into one reused buffer instead of holding the whole selection. With
+    /// each series `f` gets a function that builds its whole label set, for
+    /// the few series it keeps (`topk`). On an error (the limit), `f` may
+    /// have seen part of the selection.
+    fn select_each(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+    ) -> Result<(), StoreError> {
+        for mut s in self.select(matchers, mint, maxt, limit)? {
+            let full = std::mem::take(&mut s.labels);
+            s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
+            if !f(&s, &|| full.clone()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Label sets of series matching `matchers` that have data in `[mint, maxt]`.
     fn series(
         &self,

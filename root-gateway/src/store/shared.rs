@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::op::{Journal, Op};
-use super::{LiveStore, Matcher, Querier, Series, SeriesHint, StoreError};
+use super::{Labels, LiveStore, Matcher, Querier, Series, SeriesHint, StoreError};
 
 /// What one [`SharedStore::apply`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -170,5 +170,28 @@ impl Querier for SharedStore {
         limit: usize,
     ) -> Result<Vec<Series>, StoreError> {
         self.read(|s| s.select(matchers, mint, maxt, limit))
+    }
+
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.read(|s| s.select_keep(matchers, mint, maxt, limit, keep))
+    }
+
+    fn select_each(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+    ) -> Result<(), StoreError> {
+        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f))
     }
 }

@@ -12,6 +12,10 @@ use crate::promql::{Engine, EngineOpts};
 use crate::store::{Appender, Labels, LiveStore, LiveStoreConfig, SharedStore};
 
 fn app() -> axum::Router {
+    app_with(std::time::Duration::from_secs(120))
+}
+
+fn app_with(query_timeout: std::time::Duration) -> axum::Router {
     let mut s = LiveStore::new(LiveStoreConfig::default());
     for i in 0..=60 {
         let t = i * 10_000;
@@ -30,6 +34,7 @@ fn app() -> axum::Router {
         Arc::new(Engine::new(EngineOpts::default())),
     );
     st.now_ms = Arc::new(|| 600_000);
+    st.query_timeout = query_timeout;
     router(st)
 }
 
@@ -55,6 +60,29 @@ async fn instant_query_vector_shape() {
     assert_eq!(j["data"]["result"][0]["metric"]["job"], "b");
     assert_eq!(j["data"]["result"][0]["value"][0], 300);
     assert_eq!(j["data"]["result"][0]["value"][1], "1.5");
+}
+
+/// On a multi-thread runtime queries run in place (`block_in_place`):
+/// the same answers, and the deadline still applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_run_in_place_on_a_multi_thread_runtime() {
+    let (st, j) =
+        get("/api/v1/query?query=sum%20by%20(job)%20(rate(req_total%5B1m%5D))&time=300").await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"]["result"][0]["metric"]["job"], "a");
+    assert_eq!(j["data"]["result"][0]["value"][1], "1");
+    let (st, j) = get("/api/v1/query_range?query=temp&start=0&end=600&step=60").await;
+    assert_eq!(st, StatusCode::OK, "{j}");
+    assert_eq!(j["data"]["result"][0]["values"][10][1], "1.5");
+    // A deadline already passed: the evaluation stops with a timeout.
+    let req = Request::get("/api/v1/query?query=sum_over_time(temp%5B10m%3A1s%5D)&time=600")
+        .body(Body::empty())
+        .unwrap();
+    let resp = app_with(std::time::Duration::ZERO)
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
 #[tokio::test]

@@ -503,3 +503,103 @@ fn snapshot_cut_shares_sealed_chunks_only_and_reads_back_whole() {
     assert_eq!(got.len(), 4);
     assert_eq!(got, want);
 }
+
+#[test]
+fn select_keep_is_select_with_label_sets_cut_down() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    // Remote-write series with differing label names, and a fabric
+    // source (so an `up` series) whose series sorts among them.
+    for i in 0..40i64 {
+        let mut l = Labels::metric(
+            if i % 3 == 0 { "b_total" } else { "a_total" },
+            [("job", format!("j{}", i % 4)), ("node", format!("n{i:02}"))],
+        );
+        if i % 5 == 0 {
+            l.set("zone", &format!("z{}", i % 2));
+        }
+        if i % 7 == 0 {
+            l.remove("job");
+        }
+        for k in 0..30 {
+            s.append(None, &l, k * 1000, (k * i) as f64).unwrap();
+        }
+    }
+    let f = Labels::metric("a_total", [("job", "j1"), ("node", "n20x")]);
+    for k in 0..30 {
+        s.append(Some("n20x"), &f, k * 1000, 1.0).unwrap();
+        s.heartbeat("n20x", k * 1000, 1000);
+    }
+    let by_job = |n: &str| n == "job";
+    let without_node = |n: &str| n != METRIC_NAME && n != "node";
+    let none = |_: &str| false;
+    let all = |_: &str| true;
+    let keeps: [&dyn Fn(&str) -> bool; 4] = [&by_job, &without_node, &none, &all];
+    let re = |v: &str| v.ends_with("_total") || v == "up";
+    let selections = [
+        m("a_total"),
+        vec![Matcher {
+            name: METRIC_NAME.into(),
+            op: crate::store::MatchOp::Regex(Arc::new(re)),
+        }],
+        vec![Matcher::equal("job", "j2")],
+    ];
+    let mut shared = 0;
+    for matchers in &selections {
+        let full = s.select(matchers, 5_000, 20_000, 1000).unwrap();
+        assert!(full.len() > 5);
+        for keep in keeps {
+            let cut = s.select_keep(matchers, 5_000, 20_000, 1000, keep).unwrap();
+            assert_eq!(cut.len(), full.len());
+            for (c, f) in cut.iter().zip(&full) {
+                let want = Labels::from_pairs(f.labels.iter().filter(|(n, _)| keep(n)));
+                assert_eq!(c.labels, want);
+                assert_eq!(c.samples, f.samples);
+            }
+            // Streamed: the same series in the same order, and a stop.
+            let mut streamed = Vec::new();
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |x, whole| {
+                streamed.push((x.clone(), whole()));
+                true
+            })
+            .unwrap();
+            let (streamed, wholes): (Vec<Series>, Vec<Labels>) = streamed.into_iter().unzip();
+            assert_eq!(streamed, cut);
+            // Each series' whole label set on demand.
+            let want: Vec<Labels> = full.iter().map(|x| x.labels.clone()).collect();
+            assert_eq!(wholes, want);
+            let mut seen = 0;
+            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |_, _| {
+                seen += 1;
+                seen < 3
+            })
+            .unwrap();
+            assert_eq!(seen, 3);
+            shared += cut
+                .windows(2)
+                .filter(|w| w[0].labels.shares_buffer(&w[1].labels))
+                .count();
+        }
+    }
+    // Equal cut-down label sets share one buffer.
+    assert!(shared > 10, "{shared}");
+    // The selection past the limit is refused as `select` refuses it.
+    assert!(matches!(
+        s.select_keep(&m("a_total"), 0, 30_000, 3, &by_job),
+        Err(StoreError::SelectLimit { limit: 3 })
+    ));
+    assert!(matches!(
+        s.select_each(&m("a_total"), 0, 30_000, 3, &by_job, &mut |_, _| true),
+        Err(StoreError::SelectLimit { limit: 3 })
+    ));
+    // Series without samples in the window are skipped, not counted.
+    let late = Labels::metric("a_total", [("job", "late"), ("node", "n99")]);
+    s.append(None, &late, 40_000, 1.0).unwrap();
+    let want = s.select(&m("a_total"), 5_000, 20_000, 1000).unwrap().len();
+    let mut n = 0;
+    s.select_each(&m("a_total"), 5_000, 20_000, want, &none, &mut |_, _| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, want);
+}
