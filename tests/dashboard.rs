@@ -227,14 +227,32 @@ fn dashboard_renders_live_jobs_and_refreshes() {
     }
 
     // A job page: its heading, its verdict in words, and charts with data.
-    let job = stable.iter().next().expect("a job");
-    let page = dump_dom(&format!("{url}#/job/{job}"), 6_000);
+    // Simulated jobs end: a job that ended between the listing and its
+    // page is shown as not running, which is right only if it did end;
+    // then the next one is taken.
+    let mut pages = stable.iter().map(|job| {
+        let page = dump_dom(&format!("{url}#/job/{job}"), 6_000);
+        (job, page)
+    });
+    let (job, page) = pages
+        .find(|(job, page)| {
+            let ended = page.contains(&format!("Job {job} is not running now"));
+            assert!(
+                !ended || !live_jobs(http).contains(*job),
+                "job {job} shown as not running while it runs"
+            );
+            !ended
+        })
+        .expect("a job that kept running while its page loaded");
     assert!(page.contains(&format!(">Job {job}<")), "job heading");
+    let verdict: Option<String> = page
+        .find("class=\"verdict\"")
+        .map(|i| page[i..].chars().take(600).collect());
     assert!(
         ["OK", "Underusing", "Overloading"]
             .iter()
             .any(|w| page.contains(&format!("class=\"light-word\">{w}<"))),
-        "job verdict"
+        "job {job} verdict, got {verdict:?}"
     );
     assert!(
         page.contains("Latest: used "),

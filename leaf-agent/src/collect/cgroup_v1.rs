@@ -304,6 +304,44 @@ impl JobDirsCache {
         );
         (dirs, errs)
     }
+
+    /// The ids (pids or tids) listed in the file `name` of every directory
+    /// of the trees of `dirs` (read through `hot`, parsed by `parse`),
+    /// sorted, unique and at most `cap`: a job's processes or tasks, every
+    /// tick, with the trees listed only when they changed. Unreadable or
+    /// unparsable files are reported in `errs` and skipped.
+    pub(crate) fn ids_in_trees(
+        &self,
+        hot: &mut HotFiles,
+        tick_ms: i64,
+        dirs: &[PathBuf],
+        (name, cap): (&str, usize),
+        parse: fn(&str) -> Result<Vec<u32>, LeafError>,
+        errs: &mut Vec<LeafError>,
+    ) -> Vec<u32> {
+        let mut ids = Vec::new();
+        'dirs: for top in dirs {
+            let (all, e) = self.tree(top, tick_ms);
+            errs.extend(e);
+            for d in all {
+                if ids.len() >= cap {
+                    break 'dirs;
+                }
+                match hot.read_opt(&d.join(name)) {
+                    Ok(Some(t)) => match parse(t) {
+                        Ok(p) => ids.extend(p),
+                        Err(e) => errs.push(e),
+                    },
+                    Ok(None) => {}
+                    Err(e) => errs.push(e),
+                }
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids.truncate(cap);
+        ids
+    }
 }
 
 /// `dir` and the directories below it (see [`JobDirsCache::tree`]),

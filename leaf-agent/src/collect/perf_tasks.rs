@@ -296,37 +296,6 @@ impl PerfTasksCollector {
         (out, layout)
     }
 
-    /// Every TID listed in `tasks` under the job's directories (the trees
-    /// listed through the shared cache, again only when they changed).
-    fn job_tasks(
-        hot: &mut HotFiles,
-        tree: &cgroup_v1::JobDirsCache,
-        tick_ms: i64,
-        dirs: &[PathBuf],
-        errs: &mut Vec<LeafError>,
-    ) -> Vec<u32> {
-        let mut tids = Vec::new();
-        'dirs: for top in dirs {
-            let (all, e) = tree.tree(top, tick_ms);
-            errs.extend(e);
-            for d in all {
-                if tids.len() >= MAX_TASKS_PER_JOB {
-                    break 'dirs;
-                }
-                match hot.read_opt(&d.join("tasks")) {
-                    Ok(Some(t)) => {
-                        tids.extend(t.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-                    }
-                    Ok(None) => {}
-                    Err(e) => errs.push(e),
-                }
-            }
-        }
-        tids.sort_unstable();
-        tids.dedup();
-        tids
-    }
-
     /// Opens counters on `tids` of `job`; tasks past the fd budget or that
     /// vanished are skipped.
     fn open(&mut self, job: u64, tids: &[u32]) {
@@ -408,7 +377,14 @@ impl Collector for PerfTasksCollector {
         self.jobs.retain(|j, _| dirs.contains_key(j));
         let mut errs = Vec::new();
         for (job, d) in &dirs {
-            let tids = Self::job_tasks(&mut self.hot, &self.dirs, self.now_ms, d, &mut errs);
+            let tids = self.dirs.ids_in_trees(
+                &mut self.hot,
+                self.now_ms,
+                d,
+                ("tasks", MAX_TASKS_PER_JOB),
+                parse_tids,
+                &mut errs,
+            );
             let known = self
                 .jobs
                 .get(job)
@@ -470,4 +446,13 @@ impl Collector for PerfTasksCollector {
         }
         errs.into_iter().next().map_or(Ok(()), Err)
     }
+}
+
+/// The TIDs of a `tasks` file (lines that are not one are skipped: a task
+/// list is only a hint of what to count).
+fn parse_tids(text: &str) -> Result<Vec<u32>, LeafError> {
+    Ok(text
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .collect())
 }

@@ -154,38 +154,6 @@ impl SlurmJobsCollector {
         first.get_or_insert(e);
     }
 
-    /// The job's processes: PIDs in `cgroup.procs` below its job directories.
-    fn job_pids(
-        hot: &mut HotFiles,
-        tree: &cgroup_v1::JobDirsCache,
-        tick_ms: i64,
-        dirs: &[PathBuf],
-        errs: &mut Vec<LeafError>,
-    ) -> Vec<u32> {
-        let mut pids = Vec::new();
-        'dirs: for top in dirs {
-            let (all, e) = tree.tree(top, tick_ms);
-            errs.extend(e);
-            for d in all {
-                if pids.len() >= MAX_PIDS_PER_JOB {
-                    break 'dirs;
-                }
-                match hot.read_opt(&d.join("cgroup.procs")) {
-                    Ok(Some(t)) => match proc_io::parse_pid_list(t) {
-                        Ok(p) => pids.extend(p),
-                        Err(e) => errs.push(e),
-                    },
-                    Ok(None) => {}
-                    Err(e) => errs.push(e),
-                }
-            }
-        }
-        pids.sort_unstable();
-        pids.dedup();
-        pids.truncate(MAX_PIDS_PER_JOB);
-        pids
-    }
-
     /// Job id -> its job directories in the hierarchy that lists processes.
     fn process_dirs(&self, v2: &[V2Jobs], errs: &mut Vec<LeafError>) -> HashMap<u64, Vec<PathBuf>> {
         let mut out: HashMap<u64, Vec<PathBuf>> = HashMap::new();
@@ -478,7 +446,16 @@ impl Collector for SlurmJobsCollector {
         for j in &jobs {
             let io = proc_io.get(&j.job_id).copied().or_else(|| {
                 dirs.get(&j.job_id).map(|d| {
-                    let pids = Self::job_pids(&mut self.hot, &self.dirs, self.now_ms, d, &mut errs);
+                    // The job's processes: PIDs in `cgroup.procs` below its job
+                    // directories.
+                    let pids = self.dirs.ids_in_trees(
+                        &mut self.hot,
+                        self.now_ms,
+                        d,
+                        ("cgroup.procs", MAX_PIDS_PER_JOB),
+                        proc_io::parse_pid_list,
+                        &mut errs,
+                    );
                     let mut samples = Vec::with_capacity(pids.len());
                     for pid in pids {
                         match proc_io::read_proc(&self.proc_root, pid) {

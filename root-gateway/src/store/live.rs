@@ -741,13 +741,8 @@ impl Querier for LiveStore {
         let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
         if up && !self.sources.is_empty() {
             // `up` series join the selection (see `select_labels`).
-            for mut s in self.select_labels(matchers, (mint, maxt), limit, None)? {
-                let full = std::mem::take(&mut s.labels);
-                s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
-                if !f(&s, &|| full.clone()) {
-                    break;
-                }
-            }
+            let all = self.select_labels(matchers, (mint, maxt), limit, None)?;
+            super::each_cut_down(all, keep, f);
             return Ok(());
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));

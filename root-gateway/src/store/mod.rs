@@ -223,13 +223,7 @@ pub trait Querier {
         keep: &dyn Fn(&str) -> bool,
         f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
     ) -> Result<(), StoreError> {
-        for mut s in self.select(matchers, mint, maxt, limit)? {
-            let full = std::mem::take(&mut s.labels);
-            s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
-            if !f(&s, &|| full.clone()) {
-                break;
-            }
-        }
+        each_cut_down(self.select(matchers, mint, maxt, limit)?, keep, f);
         Ok(())
     }
 
@@ -246,5 +240,22 @@ pub trait Querier {
             .into_iter()
             .map(|s| s.labels)
             .collect())
+    }
+}
+
+/// Hands whole selected series to a [`Querier::select_each`] callback, each
+/// with its label set cut down to the labels `keep` accepts, until the
+/// callback returns false: the plain path of stores that do not stream.
+pub(crate) fn each_cut_down(
+    series: Vec<Series>,
+    keep: &dyn Fn(&str) -> bool,
+    f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+) {
+    for mut s in series {
+        let full = std::mem::take(&mut s.labels);
+        s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
+        if !f(&s, &|| full.clone()) {
+            break;
+        }
     }
 }
