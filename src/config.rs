@@ -103,6 +103,13 @@ pub struct NodeFile {
     /// With staggered timers, the leaf samples this long after each boundary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_offset_ms: Option<u64>,
+    /// Longest a record written to a parent may wait for any packet from
+    /// it before the parent counts as dead and is left for the backup, ms
+    /// (0: only QUIC's 3 s idle timeout finds a dead parent). With a record
+    /// every tick, a vanished parent is left within a tick plus this; raise
+    /// it where parents may go without CPU for longer. Absent: 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_timeout_ms: Option<u64>,
 }
 
 /// Planned ack timeout of a link at `depth` (1: the parent is the
@@ -486,6 +493,7 @@ pub fn node_file(
         buffer_bytes: default_buffer_bytes(),
         buffer_age_secs: default_buffer_age(),
         max_series_per_child: None,
+        answer_timeout_ms: None,
         gateways: if gateways.len() > 1 {
             gateways
         } else {
@@ -687,6 +695,16 @@ mod tests {
             .join("\n");
         let old: NodeFile = toml::from_str(&text).expect("a config without ack timeouts");
         assert!(old.uplinks.iter().all(|u| u.ack_timeout_ms.is_none()));
+        // The answer timeout is not planned (the uplink's 1 s default) and
+        // may be set at the top of the file.
+        assert_eq!(old.answer_timeout_ms, None);
+        assert!(!text.contains("answer_timeout_ms"));
+        let set: NodeFile = toml::from_str(&format!("answer_timeout_ms = 2500\n{text}"))
+            .expect("a config with an answer timeout");
+        assert_eq!(set.answer_timeout_ms, Some(2500));
+        let back: NodeFile =
+            toml::from_str(&toml::to_string_pretty(&set).expect("toml")).expect("round trip");
+        assert_eq!(back, set);
     }
 
     #[test]

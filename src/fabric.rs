@@ -188,6 +188,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
                     l.depth,
                     u64::try_from(tick.as_millis()).unwrap_or(u64::MAX),
                 ))),
+                answer_timeout: None,
             });
         }
         let collectors: Vec<Box<dyn Collector + Send>> = if hp.name == real {

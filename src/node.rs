@@ -18,8 +18,8 @@ use canopy_leaf::sim::SimJobs;
 use canopy_leaf::{Collector, SimNode, host_collectors};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
-    BufferLimits, DEFAULT_ACK_TIMEOUT, Dialer, Identity, LinkTuning, Listener, Uplink,
-    UplinkConfig, UplinkTarget, unix_now_ms,
+    BufferLimits, DEFAULT_ACK_TIMEOUT, DEFAULT_ANSWER_TIMEOUT, Dialer, Identity, LinkTuning,
+    Listener, Uplink, UplinkConfig, UplinkTarget, unix_now_ms,
 };
 use canopy_topology::GATEWAY_NAME;
 use tokio::sync::{mpsc, watch};
@@ -151,6 +151,9 @@ pub struct PlannedUplink {
     pub backup_group: Vec<UplinkTarget>,
     /// Ack timeout (none: the uplink's default).
     pub ack_timeout: Option<Duration>,
+    /// Answer timeout (none: the uplink's default; see
+    /// `UplinkConfig::answer_timeout`).
+    pub answer_timeout: Option<Duration>,
 }
 
 /// Limits `listener` to the peers the plan gives it; without a list (a
@@ -210,6 +213,7 @@ pub async fn spawn_node(
             UplinkConfig {
                 buffer: buffer.clone(),
                 ack_timeout: u.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT),
+                answer_timeout: u.answer_timeout.unwrap_or(DEFAULT_ANSWER_TIMEOUT),
                 backup_group: u.backup_group,
                 ..UplinkConfig::new(u.primary, u.backup)
             },
@@ -385,6 +389,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
         LinkTuning::default(),
     )?;
     restrict_peers(&listener, f.allowed_peers.as_deref(), path);
+    let answer_timeout = f.answer_timeout_ms.map(Duration::from_millis);
     let mut ups = Vec::new();
     for u in &f.uplinks {
         let interior = u.role == "interior" && !f.children.is_empty();
@@ -403,6 +408,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
                     backup: None,
                     backup_group: Vec::new(),
                     ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
+                    answer_timeout,
                 });
             }
             continue;
@@ -436,6 +442,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
             }),
             backup_group,
             ack_timeout: u.ack_timeout_ms.map(Duration::from_millis),
+            answer_timeout,
         });
     }
     let mut collectors: Vec<Box<dyn Collector + Send>> = if no_collect {
