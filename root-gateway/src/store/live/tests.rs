@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::store::{Appender, Matcher, Querier};
+use crate::store::{Appender, Matcher, Querier, Series};
+use canopy_proto::model::METRIC_NAME;
 
 fn m(name: &str) -> Vec<Matcher> {
     vec![Matcher::equal(METRIC_NAME, name)]

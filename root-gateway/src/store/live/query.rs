@@ -1,0 +1,251 @@
+//! [`LiveStore`] as a [`Querier`]: selections, with label sets cut down to
+//! an aggregation's grouping labels and streamed one series at a time.
+
+use std::collections::HashMap;
+
+use canopy_proto::model::METRIC_NAME;
+
+use super::{Entry, LiveStore};
+use crate::store::intern::Interner;
+use crate::store::{Labels, Matcher, Querier, Sample, Series, StoreError};
+
+impl Querier for LiveStore {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.select_labels(matchers, (mint, maxt), limit, None)
+    }
+
+    fn select_keep(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Series>, StoreError> {
+        self.select_labels(matchers, (mint, maxt), limit, Some(keep))
+    }
+
+    fn select_each(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        limit: usize,
+        keep: &dyn Fn(&str) -> bool,
+        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+    ) -> Result<(), StoreError> {
+        let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
+        if up && !self.sources.is_empty() {
+            // `up` series join the selection (see `select_labels`).
+            let all = self.select_labels(matchers, (mint, maxt), limit, None)?;
+            crate::store::each_cut_down(all, keep, f);
+            return Ok(());
+        }
+        let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
+        let ids = self.index.candidates(matchers, &self.strings);
+        let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref)),
+            ),
+            None => Box::new(self.entries.iter().flatten()),
+        };
+        // Every matching series in label order (those without samples in
+        // the window are skipped below: the same order as `select`'s).
+        let entries: Vec<&Entry> = candidates
+            .filter(|e| self.strings.all_match(matchers, &e.labels))
+            .collect();
+        let mut order: Vec<u32> = (0..entries.len() as u32).collect();
+        {
+            let sets: Vec<&[u32]> = entries.iter().map(|e| &e.labels[..]).collect();
+            self.strings.sort_sets(&sets, &mut order);
+        }
+        let mut labels = KeptLabels::new(keep);
+        // One buffer for every series' samples.
+        let mut cur = Series {
+            labels: Labels::default(),
+            samples: Vec::new(),
+            start_ms: None,
+        };
+        let mut n = 0usize;
+        for &i in &order {
+            let e = entries[i as usize];
+            cur.samples.clear();
+            self.materialise_into(e, mint, maxt, &mut cur.samples);
+            if cur.samples.is_empty() {
+                continue;
+            }
+            if n >= limit {
+                return Err(StoreError::SelectLimit { limit });
+            }
+            n += 1;
+            cur.labels = labels.of(&self.strings, &e.labels);
+            if !f(&cur, &|| self.strings.labels(&e.labels)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Label sets cut down to the labels a `keep` accepts, built once per
+/// distinct cut-down set and shared by the series that have it.
+struct KeptLabels<'k> {
+    keep: &'k dyn Fn(&str) -> bool,
+    /// Whether `keep` accepts a label name, by its interned id (a
+    /// selection holds few distinct names).
+    names: Vec<(u32, bool)>,
+    shared: HashMap<Vec<u32>, Labels, foldhash::fast::RandomState>,
+    key: Vec<u32>,
+}
+
+impl<'k> KeptLabels<'k> {
+    fn new(keep: &'k dyn Fn(&str) -> bool) -> Self {
+        KeptLabels {
+            keep,
+            names: Vec::new(),
+            shared: HashMap::default(),
+            key: Vec::new(),
+        }
+    }
+
+    /// The cut-down label set of the interned set `syms`.
+    fn of(&mut self, strings: &Interner, syms: &[u32]) -> Labels {
+        self.key.clear();
+        for p in syms.chunks_exact(2) {
+            let kept = match self.names.iter().find(|(n, _)| *n == p[0]) {
+                Some(&(_, k)) => k,
+                None => {
+                    let k = (self.keep)(strings.get(p[0]));
+                    self.names.push((p[0], k));
+                    k
+                }
+            };
+            if kept {
+                self.key.extend_from_slice(p);
+            }
+        }
+        match self.shared.get(self.key.as_slice()) {
+            Some(l) => l.clone(),
+            None => {
+                let l = strings.labels(&self.key);
+                self.shared.insert(self.key.clone(), l.clone());
+                l
+            }
+        }
+    }
+}
+
+impl LiveStore {
+    /// [`Querier::select`], or with `keep` [`Querier::select_keep`]: series
+    /// whose kept labels are equal share one label set, built once.
+    fn select_labels(
+        &self,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        limit: usize,
+        keep: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Vec<Series>, StoreError> {
+        // `up{node}` of every source, unless the selector names another metric.
+        let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
+        if let Some(keep) = keep.filter(|_| up && !self.sources.is_empty()) {
+            // `up` series are ordered among the others by their whole label
+            // sets: cut them down after that order is known.
+            let mut out = self.select_labels(matchers, (mint, maxt), limit, None)?;
+            for s in &mut out {
+                s.labels = Labels::from_sorted_pairs(s.labels.iter().filter(|(n, _)| keep(n)));
+            }
+            return Ok(out);
+        }
+        let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
+        let ids = self.index.candidates(matchers, &self.strings);
+        let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref)),
+            ),
+            None => Box::new(self.entries.iter().flatten()),
+        };
+        // Sized once: growing it by doubling means large reallocations,
+        // each a walk of the allocator's free lists on a fragmented heap.
+        let mut hits = Vec::with_capacity(ids.as_ref().map_or(0, |ids| ids.len().min(limit)));
+        for e in candidates {
+            if !self.strings.all_match(matchers, &e.labels) {
+                continue;
+            }
+            let samples = self.materialise(e, mint, maxt);
+            if samples.is_empty() {
+                continue;
+            }
+            if hits.len() >= limit {
+                return Err(StoreError::SelectLimit { limit });
+            }
+            hits.push((e, samples));
+        }
+        // In label order, sorted on the interned ids (see `sort_sets`).
+        // Label sets are built only for the series returned. Held label
+        // sets are unique, so an unstable sort gives the one order.
+        let mut order: Vec<u32> = (0..hits.len() as u32).collect();
+        {
+            let sets: Vec<&[u32]> = hits.iter().map(|h| &h.0.labels[..]).collect();
+            self.strings.sort_sets(&sets, &mut order);
+        }
+        let hits: Vec<(&Entry, Vec<Sample>)> = order
+            .iter()
+            .map(|&i| {
+                let h = &mut hits[i as usize];
+                (h.0, std::mem::take(&mut h.1))
+            })
+            .collect();
+        let mut out: Vec<Series> = match keep {
+            None => hits
+                .into_iter()
+                .map(|(e, samples)| Series {
+                    labels: self.strings.labels(&e.labels),
+                    samples,
+                    start_ms: None,
+                })
+                .collect(),
+            Some(keep) => {
+                let mut labels = KeptLabels::new(keep);
+                hits.into_iter()
+                    .map(|(e, samples)| Series {
+                        labels: labels.of(&self.strings, &e.labels),
+                        samples,
+                        start_ms: None,
+                    })
+                    .collect()
+            }
+        };
+        let mut ups = false;
+        for src in self.sources.iter().filter(|_| up) {
+            let labels = Labels::from_pairs([(METRIC_NAME, "up"), ("node", src.name.as_str())]);
+            if !Matcher::all_match(matchers, &labels) {
+                continue;
+            }
+            let samples = self.up_samples(src, mint, maxt);
+            if samples.is_empty() {
+                continue;
+            }
+            if out.len() >= limit {
+                return Err(StoreError::SelectLimit { limit });
+            }
+            out.push(Series {
+                labels,
+                samples,
+                start_ms: None,
+            });
+            ups = true;
+        }
+        if ups {
+            out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        }
+        Ok(out)
+    }
+}
