@@ -48,19 +48,9 @@ impl Querier for LiveStore {
             return Ok(());
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
-        let ids = self.index.candidates(matchers, &self.strings);
-        let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
-            Some(ids) => Box::new(
-                ids.iter()
-                    .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref)),
-            ),
-            None => Box::new(self.entries.iter().flatten()),
-        };
         // Every matching series in label order (those without samples in
         // the window are skipped below: the same order as `select`'s).
-        let entries: Vec<&Entry> = candidates
-            .filter(|e| self.strings.all_match(matchers, &e.labels))
-            .collect();
+        let entries: Vec<&Entry> = self.matching(matchers).0.collect();
         let mut order: Vec<u32> = (0..entries.len() as u32).collect();
         {
             let sets: Vec<&[u32]> = entries.iter().map(|e| &e.labels[..]).collect();
@@ -143,6 +133,25 @@ impl<'k> KeptLabels<'k> {
 }
 
 impl LiveStore {
+    /// The entries `matchers` select, in id order, and how many candidates
+    /// the index narrowed them to (none: every entry was a candidate).
+    fn matching<'a>(
+        &'a self,
+        matchers: &'a [Matcher],
+    ) -> (Box<dyn Iterator<Item = &'a Entry> + 'a>, Option<usize>) {
+        let ids = self.index.candidates(matchers, &self.strings);
+        let candidates = ids.as_ref().map(Vec::len);
+        let all: Box<dyn Iterator<Item = &'a Entry> + 'a> = match ids {
+            Some(ids) => Box::new(
+                ids.into_iter()
+                    .filter_map(|id| self.entries.get(id as usize).and_then(Option::as_ref)),
+            ),
+            None => Box::new(self.entries.iter().flatten()),
+        };
+        let all = all.filter(move |e| self.strings.all_match(matchers, &e.labels));
+        (Box::new(all), candidates)
+    }
+
     /// [`Querier::select`], or with `keep` [`Querier::select_keep`]: series
     /// whose kept labels are equal share one label set, built once.
     fn select_labels(
@@ -164,21 +173,11 @@ impl LiveStore {
             return Ok(out);
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
-        let ids = self.index.candidates(matchers, &self.strings);
-        let candidates: Box<dyn Iterator<Item = &Entry>> = match &ids {
-            Some(ids) => Box::new(
-                ids.iter()
-                    .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref)),
-            ),
-            None => Box::new(self.entries.iter().flatten()),
-        };
+        let (matching, candidates) = self.matching(matchers);
         // Sized once: growing it by doubling means large reallocations,
         // each a walk of the allocator's free lists on a fragmented heap.
-        let mut hits = Vec::with_capacity(ids.as_ref().map_or(0, |ids| ids.len().min(limit)));
-        for e in candidates {
-            if !self.strings.all_match(matchers, &e.labels) {
-                continue;
-            }
+        let mut hits = Vec::with_capacity(candidates.map_or(0, |n| n.min(limit)));
+        for e in matching {
             let samples = self.materialise(e, mint, maxt);
             if samples.is_empty() {
                 continue;
