@@ -203,6 +203,15 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// The time window a selector reads: the one the pre-pass planned for
+    /// it over the whole query, else `range` ending at `t`.
+    fn window(&self, k: usize, t: i64, range: i64) -> (i64, i64) {
+        self.windows
+            .get(&k)
+            .copied()
+            .unwrap_or((t.saturating_sub(range), t))
+    }
+
     pub(crate) fn fetch(
         &mut self,
         vs: &VectorSelector,
@@ -213,11 +222,7 @@ impl<'a> Evaluator<'a> {
         if let Some(s) = self.cache.get(&k) {
             return Ok(Rc::clone(s));
         }
-        let (lo, hi) = self
-            .windows
-            .get(&k)
-            .copied()
-            .unwrap_or((t.saturating_sub(range), t));
+        let (lo, hi) = self.window(k, t, range);
         let matchers = prepass::matchers(vs)?;
         let series = self
             .q
@@ -245,11 +250,7 @@ impl<'a> Evaluator<'a> {
         f: &mut SeriesSink<'_>,
     ) -> Result<bool, PromqlError> {
         let k = prepass::key(vs);
-        let (lo, hi) = self
-            .windows
-            .get(&k)
-            .copied()
-            .unwrap_or((t.saturating_sub(range), t));
+        let (lo, hi) = self.window(k, t, range);
         let matchers = prepass::matchers(vs)?;
         let (q, cancel, limit) = (self.q, self.cancel, self.opts.max_series_per_selector);
         let calls = &mut self.calls;
