@@ -188,6 +188,52 @@ fn main() -> anyhow::Result<()> {
         println!("engine {only}: median {:.3} ms", engine_ms[0]);
         return Ok(());
     }
+    // Cold: caches flushed before each, the engine alone and the store's
+    // walk alone (the selection streamed to a callback that does nothing).
+    {
+        let mut flush = vec![0u8; 256 << 20];
+        let mut round = 0u8;
+        let mut cold = |f: &mut dyn FnMut()| {
+            let mut ms = Vec::new();
+            for _ in 0..runs {
+                round = round.wrapping_add(1);
+                for b in flush.iter_mut().step_by(64) {
+                    *b = round;
+                }
+                std::hint::black_box(&flush);
+                let t0 = Instant::now();
+                f();
+                ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            median(&mut ms)
+        };
+        let m = [canopy_gateway::store::Matcher::equal("__name__", IO_READ)];
+        let (lo, hi) = (t * 1000 - 60_000, t * 1000);
+        use canopy_gateway::store::Querier as _;
+        let walk = cold(&mut || {
+            store
+                .select_each(&m, lo, hi, usize::MAX, &|_| false, &mut |s, _| {
+                    std::hint::black_box(s.samples.len());
+                    true
+                })
+                .ok();
+        });
+        let walk_labels = cold(&mut || {
+            store
+                .select_each(&m, lo, hi, usize::MAX, &|n| n == "job_id", &mut |s, _| {
+                    std::hint::black_box(s.samples.len());
+                    true
+                })
+                .ok();
+        });
+        let (_, sum, _) = &queries[0];
+        let (_, topk, _) = &queries[1];
+        let e_sum = cold(&mut || drop(std::hint::black_box(engine.instant(&store, sum, t * 1000))));
+        let e_topk = cold(&mut || drop(std::hint::black_box(engine.instant(&store, topk, t * 1000))));
+        println!(
+            "cold: store walk {walk:.3} ms (keeping job_id {walk_labels:.3} ms), engine sum {e_sum:.3} ms, engine topk {e_topk:.3} ms"
+        );
+    }
     // The same through the HTTP API on loopback.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -253,6 +253,13 @@ impl Chunk {
         2 * std::mem::size_of::<usize>() + std::mem::size_of::<Chunk>()
     }
 
+    /// The first and last encoded bytes, XORed (0 when empty): reading
+    /// them loads a small chunk's bytes into the cache, for a reader that
+    /// loads a selection's chunks before decoding them.
+    pub fn touch(&self) -> u8 {
+        self.bytes.first().copied().unwrap_or(0) ^ self.bytes.last().copied().unwrap_or(0)
+    }
+
     /// Allocated but unused encoded bytes.
     pub fn slack_bytes(&self) -> usize {
         self.bytes.capacity() - self.bytes.len()

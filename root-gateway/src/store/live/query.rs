@@ -2,6 +2,7 @@
 //! an aggregation's grouping labels and streamed one series at a time.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use canopy_proto::model::METRIC_NAME;
 
@@ -56,6 +57,7 @@ impl Querier for LiveStore {
             let sets: Vec<&[u32]> = entries.iter().map(|e| &e.labels[..]).collect();
             self.strings.sort_sets(&sets, &mut order);
         }
+        Self::preload_chunks(&entries, mint, maxt);
         let mut labels = KeptLabels::new(keep);
         // One buffer for every series' samples.
         let mut cur = Series {
@@ -140,6 +142,9 @@ impl LiveStore {
         matchers: &'a [Matcher],
     ) -> (Box<dyn Iterator<Item = &'a Entry> + 'a>, Option<usize>) {
         let ids = self.index.candidates(matchers, &self.strings);
+        if let Some(ids) = &ids {
+            self.preload_entries(ids);
+        }
         let candidates = ids.as_ref().map(Vec::len);
         let all: Box<dyn Iterator<Item = &'a Entry> + 'a> = match ids {
             Some(ids) => Box::new(
@@ -150,6 +155,54 @@ impl LiveStore {
         };
         let all = all.filter(move |e| self.strings.all_match(matchers, &e.labels));
         (Box::new(all), candidates)
+    }
+
+    /// Loads the entries `ids` name and their label ids into the cache,
+    /// one level at a time across all of them, before the matchers walk
+    /// them one by one (see [`LiveStore::preload_chunks`]).
+    fn preload_entries(&self, ids: &[u32]) {
+        let entry = |id: &u32| self.entries.get(*id as usize).and_then(Option::as_ref);
+        let mut acc = 0usize;
+        for e in ids.iter().filter_map(entry) {
+            acc ^= e.labels.as_ptr() as usize;
+        }
+        for e in ids.iter().filter_map(entry) {
+            acc ^= e.labels.first().copied().unwrap_or(0) as usize;
+        }
+        std::hint::black_box(acc);
+    }
+
+    /// Loads what decoding `entries` over `[mint, maxt]` reads (their
+    /// chunk lists, the headers of the chunks from the one holding `mint`,
+    /// those chunks' bytes) into the cache, one level at a time across the
+    /// whole selection. A selection's series lie scattered among all the
+    /// store's, so each level is a cache miss a series; walked series by
+    /// series, the misses of one series come one after another (each
+    /// address is read from the last), while a loop over many series at
+    /// one level has no such chain and the CPU overlaps its misses.
+    fn preload_chunks(entries: &[&Entry], mint: i64, maxt: i64) {
+        let mut acc = 0usize;
+        for e in entries {
+            acc ^= e.chunks.last().map_or(0, |c| Arc::as_ptr(c) as usize);
+        }
+        for e in entries {
+            for c in e.chunks.iter().rev() {
+                acc ^= c.len();
+                if c.first_ts() <= mint {
+                    break;
+                }
+            }
+        }
+        for e in entries {
+            let first = e
+                .chunks
+                .partition_point(|c| c.first_ts() <= mint)
+                .saturating_sub(1);
+            for c in e.chunks[first..].iter().take_while(|c| c.first_ts() <= maxt) {
+                acc ^= usize::from(c.touch());
+            }
+        }
+        std::hint::black_box(acc);
     }
 
     /// [`Querier::select`], or with `keep` [`Querier::select_keep`]: series
@@ -174,6 +227,8 @@ impl LiveStore {
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
         let (matching, candidates) = self.matching(matchers);
+        let matching: Vec<&Entry> = matching.collect();
+        Self::preload_chunks(&matching, mint, maxt);
         // Sized once: growing it by doubling means large reallocations,
         // each a walk of the allocator's free lists on a fragmented heap.
         let mut hits = Vec::with_capacity(candidates.map_or(0, |n| n.min(limit)));
