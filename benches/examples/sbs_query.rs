@@ -229,7 +229,8 @@ fn main() -> anyhow::Result<()> {
         let (_, sum, _) = &queries[0];
         let (_, topk, _) = &queries[1];
         let e_sum = cold(&mut || drop(std::hint::black_box(engine.instant(&store, sum, t * 1000))));
-        let e_topk = cold(&mut || drop(std::hint::black_box(engine.instant(&store, topk, t * 1000))));
+        let e_topk =
+            cold(&mut || drop(std::hint::black_box(engine.instant(&store, topk, t * 1000))));
         println!(
             "cold: store walk {walk:.3} ms (keeping job_id {walk_labels:.3} ms), engine sum {e_sum:.3} ms, engine topk {e_topk:.3} ms"
         );

@@ -196,6 +196,11 @@ pub struct LiveStore {
     /// Generation of each slot of `entries`, moved on when the slot is
     /// freed (missing: 0). Grows only as slots are freed.
     generations: Vec<u32>,
+    /// Moved on whenever a series is added or removed: a cached selection
+    /// holds only for the epoch it was made in.
+    series_epoch: u64,
+    /// Recent selections, in label order (see [`query::Selections`]).
+    selections: std::sync::Mutex<query::Selections>,
 }
 
 impl LiveStore {
@@ -333,6 +338,7 @@ impl LiveStore {
         let mut gone = Vec::with_capacity(dead.len());
         for id in dead {
             if let Some(e) = self.entries[id].take() {
+                self.series_epoch += 1;
                 gone.push((id as u32, e.labels));
                 self.free.push(id);
                 self.live -= 1;
@@ -439,6 +445,7 @@ impl LiveStore {
             }
         };
         self.live += 1;
+        self.series_epoch += 1;
         if let Some(e) = &self.entries[id] {
             self.index.insert(h, &e.labels, id as u32);
         }

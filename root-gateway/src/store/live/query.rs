@@ -2,13 +2,13 @@
 //! an aggregation's grouping labels and streamed one series at a time.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use canopy_proto::model::METRIC_NAME;
 
 use super::{Entry, LiveStore};
 use crate::store::intern::Interner;
-use crate::store::{Labels, Matcher, Querier, Sample, Series, StoreError};
+use crate::store::{Labels, MatchOp, Matcher, Querier, Series, StoreError};
 
 impl Querier for LiveStore {
     fn select(
@@ -51,12 +51,7 @@ impl Querier for LiveStore {
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
         // Every matching series in label order (those without samples in
         // the window are skipped below: the same order as `select`'s).
-        let entries: Vec<&Entry> = self.matching(matchers).0.collect();
-        let mut order: Vec<u32> = (0..entries.len() as u32).collect();
-        {
-            let sets: Vec<&[u32]> = entries.iter().map(|e| &e.labels[..]).collect();
-            self.strings.sort_sets(&sets, &mut order);
-        }
+        let entries = self.entries_of(&self.selection(matchers));
         Self::preload_chunks(&entries, mint, maxt);
         let mut labels = KeptLabels::new(keep);
         // One buffer for every series' samples.
@@ -66,8 +61,7 @@ impl Querier for LiveStore {
             start_ms: None,
         };
         let mut n = 0usize;
-        for &i in &order {
-            let e = entries[i as usize];
+        for e in entries {
             cur.samples.clear();
             self.materialise_into(e, mint, maxt, &mut cur.samples);
             if cur.samples.is_empty() {
@@ -84,6 +78,71 @@ impl Querier for LiveStore {
         }
         Ok(())
     }
+}
+
+/// Most selections a store keeps in [`Selections`].
+const MAX_SELECTIONS: usize = 64;
+/// Most series ids the kept selections hold in all (16 MiB).
+const MAX_SELECTED_IDS: usize = 1 << 22;
+
+/// Recent selections by plain (`=`, `!=`) matchers: the ids of the series
+/// each matches, in label order. Finding and ordering a selection reads
+/// every candidate's label ids and many label strings, all scattered in
+/// memory, and a dashboard asks the same selections again and again while
+/// the set of series stays the same. Valid for one series epoch of the
+/// store (a series added or removed moves it on); bounded in selections
+/// and ids, emptied when full.
+#[derive(Debug, Default)]
+pub(super) struct Selections {
+    epoch: u64,
+    held: usize,
+    map: HashMap<Vec<u8>, Arc<[u32]>, foldhash::fast::RandomState>,
+}
+
+impl Selections {
+    /// Keeps `ids` as the selection of `key`, made at series epoch `epoch`.
+    fn insert(&mut self, epoch: u64, key: Vec<u8>, ids: Arc<[u32]>) {
+        if self.epoch != epoch
+            || self.map.len() >= MAX_SELECTIONS
+            || self.held + ids.len() > MAX_SELECTED_IDS
+        {
+            self.map.clear();
+            self.held = 0;
+            self.epoch = epoch;
+        }
+        if ids.len() <= MAX_SELECTED_IDS {
+            self.held += ids.len();
+            if let Some(old) = self.map.insert(key, ids) {
+                self.held -= old.len();
+            }
+        }
+    }
+}
+
+/// True when `s`'s cache holds the selection of `matchers` (for tests).
+#[cfg(test)]
+pub(super) fn cached(s: &LiveStore, matchers: &[Matcher]) -> bool {
+    let c = s.selections.lock().unwrap_or_else(PoisonError::into_inner);
+    c.epoch == s.series_epoch && selection_key(matchers).is_some_and(|k| c.map.contains_key(&k))
+}
+
+/// The key of `matchers` in [`Selections`] (each name and value length
+/// first, so no two lists share one), or `None` when one is a regex.
+fn selection_key(matchers: &[Matcher]) -> Option<Vec<u8>> {
+    let mut k = Vec::new();
+    for m in matchers {
+        let (op, v) = match &m.op {
+            MatchOp::Equal(v) => (0u8, v),
+            MatchOp::NotEqual(v) => (1, v),
+            _ => return None,
+        };
+        k.push(op);
+        for s in [&m.name, v] {
+            k.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            k.extend_from_slice(s.as_bytes());
+        }
+    }
+    Some(k)
 }
 
 /// Label sets cut down to the labels a `keep` accepts, built once per
@@ -135,25 +194,78 @@ impl<'k> KeptLabels<'k> {
 }
 
 impl LiveStore {
-    /// The entries `matchers` select, in id order, and how many candidates
-    /// the index narrowed them to (none: every entry was a candidate).
+    /// The ids of the series `matchers` select, in label order (all of
+    /// them, with samples in a given window or not): from the cache of
+    /// recent selections while it holds them for the current series, else
+    /// found through the index, every matcher checked and sorted.
+    fn selection(&self, matchers: &[Matcher]) -> Arc<[u32]> {
+        let key = selection_key(matchers);
+        let cache = || {
+            self.selections
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some(k) = &key {
+            let c = cache();
+            if c.epoch == self.series_epoch
+                && let Some(ids) = c.map.get(k)
+            {
+                return Arc::clone(ids);
+            }
+        }
+        let (matching, _) = self.matching(matchers);
+        let ids: Vec<u32> = matching.map(|(id, _)| id).collect();
+        let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+        {
+            let sets: Vec<&[u32]> = self
+                .entries_of(&ids)
+                .iter()
+                .map(|e| &e.labels[..])
+                .collect();
+            self.strings.sort_sets(&sets, &mut order);
+        }
+        let sorted: Arc<[u32]> = order.iter().map(|&i| ids[i as usize]).collect();
+        if let Some(k) = key {
+            cache().insert(self.series_epoch, k, Arc::clone(&sorted));
+        }
+        sorted
+    }
+
+    /// The entries of the held series `ids`, in that order.
+    fn entries_of(&self, ids: &[u32]) -> Vec<&Entry> {
+        ids.iter()
+            .filter_map(|&id| self.entries.get(id as usize).and_then(Option::as_ref))
+            .collect()
+    }
+
+    /// The ids and entries `matchers` select, in id order, and how many
+    /// candidates the index narrowed them to (none: every entry was a
+    /// candidate).
     fn matching<'a>(
         &'a self,
         matchers: &'a [Matcher],
-    ) -> (Box<dyn Iterator<Item = &'a Entry> + 'a>, Option<usize>) {
+    ) -> (
+        Box<dyn Iterator<Item = (u32, &'a Entry)> + 'a>,
+        Option<usize>,
+    ) {
         let ids = self.index.candidates(matchers, &self.strings);
         if let Some(ids) = &ids {
             self.preload_entries(ids);
         }
         let candidates = ids.as_ref().map(Vec::len);
-        let all: Box<dyn Iterator<Item = &'a Entry> + 'a> = match ids {
-            Some(ids) => Box::new(
-                ids.into_iter()
-                    .filter_map(|id| self.entries.get(id as usize).and_then(Option::as_ref)),
+        let all: Box<dyn Iterator<Item = (u32, &'a Entry)> + 'a> = match ids {
+            Some(ids) => Box::new(ids.into_iter().filter_map(|id| {
+                let e = self.entries.get(id as usize).and_then(Option::as_ref)?;
+                Some((id, e))
+            })),
+            None => Box::new(
+                self.entries
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(id, e)| Some((id as u32, e.as_ref()?))),
             ),
-            None => Box::new(self.entries.iter().flatten()),
         };
-        let all = all.filter(move |e| self.strings.all_match(matchers, &e.labels));
+        let all = all.filter(move |(_, e)| self.strings.all_match(matchers, &e.labels));
         (Box::new(all), candidates)
     }
 
@@ -183,6 +295,7 @@ impl LiveStore {
     fn preload_chunks(entries: &[&Entry], mint: i64, maxt: i64) {
         let mut acc = 0usize;
         for e in entries {
+            acc ^= e.labels.first().copied().unwrap_or(0) as usize;
             acc ^= e.chunks.last().map_or(0, |c| Arc::as_ptr(c) as usize);
         }
         for e in entries {
@@ -198,7 +311,10 @@ impl LiveStore {
                 .chunks
                 .partition_point(|c| c.first_ts() <= mint)
                 .saturating_sub(1);
-            for c in e.chunks[first..].iter().take_while(|c| c.first_ts() <= maxt) {
+            for c in e.chunks[first..]
+                .iter()
+                .take_while(|c| c.first_ts() <= maxt)
+            {
                 acc ^= usize::from(c.touch());
             }
         }
@@ -226,12 +342,13 @@ impl LiveStore {
             return Ok(out);
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
-        let (matching, candidates) = self.matching(matchers);
-        let matching: Vec<&Entry> = matching.collect();
+        // In label order (see `selection`); label sets are built only for
+        // the series returned.
+        let matching = self.entries_of(&self.selection(matchers));
         Self::preload_chunks(&matching, mint, maxt);
         // Sized once: growing it by doubling means large reallocations,
         // each a walk of the allocator's free lists on a fragmented heap.
-        let mut hits = Vec::with_capacity(candidates.map_or(0, |n| n.min(limit)));
+        let mut hits = Vec::with_capacity(matching.len().min(limit));
         for e in matching {
             let samples = self.materialise(e, mint, maxt);
             if samples.is_empty() {
@@ -242,21 +359,6 @@ impl LiveStore {
             }
             hits.push((e, samples));
         }
-        // In label order, sorted on the interned ids (see `sort_sets`).
-        // Label sets are built only for the series returned. Held label
-        // sets are unique, so an unstable sort gives the one order.
-        let mut order: Vec<u32> = (0..hits.len() as u32).collect();
-        {
-            let sets: Vec<&[u32]> = hits.iter().map(|h| &h.0.labels[..]).collect();
-            self.strings.sort_sets(&sets, &mut order);
-        }
-        let hits: Vec<(&Entry, Vec<Sample>)> = order
-            .iter()
-            .map(|&i| {
-                let h = &mut hits[i as usize];
-                (h.0, std::mem::take(&mut h.1))
-            })
-            .collect();
         let mut out: Vec<Series> = match keep {
             None => hits
                 .into_iter()

@@ -258,6 +258,7 @@ impl LiveStore {
             let syms = s.strings.intern(&labels);
             s.index.insert(h, &syms, id);
             s.live += 1;
+            s.series_epoch += 1;
             s.entries.push(Some(Entry {
                 labels: syms,
                 source,

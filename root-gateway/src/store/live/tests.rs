@@ -604,3 +604,75 @@ fn select_keep_is_select_with_label_sets_cut_down() {
     .unwrap();
     assert_eq!(n, want);
 }
+
+/// Selections are cached in label order; a series added or removed makes
+/// the next query find them again, and a regex is never cached.
+#[test]
+fn cached_selections_follow_added_and_removed_series() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..LiveStoreConfig::default()
+    });
+    let keys = |s: &LiveStore, ms: &[Matcher]| -> Vec<String> {
+        let mut out = Vec::new();
+        s.select_each(ms, 0, i64::MAX, 100, &|_| true, &mut |x, _| {
+            out.push(x.labels.get("k").unwrap_or("").to_string());
+            true
+        })
+        .unwrap();
+        let whole: Vec<String> = s
+            .select(ms, 0, i64::MAX, 100)
+            .unwrap()
+            .iter()
+            .map(|x| x.labels.get("k").unwrap_or("").to_string())
+            .collect();
+        assert_eq!(out, whole);
+        out
+    };
+    let ne = vec![
+        Matcher::equal(METRIC_NAME, "x"),
+        Matcher {
+            name: "k".into(),
+            op: crate::store::MatchOp::NotEqual("b".into()),
+        },
+    ];
+    // Added out of label order.
+    s.append(None, &Labels::metric("x", [("k", "c")]), 0, 1.0)
+        .unwrap();
+    s.append(None, &Labels::metric("x", [("k", "a")]), 0, 1.0)
+        .unwrap();
+    assert_eq!(keys(&s, &m("x")), ["a", "c"]);
+    assert_eq!(keys(&s, &ne), ["a", "c"]);
+    // Cached now; a new series must still show, in its place.
+    s.append(None, &Labels::metric("x", [("k", "b")]), 0, 1.0)
+        .unwrap();
+    assert_eq!(keys(&s, &m("x")), ["a", "b", "c"]);
+    assert_eq!(keys(&s, &ne), ["a", "c"]);
+    // Retention removes all three; new ones reuse their ids.
+    s.append(None, &Labels::metric("x", [("k", "a")]), 50_000, 2.0)
+        .unwrap();
+    s.maintain(50_000);
+    assert_eq!(keys(&s, &m("x")), ["a"]);
+    s.append(None, &Labels::metric("x", [("k", "d")]), 50_000, 2.0)
+        .unwrap();
+    s.append(None, &Labels::metric("y", [("k", "e")]), 50_000, 2.0)
+        .unwrap();
+    assert_eq!(keys(&s, &m("x")), ["a", "d"]);
+    assert_eq!(keys(&s, &m("y")), ["e"]);
+    let re: crate::store::Predicate = std::sync::Arc::new(|v: &str| v != "a");
+    let ms = vec![
+        Matcher::equal(METRIC_NAME, "x"),
+        Matcher {
+            name: "k".into(),
+            op: crate::store::MatchOp::Regex(re),
+        },
+    ];
+    assert_eq!(keys(&s, &ms), ["d"]);
+    assert!(selection_cached(&s, &m("x")));
+    assert!(!selection_cached(&s, &ms));
+}
+
+/// True when the store's cache holds the selection of `ms`.
+fn selection_cached(s: &LiveStore, ms: &[Matcher]) -> bool {
+    query::cached(s, ms)
+}
