@@ -21,6 +21,11 @@ mod sweep;
 pub mod testscript;
 mod value;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use promql_parser::parser::Expr;
+
 use crate::store::{Querier, StoreError};
 
 pub use duration::parse_units_ms as parse_duration_ms;
@@ -98,10 +103,30 @@ impl Default for EngineOpts {
     }
 }
 
-/// The PromQL engine: stateless apart from its settings, shareable.
+/// The PromQL engine: its settings and a cache of parsed queries,
+/// shareable (clones share the cache).
 #[derive(Clone, Debug, Default)]
 pub struct Engine {
     opts: EngineOpts,
+    parsed: Arc<Mutex<Parsed>>,
+}
+
+/// Most queries [`Parsed`] keeps.
+const MAX_PARSED: usize = 256;
+/// Longest query text [`Parsed`] keeps, bytes.
+const MAX_PARSED_LEN: usize = 4096;
+
+/// A parsed query: the text after the pre-pass and its expression.
+type ParsedQuery = Arc<(String, Expr)>;
+
+/// Recently parsed queries by text and duration context (`step()` and
+/// `range()` are rewritten before parsing). Dashboards send the same
+/// queries again and again; parsing one is cheap warm, but after other
+/// work has pushed the parser's code and tables out of the CPU caches it
+/// was a tenth of a small query's time. Bounded, emptied when full.
+#[derive(Debug, Default)]
+struct Parsed {
+    map: HashMap<(String, i64, i64), ParsedQuery, foldhash::fast::RandomState>,
 }
 
 /// A cancellation check: returns true when the query must stop (deadline
@@ -115,7 +140,34 @@ fn never() -> bool {
 impl Engine {
     /// An engine with the given settings.
     pub fn new(opts: EngineOpts) -> Self {
-        Engine { opts }
+        Engine {
+            opts,
+            parsed: Arc::default(),
+        }
+    }
+
+    /// `query` after the pre-pass under `ctx`, parsed: from the cache of
+    /// recent queries when it holds it (errors are not kept).
+    fn parse(&self, query: &str, ctx: durexpr::DurCtx) -> Result<ParsedQuery, PromqlError> {
+        let cache = || self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
+        let key =
+            (query.len() <= MAX_PARSED_LEN).then(|| (query.to_string(), ctx.step_ms, ctx.range_ms));
+        if let Some(k) = &key
+            && let Some(p) = cache().map.get(k)
+        {
+            return Ok(Arc::clone(p));
+        }
+        let text = durexpr::rewrite(query, ctx)?;
+        let expr = prepass::parse(&text, &self.opts)?;
+        let p = Arc::new((text, expr));
+        if let Some(k) = key {
+            let mut c = cache();
+            if c.map.len() >= MAX_PARSED {
+                c.map.clear();
+            }
+            c.map.insert(k, Arc::clone(&p));
+        }
+        Ok(p)
     }
 
     /// The engine's settings.
@@ -150,9 +202,8 @@ impl Engine {
         ts_ms: i64,
         cancel: Cancel<'_>,
     ) -> Result<(Value, Vec<String>), PromqlError> {
-        let query = durexpr::rewrite(query, durexpr::DurCtx::default())?;
-        let expr = prepass::parse(&query, &self.opts)?;
-        eval::instant(&self.opts, q, (&expr, &query), ts_ms, cancel)
+        let p = self.parse(query, durexpr::DurCtx::default())?;
+        eval::instant(&self.opts, q, (&p.1, &p.0), ts_ms, cancel)
     }
 
     /// Evaluates `query` at every `step_ms` from `start_ms` to `end_ms`.
@@ -210,12 +261,11 @@ impl Engine {
             step_ms,
             range_ms: end_ms - start_ms,
         };
-        let query = durexpr::rewrite(query, ctx)?;
-        let expr = prepass::parse(&query, &self.opts)?;
+        let p = self.parse(query, ctx)?;
         eval::range(
             &self.opts,
             q,
-            (&expr, &query),
+            (&p.1, &p.0),
             start_ms,
             end_ms,
             step_ms,
@@ -248,5 +298,45 @@ pub fn parse_selector(
         _ => Err(PromqlError::Parse(format!(
             "invalid series selector {s:?}: not a vector selector"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::{Appender, Labels, MemStore};
+
+    /// A cached parse gives the same answers; the duration context is part
+    /// of the key (`step()` differs per range query); errors are not kept.
+    #[test]
+    fn cached_parses_answer_as_fresh_ones() {
+        let mut s = MemStore::new();
+        for i in 0..100 {
+            s.append(None, &Labels::metric("c", [("k", "a")]), i * 1000, i as f64)
+                .unwrap();
+        }
+        let e = Engine::default();
+        let q = "sum(rate(c[10s]))";
+        let a = e.instant(&s, q, 50_000).unwrap();
+        assert_eq!(e.parsed.lock().unwrap().map.len(), 1);
+        assert_eq!(e.instant(&s, q, 50_000).unwrap(), a);
+        assert_eq!(e.instant(&s, q, 60_000).unwrap(), {
+            let fresh = Engine::default();
+            fresh.instant(&s, q, 60_000).unwrap()
+        });
+        let r = "count_over_time(c[step()])";
+        let (m1, m5) = (
+            e.range(&s, r, 10_000, 20_000, 1_000).unwrap(),
+            e.range(&s, r, 10_000, 20_000, 5_000).unwrap(),
+        );
+        assert_eq!(m1[0].points[0].v, 1.0);
+        assert_eq!(m5[0].points[0].v, 5.0);
+        assert_eq!(e.range(&s, r, 10_000, 20_000, 1_000).unwrap(), m1);
+        let bad = "sum(rate(c[10s])";
+        assert!(matches!(e.instant(&s, bad, 0), Err(PromqlError::Parse(_))));
+        assert!(matches!(e.instant(&s, bad, 0), Err(PromqlError::Parse(_))));
+        assert_eq!(e.parsed.lock().unwrap().map.len(), 3);
     }
 }
