@@ -504,31 +504,51 @@ fn sweep(
             // grouping labels: a label set is built once per group.
             let mut index: HashMap<Labels, usize, foldhash::fast::RandomState> = HashMap::default();
             let mut bail = false;
+            let mut last: Option<(Labels, usize)> = None;
             let complete = ev.fetch_each(
                 vs,
                 tt0,
                 range,
                 &|n| grouping_label(&a.modifier, n),
                 &mut |s, _| {
-                    let o = match index.get(&s.labels) {
-                        Some(&o) => o,
+                    // Series come in label order, so mostly a series is in
+                    // the group of the one before (a shared label set, so
+                    // comparing is a pointer comparison).
+                    let hit = last.as_ref().filter(|(l, _)| *l == s.labels);
+                    let o = match hit
+                        .map(|&(_, o)| o)
+                        .or_else(|| index.get(&s.labels).copied())
+                    {
+                        Some(o) => o,
                         None => {
-                            let mut key: Vec<(&str, &str)> = Vec::new();
-                            aggregate::group_pairs(&s.labels, &a.modifier, &mut key);
-                            if key.iter().any(|(n, _)| *n == METRIC_NAME)
+                            // The store cut the label set down to the
+                            // grouping labels: then it is the group's own
+                            // (no allocation), else the pairs are taken out.
+                            let labels =
+                                if s.labels.iter().all(|(n, _)| grouping_label(&a.modifier, n)) {
+                                    s.labels.clone()
+                                } else {
+                                    let mut key: Vec<(&str, &str)> = Vec::new();
+                                    aggregate::group_pairs(&s.labels, &a.modifier, &mut key);
+                                    Labels::from_pairs(key.iter().copied())
+                                };
+                            if labels.get(METRIC_NAME).is_some()
                                 || (outs.len() + 1).saturating_mul(nsteps) > cap
                             {
                                 bail = true;
                                 return Ok(false);
                             }
                             outs.push(Out {
-                                labels: Labels::from_pairs(key.iter().copied()),
+                                labels,
                                 points: Vec::new(),
                             });
                             index.insert(s.labels.clone(), outs.len() - 1);
                             outs.len() - 1
                         }
                     };
+                    if hit.is_none() {
+                        last = Some((s.labels.clone(), o));
+                    }
                     pass.series(s, o, None)?;
                     Ok(true)
                 },

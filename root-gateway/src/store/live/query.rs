@@ -154,6 +154,10 @@ struct KeptLabels<'k> {
     names: Vec<(u32, bool)>,
     shared: HashMap<Vec<u32>, Labels, foldhash::fast::RandomState>,
     key: Vec<u32>,
+    /// The last set given out and its key: series come in label order,
+    /// so the next one mostly has the same cut-down set.
+    last: Option<Labels>,
+    last_key: Vec<u32>,
 }
 
 impl<'k> KeptLabels<'k> {
@@ -163,6 +167,8 @@ impl<'k> KeptLabels<'k> {
             names: Vec::new(),
             shared: HashMap::default(),
             key: Vec::new(),
+            last: None,
+            last_key: Vec::new(),
         }
     }
 
@@ -182,14 +188,21 @@ impl<'k> KeptLabels<'k> {
                 self.key.extend_from_slice(p);
             }
         }
-        match self.shared.get(self.key.as_slice()) {
+        if let Some(l) = self.last.as_ref().filter(|_| self.key == self.last_key) {
+            return l.clone();
+        }
+        let l = match self.shared.get(self.key.as_slice()) {
             Some(l) => l.clone(),
             None => {
                 let l = strings.labels(&self.key);
                 self.shared.insert(self.key.clone(), l.clone());
                 l
             }
-        }
+        };
+        self.last_key.clear();
+        self.last_key.extend_from_slice(&self.key);
+        self.last = Some(l.clone());
+        l
     }
 }
 
