@@ -226,8 +226,7 @@ impl LiveStore {
                 return Arc::clone(ids);
             }
         }
-        let (matching, _) = self.matching(matchers);
-        let ids: Vec<u32> = matching.map(|(id, _)| id).collect();
+        let ids: Vec<u32> = self.matching(matchers).map(|(id, _)| id).collect();
         let mut order: Vec<u32> = (0..ids.len() as u32).collect();
         {
             let sets: Vec<&[u32]> = self
@@ -251,21 +250,15 @@ impl LiveStore {
             .collect()
     }
 
-    /// The ids and entries `matchers` select, in id order, and how many
-    /// candidates the index narrowed them to (none: every entry was a
-    /// candidate).
+    /// The ids and entries `matchers` select, in id order.
     fn matching<'a>(
         &'a self,
         matchers: &'a [Matcher],
-    ) -> (
-        Box<dyn Iterator<Item = (u32, &'a Entry)> + 'a>,
-        Option<usize>,
-    ) {
+    ) -> Box<dyn Iterator<Item = (u32, &'a Entry)> + 'a> {
         let ids = self.index.candidates(matchers, &self.strings);
         if let Some(ids) = &ids {
             self.preload_entries(ids);
         }
-        let candidates = ids.as_ref().map(Vec::len);
         let all: Box<dyn Iterator<Item = (u32, &'a Entry)> + 'a> = match ids {
             Some(ids) => Box::new(ids.into_iter().filter_map(|id| {
                 let e = self.entries.get(id as usize).and_then(Option::as_ref)?;
@@ -278,8 +271,7 @@ impl LiveStore {
                     .filter_map(|(id, e)| Some((id as u32, e.as_ref()?))),
             ),
         };
-        let all = all.filter(move |(_, e)| self.strings.all_match(matchers, &e.labels));
-        (Box::new(all), candidates)
+        Box::new(all.filter(move |(_, e)| self.strings.all_match(matchers, &e.labels)))
     }
 
     /// Loads the entries `ids` name and their label ids into the cache,
