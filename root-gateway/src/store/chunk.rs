@@ -11,16 +11,27 @@
 //!   110  + 12 bits
 //!   1110 + 20 bits
 //!   1111 + 64 bits
-//! value
-//!   0                     same bits as the previous value
-//!   10   + delta + resid  decimal: mantissa delta at the current exponent
-//!   110  + window         XOR with the previous value (Gorilla)
-//!   111  + e (3 bits) + delta + resid
+//! value: one of five forms, ranked by the previous value's form (see below)
+//!   same                  same bits as the previous value
+//!   dec   + rice          decimal: mantissa delta at the current exponent
+//!   dec+r + rice + resid  the same with a residual (resid: len (4) + len bits)
+//!   xor   + window        XOR with the previous value (Gorilla)
+//!   exp   + e (3 bits) + delta + resid?
 //!                         decimal at a new exponent e: the previous value's
 //!                         mantissa at e (its value × 10^e, rounded) is implied
+//! rank   0 | 10 | 110 | 1110 | 1111: rank 0 is the previous value's form
+//!        (exp counts as dec or dec+r), ranks 1.. the other forms in the
+//!        order same, dec, dec+r, xor, exp; a counter keeps writing `0`,
+//!        and so does a flat series
+//! rice   zigzag of (mantissa delta − predicted delta), Rice-coded with k
+//!        low bits: q = z >> k as q ones and a zero, then the k bits; a q of
+//!        20 or more is 20 ones, len-1 (6 bits) and z in len bits. The
+//!        predicted delta is a running mean of the deltas (weight 1/4) and k
+//!        follows a running mean of z (bit length − 1), so a counter's
+//!        increase costs about the bits of its noise, not of its size
 //! delta  0 + len (4 bits) + len bits | 1 + len-1 (6 bits) + len bits
 //!        (zigzag of the mantissa difference)
-//! resid  0 | 1 + len (4 bits) + len bits
+//! resid? 0 | 1 + len (4 bits) + len bits
 //!        (XOR of the value's bits with the mantissa's value m / 10^e)
 //! window 0 + sig bits                 inside the previous XOR window
 //!        1 + lead (6) + sig-1 (6) + sig bits
@@ -56,9 +67,18 @@ const MAX_SKIP: u8 = 32;
 const MAX_RESID: u32 = 15;
 /// Largest magnitude at which every integer is an exact f64.
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+/// A Rice quotient this large or larger is written as an escape.
+const RICE_ESCAPE: u32 = 20;
+
+/// The value forms, in the order ranks 1.. list them (see the module docs).
+const SAME: u8 = 0;
+const DEC: u8 = 1;
+const DEC_RESID: u8 = 2;
+const XOR: u8 = 3;
+const NEW_EXP: u8 = 4;
 
 /// The value of mantissa `m` at exponent `e`.
-fn value_of(m: i64, e: u8) -> f64 {
+pub(super) fn value_of(m: i64, e: u8) -> f64 {
     match POW10.get(usize::from(e)) {
         Some(&p) if e > 0 => m as f64 / p,
         _ => m as f64,
@@ -66,7 +86,7 @@ fn value_of(m: i64, e: u8) -> f64 {
 }
 
 /// `v` × 10^e rounded to an integer, when finite and below 2^53.
-fn approx(v: f64, e: u8) -> Option<i64> {
+pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
     let p = *POW10.get(usize::from(e))?;
     let m = (v * p).round();
     // NaN fails this test too.
@@ -84,6 +104,7 @@ fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
     (bit_len(r) <= MAX_RESID).then_some((m, r))
 }
 
+/// Bits of a residual with its flag (the new-exponent form).
 fn resid_cost(r: u64) -> u32 {
     if r == 0 { 1 } else { 5 + bit_len(r) }
 }
@@ -99,7 +120,7 @@ fn put_resid(w: &mut Writer, r: u64) {
 }
 
 #[inline(always)]
-fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
+pub(super) fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
     if r.bit()? {
         let n = r.read(4)? as u32;
         r.read(n)
@@ -125,13 +146,95 @@ fn put_delta(w: &mut Writer, z: u64) {
 }
 
 #[inline(always)]
-fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
+pub(super) fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
     let n = if r.bit()? {
         r.read(6)? as u32 + 1
     } else {
         r.read(4)? as u32
     };
     r.read(n)
+}
+
+/// Bits of the Rice code of `z` with `k` low bits.
+fn rice_cost(z: u64, k: u32) -> u32 {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        q as u32 + 1 + k
+    } else {
+        RICE_ESCAPE + 6 + bit_len(z)
+    }
+}
+
+fn put_rice(w: &mut Writer, z: u64, k: u32) {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        // q ones and a zero.
+        w.put(((1u64 << q) - 1) << 1, q as u32 + 1);
+        w.put(z, k);
+    } else {
+        let n = bit_len(z);
+        w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
+        w.put(u64::from(n - 1), 6);
+        w.put(z, n);
+    }
+}
+
+#[inline(always)]
+fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
+    let q = r.ones(RICE_ESCAPE)?;
+    if q < RICE_ESCAPE {
+        let low = r.read(k)?;
+        Some(u64::from(q).checked_shl(k).unwrap_or(0) | low)
+    } else {
+        let n = r.read(6)? as u32 + 1;
+        r.read(n)
+    }
+}
+
+/// The code of rank `rank` (0..=4): `0`, `10`, `110`, `1110`, `1111`.
+fn rank_code(rank: u8) -> (u64, u32) {
+    match rank {
+        0 => (0, 1),
+        1 => (0b10, 2),
+        2 => (0b110, 3),
+        3 => (0b1110, 4),
+        _ => (0b1111, 4),
+    }
+}
+
+/// The rank of form `form` after a value of form `last`.
+fn rank_of(form: u8, last: u8) -> u8 {
+    if form == last {
+        0
+    } else if form < last {
+        form + 1
+    } else {
+        form
+    }
+}
+
+/// The form of rank `rank` after a value of form `last`.
+#[inline(always)]
+fn form_of(rank: u8, last: u8) -> u8 {
+    if rank == 0 {
+        last
+    } else if rank - 1 < last {
+        rank - 1
+    } else {
+        rank
+    }
+}
+
+/// Reads the timestamp code: the zigzag delta of delta.
+#[inline(always)]
+pub(super) fn read_dod(r: &mut Reader<'_>) -> Option<u64> {
+    Some(match r.ones(4)? {
+        0 => 0,
+        1 => r.read(7)?,
+        2 => r.read(12)?,
+        3 => r.read(20)?,
+        _ => r.read(64)?,
+    })
 }
 
 /// Encoder/decoder state after a sample; both sides update it the same way.
@@ -142,10 +245,17 @@ struct State {
     bits: u64,
     /// Mantissa of `bits` at `exp`, when `exp` is not `NONE`.
     mant: i64,
+    /// The predicted next mantissa delta (a running mean of the deltas).
+    pred: i64,
+    /// Running mean of the Rice-coded values, which sets the Rice `k`.
+    mag: u64,
     exp: u8,
     /// The XOR window: leading zeros and significant bits.
     lead: u8,
     sig: u8,
+    /// The previous value's form (`SAME`, `DEC`, `DEC_RESID` or `XOR`),
+    /// the one ranked first for the next value.
+    last: u8,
     /// Encoder only (the decoder leaves it 0, snapshots drop it): changed
     /// values still to write before the next search for a decimal
     /// exponent, after searches that found none (noisy floats).
@@ -162,18 +272,44 @@ impl State {
             delta: 0,
             bits,
             mant: 0,
+            pred: 0,
+            mag: 0,
             exp: NONE,
             lead: NONE,
             sig: 0,
+            last: SAME,
             skip: 0,
             backoff: 0,
         }
+    }
+
+    /// The Rice parameter: the bit length of the running mean, less one.
+    #[inline(always)]
+    fn k(&self) -> u32 {
+        bit_len(self.mag).saturating_sub(1)
+    }
+
+    /// After a decimal delta `d` coded as `z`: the running means move a
+    /// quarter of the way towards them.
+    #[inline(always)]
+    fn adapt(&mut self, d: i64, z: u64) {
+        self.pred = self.pred.wrapping_add(d.wrapping_sub(self.pred) >> 2);
+        self.mag = self.mag - (self.mag >> 2) + (z >> 2);
+    }
+
+    /// After a new exponent with mantissa delta `d`: the prediction starts
+    /// from it.
+    fn restart(&mut self, d: i64) {
+        self.pred = d;
+        self.mag = zigzag(d) >> 2;
     }
 }
 
 /// How a changed value is written.
 enum Form {
-    Decimal(u64, u64),
+    /// Mantissa delta, its Rice-coded residual against the prediction,
+    /// and the value's residual.
+    Decimal(i64, u64, u64),
     Xor {
         x: u64,
         lead: u8,
@@ -184,11 +320,15 @@ enum Form {
 }
 
 impl Form {
-    fn cost(&self) -> u32 {
+    fn cost(&self, st: &State) -> u32 {
+        let rank = |f| rank_code(rank_of(f, st.last)).1;
         match self {
-            Form::Decimal(z, r) => 2 + delta_cost(*z) + resid_cost(*r),
-            Form::Xor { sig, new, .. } => 4 + u32::from(*sig) + if *new { 12 } else { 0 },
-            Form::NewExp(_, _, z, r) => 6 + delta_cost(*z) + resid_cost(*r),
+            Form::Decimal(_, z, 0) => rank(DEC) + rice_cost(*z, st.k()),
+            Form::Decimal(_, z, r) => rank(DEC_RESID) + rice_cost(*z, st.k()) + 4 + bit_len(*r),
+            Form::Xor { sig, new, .. } => {
+                rank(XOR) + 1 + u32::from(*sig) + if *new { 12 } else { 0 }
+            }
+            Form::NewExp(_, _, z, r) => rank(NEW_EXP) + 3 + delta_cost(*z) + resid_cost(*r),
         }
     }
 }
@@ -295,11 +435,18 @@ impl Chunk {
         self.st.ts = ts;
         self.st.delta = delta;
         if bits == self.st.bits {
-            w.put(0, 1);
+            self.put_form(w, SAME);
         } else {
             self.push_value(w, v);
         }
         self.count += 1;
+    }
+
+    /// Writes the rank code of `form` and makes it the last form.
+    fn put_form(&mut self, w: &mut Writer, form: u8) {
+        let (code, n) = rank_code(rank_of(form, self.st.last));
+        w.put(code, n);
+        self.st.last = if form == NEW_EXP { DEC } else { form };
     }
 
     /// Writes a value that differs from the previous one. The form is
@@ -314,13 +461,16 @@ impl Chunk {
         let dec = (st.exp != NONE)
             .then(|| decimal(v, st.exp))
             .flatten()
-            .and_then(|(m, r)| Some(Form::Decimal(zigzag(m.checked_sub(st.mant)?), r)));
+            .and_then(|(m, r)| {
+                let d = m.checked_sub(st.mant)?;
+                Some(Form::Decimal(d, zigzag(d.wrapping_sub(st.pred)), r))
+            });
         let best = match dec {
-            Some(d @ Form::Decimal(_, 0)) => d,
+            Some(d @ Form::Decimal(_, _, 0)) => d,
             dec => {
                 let xor = self.xor_form(bits);
                 let best = match dec {
-                    Some(d) if d.cost() <= xor.cost() => d,
+                    Some(d) if d.cost(&st) <= xor.cost(&st) => d,
                     _ => xor,
                 };
                 if matches!(best, Form::Xor { sig, .. } if sig > 12) {
@@ -331,32 +481,41 @@ impl Chunk {
             }
         };
         match best {
-            Form::Decimal(z, r) => {
-                w.put(0b10, 2);
-                put_delta(w, z);
-                put_resid(w, r);
-                self.st.mant = self.st.mant.wrapping_add(unzigzag(z));
+            Form::Decimal(d, z, r) => {
+                let k = self.st.k();
+                self.put_form(w, if r == 0 { DEC } else { DEC_RESID });
+                put_rice(w, z, k);
+                if r != 0 {
+                    let n = bit_len(r);
+                    w.put(u64::from(n), 4);
+                    w.put(r, n);
+                }
+                self.st.mant = self.st.mant.wrapping_add(d);
+                self.st.adapt(d, z);
             }
             Form::Xor { x, lead, sig, new } => {
+                self.put_form(w, XOR);
                 if new {
-                    w.put(0b1101, 4);
+                    w.put(1, 1);
                     w.put(u64::from(lead), 6);
                     w.put(u64::from(sig - 1), 6);
                     self.st.lead = lead;
                     self.st.sig = sig;
                 } else {
-                    w.put(0b1100, 4);
+                    w.put(0, 1);
                 }
                 w.put(x >> (64 - lead - sig), u32::from(sig));
                 self.st.exp = NONE;
             }
             Form::NewExp(e, m, z, r) => {
-                w.put(0b111, 3);
+                self.put_form(w, NEW_EXP);
                 w.put(u64::from(e), 3);
                 put_delta(w, z);
                 put_resid(w, r);
+                self.st.last = if r == 0 { DEC } else { DEC_RESID };
                 self.st.exp = e;
                 self.st.mant = m;
+                self.st.restart(unzigzag(z));
             }
         }
         self.st.bits = bits;
@@ -401,7 +560,7 @@ impl Chunk {
             Some(Form::NewExp(e, m, zigzag(d), r))
         });
         match found {
-            Some(f) if f.cost() < best.cost() => {
+            Some(f) if f.cost(&self.st) < best.cost(&self.st) => {
                 self.st.backoff = 0;
                 f
             }
@@ -422,7 +581,9 @@ impl Chunk {
         put_varint(out, self.st.delta);
         out.extend_from_slice(&self.st.bits.to_le_bytes());
         put_varint(out, self.st.mant);
-        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig]);
+        put_varint(out, self.st.pred);
+        put_uvarint(out, self.st.mag);
+        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig, self.st.last]);
         put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(&self.bytes);
     }
@@ -436,13 +597,18 @@ impl Chunk {
         let delta = c.varint()?;
         let bits = c.u64_le()?;
         let mant = c.varint()?;
-        let (exp, lead, sig) = (c.u8()?, c.u8()?, c.u8()?);
-        if (exp != NONE && exp > MAX_EXP) || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+        let pred = c.varint()?;
+        let mag = c.uvarint()?;
+        let (exp, lead, sig, last) = (c.u8()?, c.u8()?, c.u8()?, c.u8()?);
+        if (exp != NONE && exp > MAX_EXP)
+            || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+            || last > XOR
         {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
-        // At most 4 + 64 timestamp bits and 3 + 3 + 7 + 64 value bits a sample.
-        let bit_len = c.len(CHUNK_SAMPLES * 145 + 64)? as u32;
+        // At most 4 + 64 timestamp bits and 4 + 90 + 19 value bits (an
+        // escaped Rice code and a residual) a sample.
+        let bit_len = c.len(CHUNK_SAMPLES * 181 + 64)? as u32;
         let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.to_vec();
         Ok(Chunk {
             bytes,
@@ -454,9 +620,12 @@ impl Chunk {
                 delta,
                 bits,
                 mant,
+                pred,
+                mag,
                 exp,
                 lead,
                 sig,
+                last,
                 skip: 0,
                 backoff: 0,
             },
@@ -510,7 +679,8 @@ impl Chunk {
 /// Decodes the sample after `st` into `st` like [`next`], reading the
 /// common samples (a regular tick with an unchanged value, or with a
 /// decimal delta at the current exponent and no residual: counters and
-/// rounded gauges) from one look-ahead word; anything else goes to [`next`].
+/// rounded gauges, ranked first or second) from one look-ahead word;
+/// anything else goes to [`next`].
 #[inline(always)]
 fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     // 57 stream bits are in a peeked word when that many are left.
@@ -518,32 +688,38 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         let w = r.peek();
         // Timestamp code `0`: delta of delta 0.
         if w >> 63 == 0 {
-            let v = w << 1;
-            if v >> 63 == 0 {
-                // Value code `0`: unchanged.
-                r.skip(2);
-                st.ts = st.ts.wrapping_add(st.delta);
-                return Some(());
-            }
-            if v >> 62 == 0b10 && st.exp != NONE {
-                // `10` + delta (`0` + 4-bit length, or `1` + 6-bit length - 1).
-                let d = v << 2;
-                let (head, n) = if d >> 63 == 0 {
-                    (5, ((d >> 59) & 0xf) as u32)
-                } else {
-                    (7, ((d >> 57) & 0x3f) as u32 + 1)
-                };
-                // Bits: tick 1, value code 2, delta header and body, residual flag 1.
-                let used = 1 + 2 + head + n + 1;
-                if used <= 57 {
-                    let body = d << head;
-                    // `n` may be 0: shift in two steps.
-                    let z = (body >> 1) >> (63 - n);
-                    let resid = (body << n) >> 63;
-                    if resid == 0 {
-                        r.skip(used);
+            // Rank 0 (`0`) or 1 (`10`).
+            let (rank, used) = if (w << 1) >> 63 == 0 {
+                (0, 2)
+            } else if (w << 2) >> 63 == 0 {
+                (1, 3)
+            } else {
+                (2, 0)
+            };
+            if rank < 2 {
+                let form = form_of(rank, st.last);
+                if form == SAME {
+                    r.skip(used);
+                    st.ts = st.ts.wrapping_add(st.delta);
+                    st.last = SAME;
+                    return Some(());
+                }
+                if form == DEC && st.exp != NONE {
+                    let k = st.k();
+                    let body = w << used;
+                    let q = body.leading_ones();
+                    // Bits: the codes, the quotient and its zero, k bits.
+                    let total = used + q + 1 + k;
+                    if q < RICE_ESCAPE && total <= 57 {
+                        // `k` may be 0: shift in two steps.
+                        let low = ((body << (q + 1)) >> 1) >> (63 - k);
+                        let z = (u64::from(q) << k) | low;
+                        r.skip(total);
                         st.ts = st.ts.wrapping_add(st.delta);
-                        st.mant = st.mant.wrapping_add(unzigzag(z));
+                        let d = st.pred.wrapping_add(unzigzag(z));
+                        st.mant = st.mant.wrapping_add(d);
+                        st.adapt(d, z);
+                        st.last = DEC;
                         st.bits = value_of(st.mant, st.exp).to_bits();
                         return Some(());
                     }
@@ -557,25 +733,29 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 /// Decodes the sample after `st` into `st`; `None` on a damaged stream.
 #[inline(always)]
 fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
-    let dod = match r.ones(4)? {
-        0 => 0,
-        1 => r.read(7)?,
-        2 => r.read(12)?,
-        3 => r.read(20)?,
-        _ => r.read(64)?,
-    };
+    let dod = read_dod(r)?;
     st.delta = st.delta.wrapping_add(unzigzag(dod));
     st.ts = st.ts.wrapping_add(st.delta);
-    match r.ones(3)? {
-        0 => {}
-        1 => {
+    let form = form_of(r.ones(4)? as u8, st.last);
+    match form {
+        SAME => {}
+        DEC | DEC_RESID => {
             if st.exp == NONE {
                 return None;
             }
-            st.mant = st.mant.wrapping_add(unzigzag(get_delta(r)?));
-            st.bits = value_of(st.mant, st.exp).to_bits() ^ get_resid(r)?;
+            let z = get_rice(r, st.k())?;
+            let d = st.pred.wrapping_add(unzigzag(z));
+            st.mant = st.mant.wrapping_add(d);
+            st.adapt(d, z);
+            let resid = if form == DEC_RESID {
+                let n = r.read(4)? as u32;
+                r.read(n)?
+            } else {
+                0
+            };
+            st.bits = value_of(st.mant, st.exp).to_bits() ^ resid;
         }
-        2 => {
+        XOR => {
             if r.bit()? {
                 st.lead = r.read(6)? as u8;
                 st.sig = r.read(6)? as u8 + 1;
@@ -587,14 +767,21 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         _ => {
             let e = r.read(3)? as u8;
             let prev = approx(f64::from_bits(st.bits), e)?;
-            st.mant = prev.wrapping_add(unzigzag(get_delta(r)?));
+            let z = get_delta(r)?;
+            st.mant = prev.wrapping_add(unzigzag(z));
             st.exp = e;
-            st.bits = value_of(st.mant, e).to_bits() ^ get_resid(r)?;
+            let resid = get_resid(r)?;
+            st.bits = value_of(st.mant, e).to_bits() ^ resid;
+            st.restart(unzigzag(z));
+            st.last = if resid == 0 { DEC } else { DEC_RESID };
+            return Some(());
         }
     }
+    st.last = form;
     Some(())
 }
 
 #[cfg(test)]
 mod tests;
 pub(in crate::store) mod v1;
+pub(in crate::store) mod v2;
