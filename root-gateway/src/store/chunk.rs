@@ -5,24 +5,31 @@
 //! later sample is a timestamp code then a value code:
 //!
 //! ```text
+//! sample  0                           a regular tick, the value in the
+//!                                     previous value's form (+ its body)
+//!         1 + timestamp + rank + body anything else
 //! timestamp (dod = delta-of-delta, zigzag)
 //!   0                     dod = 0 (a regular tick)
 //!   10   + 7 bits         |dod| small (ms jitter)
 //!   110  + 12 bits
 //!   1110 + 20 bits
 //!   1111 + 64 bits
-//! value: one of five forms, ranked by the previous value's form (see below)
-//!   same                  same bits as the previous value
-//!   dec   + rice          decimal: mantissa delta at the current exponent
-//!   dec+r + rice + resid  the same with a residual (resid: len (4) + len bits)
-//!   xor   + window        XOR with the previous value (Gorilla)
-//!   exp   + e (3 bits) + delta + resid?
+//! rank    0 | 10 | 110 | 1110 | 11110 | 11111: rank 0 is the previous
+//!         value's form, ranks 1.. the other forms in the order below;
+//!         after a regular tick rank 0 is never written, so the code
+//!         written is that of rank - 1
+//! forms and their bodies
+//!   same                  (none): same bits as the previous value
+//!   dec   rice            decimal: mantissa delta at the current exponent
+//!   sum   rice            the previous value plus the delta's decimal
+//!                         value, as a float sum (sums of rounded increments)
+//!   dec+r rice + len (4) + len bits
+//!                         decimal with a residual
+//!   xor   window          XOR with the previous value (Gorilla)
+//!   exp   e (3 bits) + delta + resid
 //!                         decimal at a new exponent e: the previous value's
-//!                         mantissa at e (its value × 10^e, rounded) is implied
-//! rank   0 | 10 | 110 | 1110 | 1111: rank 0 is the previous value's form
-//!        (exp counts as dec or dec+r), ranks 1.. the other forms in the
-//!        order same, dec, dec+r, xor, exp; a counter keeps writing `0`,
-//!        and so does a flat series
+//!                         mantissa at e (its value × 10^e, rounded) is
+//!                         implied; ranked later as dec or dec+r
 //! rice   zigzag of (mantissa delta − predicted delta), Rice-coded with k
 //!        low bits: q = z >> k as q ones and a zero, then the k bits; a q of
 //!        20 or more is 20 ones, len-1 (6 bits) and z in len bits. The
@@ -31,11 +38,14 @@
 //!        increase costs about the bits of its noise, not of its size
 //! delta  0 + len (4 bits) + len bits | 1 + len-1 (6 bits) + len bits
 //!        (zigzag of the mantissa difference)
-//! resid? 0 | 1 + len (4 bits) + len bits
+//! resid  0 | 1 + len (4 bits) + len bits
 //!        (XOR of the value's bits with the mantissa's value m / 10^e)
 //! window 0 + sig bits                 inside the previous XOR window
 //!        1 + lead (6) + sig-1 (6) + sig bits
 //! ```
+//!
+//! A counter or a flat series thus costs one bit a sample plus its
+//! Rice code.
 //!
 //! A value is *decimal* at exponent `e` (0..=7) when `m / 10^e` (or `m` for
 //! `e = 0`) gives back its bits, up to a residual of at most 15 low bits,
@@ -73,9 +83,12 @@ const RICE_ESCAPE: u32 = 20;
 /// The value forms, in the order ranks 1.. list them (see the module docs).
 const SAME: u8 = 0;
 const DEC: u8 = 1;
-const DEC_RESID: u8 = 2;
-const XOR: u8 = 3;
-const NEW_EXP: u8 = 4;
+const SUM: u8 = 2;
+const DEC_RESID: u8 = 3;
+const XOR: u8 = 4;
+const NEW_EXP: u8 = 5;
+/// Longest rank code (`11111`).
+const MAX_RANK: u32 = 5;
 
 /// The value of mantissa `m` at exponent `e`.
 pub(super) fn value_of(m: i64, e: u8) -> f64 {
@@ -191,14 +204,14 @@ fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
     }
 }
 
-/// The code of rank `rank` (0..=4): `0`, `10`, `110`, `1110`, `1111`.
+/// The code of rank `rank` (0..=5): `0`, `10`, `110`, `1110`, `11110`,
+/// `11111` (as many ones as the rank, then a zero below the longest).
 fn rank_code(rank: u8) -> (u64, u32) {
-    match rank {
-        0 => (0, 1),
-        1 => (0b10, 2),
-        2 => (0b110, 3),
-        3 => (0b1110, 4),
-        _ => (0b1111, 4),
+    let r = u32::from(rank).min(MAX_RANK);
+    if r < MAX_RANK {
+        (((1u64 << r) - 1) << 1, r + 1)
+    } else {
+        ((1u64 << r) - 1, r)
     }
 }
 
@@ -253,7 +266,7 @@ struct State {
     /// The XOR window: leading zeros and significant bits.
     lead: u8,
     sig: u8,
-    /// The previous value's form (`SAME`, `DEC`, `DEC_RESID` or `XOR`),
+    /// The previous value's form (`SAME`, `DEC`, `SUM`, `DEC_RESID` or `XOR`),
     /// the one ranked first for the next value.
     last: u8,
     /// Encoder only (the decoder leaves it 0, snapshots drop it): changed
@@ -310,6 +323,9 @@ enum Form {
     /// Mantissa delta, its Rice-coded residual against the prediction,
     /// and the value's residual.
     Decimal(i64, u64, u64),
+    /// Mantissa delta and its Rice code; the value is the previous value
+    /// plus the delta's decimal value, as a float sum gives it.
+    Sum(i64, u64),
     Xor {
         x: u64,
         lead: u8,
@@ -320,9 +336,21 @@ enum Form {
 }
 
 impl Form {
+    /// The form's number (`SAME` .. `NEW_EXP`).
+    fn number(&self) -> u8 {
+        match self {
+            Form::Decimal(_, _, 0) => DEC,
+            Form::Sum(..) => SUM,
+            Form::Decimal(..) => DEC_RESID,
+            Form::Xor { .. } => XOR,
+            Form::NewExp(..) => NEW_EXP,
+        }
+    }
+
     fn cost(&self, st: &State) -> u32 {
         let rank = |f| rank_code(rank_of(f, st.last)).1;
         match self {
+            Form::Sum(_, z) => rank(SUM) + rice_cost(*z, st.k()),
             Form::Decimal(_, z, 0) => rank(DEC) + rice_cost(*z, st.k()),
             Form::Decimal(_, z, r) => rank(DEC_RESID) + rice_cost(*z, st.k()) + 4 + bit_len(*r),
             Form::Xor { sig, new, .. } => {
@@ -422,40 +450,45 @@ impl Chunk {
         }
         let delta = ts.wrapping_sub(self.st.ts);
         let dod = zigzag(delta.wrapping_sub(self.st.delta));
-        match bit_len(dod) {
-            0 => w.put(0, 1),
-            1..=7 => w.put((0b10 << 7) | dod, 9),
-            8..=12 => w.put((0b110 << 12) | dod, 15),
-            13..=20 => w.put((0b1110 << 20) | dod, 24),
-            _ => {
-                w.put(0b1111, 4);
-                w.put(dod, 64);
+        let form = (bits != self.st.bits).then(|| self.choose(v));
+        let rank = rank_of(form.as_ref().map_or(SAME, Form::number), self.st.last);
+        if dod == 0 && rank == 0 {
+            // The common sample: a regular tick, the previous value's form.
+            w.put(0, 1);
+        } else {
+            w.put(1, 1);
+            match bit_len(dod) {
+                0 => w.put(0, 1),
+                1..=7 => w.put((0b10 << 7) | dod, 9),
+                8..=12 => w.put((0b110 << 12) | dod, 15),
+                13..=20 => w.put((0b1110 << 20) | dod, 24),
+                _ => {
+                    w.put(0b1111, 4);
+                    w.put(dod, 64);
+                }
             }
+            // After a regular tick rank 0 would have been the short code.
+            let (code, n) = rank_code(if dod == 0 { rank - 1 } else { rank });
+            w.put(code, n);
         }
         self.st.ts = ts;
         self.st.delta = delta;
-        if bits == self.st.bits {
-            self.put_form(w, SAME);
-        } else {
-            self.push_value(w, v);
+        match form {
+            None => self.st.last = SAME,
+            Some(f) => self.put_value(w, f, bits),
         }
         self.count += 1;
     }
 
-    /// Writes the rank code of `form` and makes it the last form.
-    fn put_form(&mut self, w: &mut Writer, form: u8) {
-        let (code, n) = rank_code(rank_of(form, self.st.last));
-        w.put(code, n);
-        self.st.last = if form == NEW_EXP { DEC } else { form };
-    }
-
-    /// Writes a value that differs from the previous one. The form is
-    /// picked from cheap tests in a fixed order, stopping at the first
-    /// that fits: the decimal form at the current exponent when it needs
-    /// no residual (the common case of counters and rounded gauges), else
-    /// the shorter of it and XOR, and only then (when XOR is long) a search
-    /// for a new exponent, skipped for a while after searches that failed.
-    fn push_value(&mut self, w: &mut Writer, v: f64) {
+    /// Picks how a value that differs from the previous one is written,
+    /// from cheap tests in a fixed order, stopping at the first that fits:
+    /// the decimal form at the current exponent when it needs no residual
+    /// (counters and rounded gauges) or the float-sum form when that gives
+    /// the value (sums of rounded increments, preferred while it is the
+    /// previous form), else the shorter of the decimal form with its
+    /// residual and XOR, and only then (when XOR is long) a search for a
+    /// new exponent, skipped for a while after searches that failed.
+    fn choose(&mut self, v: f64) -> Form {
         let st = self.st;
         let bits = v.to_bits();
         let dec = (st.exp != NONE)
@@ -463,28 +496,38 @@ impl Chunk {
             .flatten()
             .and_then(|(m, r)| {
                 let d = m.checked_sub(st.mant)?;
-                Some(Form::Decimal(d, zigzag(d.wrapping_sub(st.pred)), r))
+                Some((d, zigzag(d.wrapping_sub(st.pred)), r))
             });
-        let best = match dec {
-            Some(d @ Form::Decimal(_, _, 0)) => d,
-            dec => {
-                let xor = self.xor_form(bits);
-                let best = match dec {
-                    Some(d) if d.cost(&st) <= xor.cost(&st) => d,
-                    _ => xor,
-                };
-                if matches!(best, Form::Xor { sig, .. } if sig > 12) {
-                    self.search_exp(v, best)
-                } else {
-                    best
-                }
+        if let Some((d, z, r)) = dec {
+            let sum = (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits() == bits;
+            if sum && (r != 0 || st.last == SUM) {
+                return Form::Sum(d, z);
             }
+            if r == 0 {
+                return Form::Decimal(d, z, 0);
+            }
+        }
+        let xor = self.xor_form(bits);
+        let best = match dec {
+            Some((d, z, r)) if Form::Decimal(d, z, r).cost(&st) <= xor.cost(&st) => {
+                Form::Decimal(d, z, r)
+            }
+            _ => xor,
         };
-        match best {
+        if matches!(best, Form::Xor { sig, .. } if sig > 12) {
+            self.search_exp(v, best)
+        } else {
+            best
+        }
+    }
+
+    /// Writes the body of form `f` for a value of bits `bits` and moves
+    /// the state on.
+    fn put_value(&mut self, w: &mut Writer, f: Form, bits: u64) {
+        self.st.last = f.number();
+        match f {
             Form::Decimal(d, z, r) => {
-                let k = self.st.k();
-                self.put_form(w, if r == 0 { DEC } else { DEC_RESID });
-                put_rice(w, z, k);
+                put_rice(w, z, self.st.k());
                 if r != 0 {
                     let n = bit_len(r);
                     w.put(u64::from(n), 4);
@@ -493,8 +536,12 @@ impl Chunk {
                 self.st.mant = self.st.mant.wrapping_add(d);
                 self.st.adapt(d, z);
             }
+            Form::Sum(d, z) => {
+                put_rice(w, z, self.st.k());
+                self.st.mant = self.st.mant.wrapping_add(d);
+                self.st.adapt(d, z);
+            }
             Form::Xor { x, lead, sig, new } => {
-                self.put_form(w, XOR);
                 if new {
                     w.put(1, 1);
                     w.put(u64::from(lead), 6);
@@ -508,7 +555,6 @@ impl Chunk {
                 self.st.exp = NONE;
             }
             Form::NewExp(e, m, z, r) => {
-                self.put_form(w, NEW_EXP);
                 w.put(u64::from(e), 3);
                 put_delta(w, z);
                 put_resid(w, r);
@@ -677,52 +723,41 @@ impl Chunk {
 }
 
 /// Decodes the sample after `st` into `st` like [`next`], reading the
-/// common samples (a regular tick with an unchanged value, or with a
-/// decimal delta at the current exponent and no residual: counters and
-/// rounded gauges, ranked first or second) from one look-ahead word;
-/// anything else goes to [`next`].
+/// common samples (a regular tick with the previous value's form, when
+/// that is an unchanged value or a decimal or float-sum delta: flat series,
+/// counters) from one look-ahead word; anything else goes to [`next`].
 #[inline(always)]
 fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     // 57 stream bits are in a peeked word when that many are left.
     if r.left() >= 57 {
         let w = r.peek();
-        // Timestamp code `0`: delta of delta 0.
         if w >> 63 == 0 {
-            // Rank 0 (`0`) or 1 (`10`).
-            let (rank, used) = if (w << 1) >> 63 == 0 {
-                (0, 2)
-            } else if (w << 2) >> 63 == 0 {
-                (1, 3)
-            } else {
-                (2, 0)
-            };
-            if rank < 2 {
-                let form = form_of(rank, st.last);
-                if form == SAME {
-                    r.skip(used);
+            if st.last == SAME {
+                r.skip(1);
+                st.ts = st.ts.wrapping_add(st.delta);
+                return Some(());
+            }
+            if (st.last == DEC || st.last == SUM) && st.exp != NONE {
+                let k = st.k();
+                let body = w << 1;
+                let q = body.leading_ones();
+                // Bits: the code, the quotient and its zero, k bits.
+                let total = 1 + q + 1 + k;
+                if q < RICE_ESCAPE && total <= 57 {
+                    // `k` may be 0: shift in two steps.
+                    let low = ((body << (q + 1)) >> 1) >> (63 - k);
+                    let z = (u64::from(q) << k) | low;
+                    r.skip(total);
                     st.ts = st.ts.wrapping_add(st.delta);
-                    st.last = SAME;
+                    let d = st.pred.wrapping_add(unzigzag(z));
+                    st.mant = st.mant.wrapping_add(d);
+                    st.adapt(d, z);
+                    st.bits = if st.last == SUM {
+                        (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
+                    } else {
+                        value_of(st.mant, st.exp).to_bits()
+                    };
                     return Some(());
-                }
-                if form == DEC && st.exp != NONE {
-                    let k = st.k();
-                    let body = w << used;
-                    let q = body.leading_ones();
-                    // Bits: the codes, the quotient and its zero, k bits.
-                    let total = used + q + 1 + k;
-                    if q < RICE_ESCAPE && total <= 57 {
-                        // `k` may be 0: shift in two steps.
-                        let low = ((body << (q + 1)) >> 1) >> (63 - k);
-                        let z = (u64::from(q) << k) | low;
-                        r.skip(total);
-                        st.ts = st.ts.wrapping_add(st.delta);
-                        let d = st.pred.wrapping_add(unzigzag(z));
-                        st.mant = st.mant.wrapping_add(d);
-                        st.adapt(d, z);
-                        st.last = DEC;
-                        st.bits = value_of(st.mant, st.exp).to_bits();
-                        return Some(());
-                    }
                 }
             }
         }
@@ -733,13 +768,19 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 /// Decodes the sample after `st` into `st`; `None` on a damaged stream.
 #[inline(always)]
 fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
-    let dod = read_dod(r)?;
-    st.delta = st.delta.wrapping_add(unzigzag(dod));
-    st.ts = st.ts.wrapping_add(st.delta);
-    let form = form_of(r.ones(4)? as u8, st.last);
+    let form = if r.bit()? {
+        let dod = read_dod(r)?;
+        st.delta = st.delta.wrapping_add(unzigzag(dod));
+        st.ts = st.ts.wrapping_add(st.delta);
+        let rank = r.ones(MAX_RANK)? as u8;
+        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+    } else {
+        st.ts = st.ts.wrapping_add(st.delta);
+        st.last
+    };
     match form {
         SAME => {}
-        DEC | DEC_RESID => {
+        DEC | SUM | DEC_RESID => {
             if st.exp == NONE {
                 return None;
             }
@@ -747,13 +788,14 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             let d = st.pred.wrapping_add(unzigzag(z));
             st.mant = st.mant.wrapping_add(d);
             st.adapt(d, z);
-            let resid = if form == DEC_RESID {
-                let n = r.read(4)? as u32;
-                r.read(n)?
-            } else {
-                0
+            st.bits = match form {
+                SUM => (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits(),
+                DEC => value_of(st.mant, st.exp).to_bits(),
+                _ => {
+                    let n = r.read(4)? as u32;
+                    value_of(st.mant, st.exp).to_bits() ^ r.read(n)?
+                }
             };
-            st.bits = value_of(st.mant, st.exp).to_bits() ^ resid;
         }
         XOR => {
             if r.bit()? {
@@ -764,7 +806,7 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             st.bits ^= r.read(u32::from(st.sig))? << shift;
             st.exp = NONE;
         }
-        _ => {
+        NEW_EXP => {
             let e = r.read(3)? as u8;
             let prev = approx(f64::from_bits(st.bits), e)?;
             let z = get_delta(r)?;
@@ -776,6 +818,8 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             st.last = if resid == 0 { DEC } else { DEC_RESID };
             return Some(());
         }
+        // A rank past the last form: damaged.
+        _ => return None,
     }
     st.last = form;
     Some(())
