@@ -251,6 +251,8 @@ pub(super) fn read_dod(r: &mut Reader<'_>) -> Option<u64> {
 }
 
 /// Encoder/decoder state after a sample; both sides update it the same way.
+/// 48 bytes, so a chunk's header (with the shared handle's counts) takes
+/// 104 bytes of heap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct State {
     ts: i64,
@@ -260,8 +262,9 @@ struct State {
     mant: i64,
     /// The predicted next mantissa delta (a running mean of the deltas).
     pred: i64,
-    /// Running mean of the Rice-coded values, which sets the Rice `k`.
-    mag: u64,
+    /// Running mean of the Rice-coded values, which sets the Rice `k`
+    /// (the bits of an `f32`: its range without 8 bytes).
+    mag: u32,
     exp: u8,
     /// The XOR window: leading zeros and significant bits.
     lead: u8,
@@ -269,13 +272,6 @@ struct State {
     /// The previous value's form (`SAME`, `DEC`, `SUM`, `DEC_RESID` or `XOR`),
     /// the one ranked first for the next value.
     last: u8,
-    /// Encoder only (the decoder leaves it 0, snapshots drop it): changed
-    /// values still to write before the next search for a decimal
-    /// exponent, after searches that found none (noisy floats).
-    skip: u8,
-    /// Encoder only: the wait after the last fruitless search (doubles up
-    /// to [`MAX_SKIP`], back to 0 when a search succeeds).
-    backoff: u8,
 }
 
 impl State {
@@ -291,15 +287,14 @@ impl State {
             lead: NONE,
             sig: 0,
             last: SAME,
-            skip: 0,
-            backoff: 0,
         }
     }
 
     /// The Rice parameter: the bit length of the running mean, less one.
     #[inline(always)]
     fn k(&self) -> u32 {
-        bit_len(self.mag).saturating_sub(1)
+        // Saturating: NaN (from a damaged snapshot) is 0.
+        bit_len(f32::from_bits(self.mag) as u64).saturating_sub(1)
     }
 
     /// After a decimal delta `d` coded as `z`: the running means move a
@@ -307,14 +302,15 @@ impl State {
     #[inline(always)]
     fn adapt(&mut self, d: i64, z: u64) {
         self.pred = self.pred.wrapping_add(d.wrapping_sub(self.pred) >> 2);
-        self.mag = self.mag - (self.mag >> 2) + (z >> 2);
+        let m = f32::from_bits(self.mag) * 0.75 + z as f32 * 0.25;
+        self.mag = m.to_bits();
     }
 
     /// After a new exponent with mantissa delta `d`: the prediction starts
     /// from it.
     fn restart(&mut self, d: i64) {
         self.pred = d;
-        self.mag = zigzag(d) >> 2;
+        self.mag = ((zigzag(d) >> 2) as f32).to_bits();
     }
 }
 
@@ -366,7 +362,14 @@ impl Form {
 pub struct Chunk {
     bytes: Vec<u8>,
     bit_len: u32,
-    count: u32,
+    count: u16,
+    /// Encoder only (snapshots drop it): changed values still to write
+    /// before the next search for a decimal exponent, after searches that
+    /// found none (noisy floats).
+    skip: u8,
+    /// Encoder only: the wait after the last fruitless search (doubles up
+    /// to [`MAX_SKIP`], back to 0 when a search succeeds).
+    backoff: u8,
     first_ts: i64,
     st: State,
 }
@@ -477,7 +480,7 @@ impl Chunk {
             None => self.st.last = SAME,
             Some(f) => self.put_value(w, f, bits),
         }
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
     }
 
     /// Picks how a value that differs from the previous one is written,
@@ -594,8 +597,8 @@ impl Chunk {
     /// shorter); after a search that finds
     /// nothing, the next ones wait 1, 3, 7 .. [`MAX_SKIP`] changed values.
     fn search_exp(&mut self, v: f64, best: Form) -> Form {
-        if self.st.skip > 0 {
-            self.st.skip -= 1;
+        if self.skip > 0 {
+            self.skip -= 1;
             return best;
         }
         let prev = f64::from_bits(self.st.bits);
@@ -607,12 +610,12 @@ impl Chunk {
         });
         match found {
             Some(f) if f.cost(&self.st) < best.cost(&self.st) => {
-                self.st.backoff = 0;
+                self.backoff = 0;
                 f
             }
             _ => {
-                self.st.backoff = (self.st.backoff * 2 + 1).min(MAX_SKIP);
-                self.st.skip = self.st.backoff;
+                self.backoff = (self.backoff * 2 + 1).min(MAX_SKIP);
+                self.skip = self.backoff;
                 best
             }
         }
@@ -628,7 +631,7 @@ impl Chunk {
         out.extend_from_slice(&self.st.bits.to_le_bytes());
         put_varint(out, self.st.mant);
         put_varint(out, self.st.pred);
-        put_uvarint(out, self.st.mag);
+        out.extend_from_slice(&self.st.mag.to_le_bytes());
         out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig, self.st.last]);
         put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(&self.bytes);
@@ -637,14 +640,14 @@ impl Chunk {
     /// Reads a chunk written by [`Chunk::write_state`].
     pub fn read_state(c: &mut super::codec::Cursor<'_>) -> Result<Chunk, super::codec::CodecError> {
         use super::codec::CodecError;
-        let count = c.len(CHUNK_SAMPLES)? as u32;
+        let count = c.len(CHUNK_SAMPLES)? as u16;
         let first_ts = c.varint()?;
         let ts = c.varint()?;
         let delta = c.varint()?;
         let bits = c.u64_le()?;
         let mant = c.varint()?;
         let pred = c.varint()?;
-        let mag = c.uvarint()?;
+        let mag = c.u32_le()?;
         let (exp, lead, sig, last) = (c.u8()?, c.u8()?, c.u8()?, c.u8()?);
         if (exp != NONE && exp > MAX_EXP)
             || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
@@ -660,6 +663,8 @@ impl Chunk {
             bytes,
             bit_len,
             count,
+            skip: 0,
+            backoff: 0,
             first_ts,
             st: State {
                 ts,
@@ -672,8 +677,6 @@ impl Chunk {
                 lead,
                 sig,
                 last,
-                skip: 0,
-                backoff: 0,
             },
         })
     }
