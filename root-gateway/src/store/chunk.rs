@@ -178,12 +178,23 @@ fn rice_cost(z: u64, k: u32) -> u32 {
     }
 }
 
+#[inline(always)]
 fn put_rice(w: &mut Writer, z: u64, k: u32) {
     let q = z >> k;
     if q < u64::from(RICE_ESCAPE) {
-        // q ones and a zero.
-        w.put(((1u64 << q) - 1) << 1, q as u32 + 1);
-        w.put(z, k);
+        // q ones and a zero, then the k low bits: one code when it fits.
+        let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
+        if q + 1 + k <= 64 {
+            let low = if k == 0 {
+                0
+            } else {
+                z & (u64::MAX >> (64 - k))
+            };
+            w.put((head << k) | low, q + 1 + k);
+        } else {
+            w.put(head, q + 1);
+            w.put(z, k);
+        }
     } else {
         let n = bit_len(z);
         w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
@@ -502,8 +513,10 @@ impl Chunk {
                 Some((d, zigzag(d.wrapping_sub(st.pred)), r))
             });
         if let Some((d, z, r)) = dec {
-            let sum = (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits() == bits;
-            if sum && (r != 0 || st.last == SUM) {
+            if r == 0 && st.last != SUM {
+                return Form::Decimal(d, z, 0);
+            }
+            if (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits() == bits {
                 return Form::Sum(d, z);
             }
             if r == 0 {
