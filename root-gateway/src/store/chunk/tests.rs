@@ -411,3 +411,34 @@ fn counters_cost_about_their_noise() {
     assert_round_trip(&c, &s);
     assert!(c.byte_len() <= 8 + 8 + 239 * 28 / 8, "{}", c.byte_len());
 }
+
+#[test]
+fn rice_parameter_is_the_mean_bit_length_less_one() {
+    for (mean, k) in [
+        (0.0f32, 0),
+        (0.5, 0),
+        (1.0, 0),
+        (3.9, 1),
+        (4.0, 2),
+        (1e9, 29),
+        (1.8e19, 63),
+        (f32::INFINITY, 63),
+        (-5.0, 2),
+    ] {
+        let st = State {
+            mag: mean.to_bits(),
+            ..State::default()
+        };
+        assert_eq!(st.k(), k, "mean {mean}");
+        if mean.is_finite() && (1.0..1e19).contains(&mean) {
+            assert_eq!(st.k(), bit_len(mean as u64) - 1, "mean {mean}");
+        }
+    }
+    // The running mean follows the coded values: spread evenly below
+    // 2^20, k settles at 19 (or 18).
+    let mut st = State::default();
+    for i in 0..64u64 {
+        st.adapt(0, i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 44);
+    }
+    assert!((18..=19).contains(&st.k()), "{}", st.k());
+}
