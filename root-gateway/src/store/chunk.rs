@@ -5,19 +5,37 @@
 //! later sample is a timestamp code then a value code:
 //!
 //! ```text
+//! sample  0                           a regular tick, the value in the
+//!                                     previous value's form (+ its body)
+//!         1 + timestamp + rank + body anything else
 //! timestamp (dod = delta-of-delta, zigzag)
 //!   0                     dod = 0 (a regular tick)
 //!   10   + 7 bits         |dod| small (ms jitter)
 //!   110  + 12 bits
 //!   1110 + 20 bits
 //!   1111 + 64 bits
-//! value
-//!   0                     same bits as the previous value
-//!   10   + delta + resid  decimal: mantissa delta at the current exponent
-//!   110  + window         XOR with the previous value (Gorilla)
-//!   111  + e (3 bits) + delta + resid
+//! rank    0 | 10 | 110 | 1110 | 11110 | 11111: rank 0 is the previous
+//!         value's form, ranks 1.. the other forms in the order below;
+//!         after a regular tick rank 0 is never written, so the code
+//!         written is that of rank - 1
+//! forms and their bodies
+//!   same                  (none): same bits as the previous value
+//!   dec   rice            decimal: mantissa delta at the current exponent
+//!   sum   rice            the previous value plus the delta's decimal
+//!                         value, as a float sum (sums of rounded increments)
+//!   dec+r rice + len (4) + len bits
+//!                         decimal with a residual
+//!   xor   window          XOR with the previous value (Gorilla)
+//!   exp   e (3 bits) + delta + resid
 //!                         decimal at a new exponent e: the previous value's
-//!                         mantissa at e (its value × 10^e, rounded) is implied
+//!                         mantissa at e (its value × 10^e, rounded) is
+//!                         implied; ranked later as dec or dec+r
+//! rice   zigzag of (mantissa delta − predicted delta), Rice-coded with k
+//!        low bits: q = z >> k as q ones and a zero, then the k bits; a q of
+//!        20 or more is 20 ones, len-1 (6 bits) and z in len bits. The
+//!        predicted delta is a running mean of the deltas (weight 1/4) and k
+//!        follows a running mean of z (bit length − 1), so a counter's
+//!        increase costs about the bits of its noise, not of its size
 //! delta  0 + len (4 bits) + len bits | 1 + len-1 (6 bits) + len bits
 //!        (zigzag of the mantissa difference)
 //! resid  0 | 1 + len (4 bits) + len bits
@@ -25,6 +43,9 @@
 //! window 0 + sig bits                 inside the previous XOR window
 //!        1 + lead (6) + sig-1 (6) + sig bits
 //! ```
+//!
+//! A counter or a flat series thus costs one bit a sample plus its
+//! Rice code.
 //!
 //! A value is *decimal* at exponent `e` (0..=7) when `m / 10^e` (or `m` for
 //! `e = 0`) gives back its bits, up to a residual of at most 15 low bits,
@@ -56,9 +77,21 @@ const MAX_SKIP: u8 = 32;
 const MAX_RESID: u32 = 15;
 /// Largest magnitude at which every integer is an exact f64.
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+/// A Rice quotient this large or larger is written as an escape.
+const RICE_ESCAPE: u32 = 20;
+
+/// The value forms, in the order ranks 1.. list them (see the module docs).
+const SAME: u8 = 0;
+const DEC: u8 = 1;
+const SUM: u8 = 2;
+const DEC_RESID: u8 = 3;
+const XOR: u8 = 4;
+const NEW_EXP: u8 = 5;
+/// Longest rank code (`11111`).
+const MAX_RANK: u32 = 5;
 
 /// The value of mantissa `m` at exponent `e`.
-fn value_of(m: i64, e: u8) -> f64 {
+pub(super) fn value_of(m: i64, e: u8) -> f64 {
     match POW10.get(usize::from(e)) {
         Some(&p) if e > 0 => m as f64 / p,
         _ => m as f64,
@@ -66,7 +99,7 @@ fn value_of(m: i64, e: u8) -> f64 {
 }
 
 /// `v` × 10^e rounded to an integer, when finite and below 2^53.
-fn approx(v: f64, e: u8) -> Option<i64> {
+pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
     let p = *POW10.get(usize::from(e))?;
     let m = (v * p).round();
     // NaN fails this test too.
@@ -84,6 +117,7 @@ fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
     (bit_len(r) <= MAX_RESID).then_some((m, r))
 }
 
+/// Bits of a residual with its flag (the new-exponent form).
 fn resid_cost(r: u64) -> u32 {
     if r == 0 { 1 } else { 5 + bit_len(r) }
 }
@@ -99,7 +133,7 @@ fn put_resid(w: &mut Writer, r: u64) {
 }
 
 #[inline(always)]
-fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
+pub(super) fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
     if r.bit()? {
         let n = r.read(4)? as u32;
         r.read(n)
@@ -125,7 +159,7 @@ fn put_delta(w: &mut Writer, z: u64) {
 }
 
 #[inline(always)]
-fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
+pub(super) fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
     let n = if r.bit()? {
         r.read(6)? as u32 + 1
     } else {
@@ -134,7 +168,102 @@ fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
     r.read(n)
 }
 
+/// Bits of the Rice code of `z` with `k` low bits.
+fn rice_cost(z: u64, k: u32) -> u32 {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        q as u32 + 1 + k
+    } else {
+        RICE_ESCAPE + 6 + bit_len(z)
+    }
+}
+
+#[inline(always)]
+fn put_rice(w: &mut Writer, z: u64, k: u32) {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        // q ones and a zero, then the k low bits: one code when it fits.
+        let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
+        if q + 1 + k <= 64 {
+            let low = if k == 0 {
+                0
+            } else {
+                z & (u64::MAX >> (64 - k))
+            };
+            w.put((head << k) | low, q + 1 + k);
+        } else {
+            w.put(head, q + 1);
+            w.put(z, k);
+        }
+    } else {
+        let n = bit_len(z);
+        w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
+        w.put(u64::from(n - 1), 6);
+        w.put(z, n);
+    }
+}
+
+#[inline(always)]
+fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
+    let q = r.ones(RICE_ESCAPE)?;
+    if q < RICE_ESCAPE {
+        let low = r.read(k)?;
+        Some(u64::from(q).checked_shl(k).unwrap_or(0) | low)
+    } else {
+        let n = r.read(6)? as u32 + 1;
+        r.read(n)
+    }
+}
+
+/// The code of rank `rank` (0..=5): `0`, `10`, `110`, `1110`, `11110`,
+/// `11111` (as many ones as the rank, then a zero below the longest).
+fn rank_code(rank: u8) -> (u64, u32) {
+    let r = u32::from(rank).min(MAX_RANK);
+    if r < MAX_RANK {
+        (((1u64 << r) - 1) << 1, r + 1)
+    } else {
+        ((1u64 << r) - 1, r)
+    }
+}
+
+/// The rank of form `form` after a value of form `last`.
+fn rank_of(form: u8, last: u8) -> u8 {
+    if form == last {
+        0
+    } else if form < last {
+        form + 1
+    } else {
+        form
+    }
+}
+
+/// The form of rank `rank` after a value of form `last`.
+#[inline(always)]
+fn form_of(rank: u8, last: u8) -> u8 {
+    if rank == 0 {
+        last
+    } else if rank - 1 < last {
+        rank - 1
+    } else {
+        rank
+    }
+}
+
+/// Reads the timestamp code: the zigzag delta of delta.
+#[inline(always)]
+pub(super) fn read_dod(r: &mut Reader<'_>) -> Option<u64> {
+    Some(match r.ones(4)? {
+        0 => 0,
+        1 => r.read(7)?,
+        2 => r.read(12)?,
+        3 => r.read(20)?,
+        _ => r.read(64)?,
+    })
+}
+
 /// Encoder/decoder state after a sample; both sides update it the same way.
+/// 48 bytes, so a chunk's header (with the shared handle's counts) takes
+/// 104 bytes of heap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct State {
     ts: i64,
@@ -142,17 +271,18 @@ struct State {
     bits: u64,
     /// Mantissa of `bits` at `exp`, when `exp` is not `NONE`.
     mant: i64,
+    /// The predicted next mantissa delta (a running mean of the deltas).
+    pred: i64,
+    /// Running mean of the Rice-coded values, which sets the Rice `k`
+    /// (the bits of an `f32`: the range of a u64 in 4 bytes).
+    mag: u32,
     exp: u8,
     /// The XOR window: leading zeros and significant bits.
     lead: u8,
     sig: u8,
-    /// Encoder only (the decoder leaves it 0, snapshots drop it): changed
-    /// values still to write before the next search for a decimal
-    /// exponent, after searches that found none (noisy floats).
-    skip: u8,
-    /// Encoder only: the wait after the last fruitless search (doubles up
-    /// to [`MAX_SKIP`], back to 0 when a search succeeds).
-    backoff: u8,
+    /// The previous value's form (`SAME`, `DEC`, `SUM`, `DEC_RESID` or `XOR`),
+    /// the one ranked first for the next value.
+    last: u8,
 }
 
 impl State {
@@ -162,18 +292,50 @@ impl State {
             delta: 0,
             bits,
             mant: 0,
+            pred: 0,
+            mag: 0,
             exp: NONE,
             lead: NONE,
             sig: 0,
-            skip: 0,
-            backoff: 0,
+            last: SAME,
         }
+    }
+
+    /// The Rice parameter: the bit length of the running mean's integer
+    /// part, less one (0 below 2), read off the `f32`'s exponent field (at
+    /// most 63; a damaged snapshot's sign bit is ignored). For values
+    /// spread evenly below 2^a the mean is 2^(a-1), and k = a - 1 the best.
+    #[inline(always)]
+    fn k(&self) -> u32 {
+        ((self.mag >> 23) & 0xff).saturating_sub(127).min(63)
+    }
+
+    /// After a decimal delta `d` coded as `z`: the running means move a
+    /// quarter of the way towards them.
+    #[inline(always)]
+    fn adapt(&mut self, d: i64, z: u64) {
+        self.pred = self.pred.wrapping_add(d.wrapping_sub(self.pred) >> 2);
+        // z / 2 through i64: one conversion instruction (u64 takes a dozen).
+        let m = f32::from_bits(self.mag) * 0.75 + ((z >> 1) as i64) as f32 * 0.5;
+        self.mag = m.to_bits();
+    }
+
+    /// After a new exponent with mantissa delta `d`: the prediction starts
+    /// from it.
+    fn restart(&mut self, d: i64) {
+        self.pred = d;
+        self.mag = (((zigzag(d) >> 3) as i64) as f32).to_bits();
     }
 }
 
 /// How a changed value is written.
 enum Form {
-    Decimal(u64, u64),
+    /// Mantissa delta, its Rice-coded residual against the prediction,
+    /// and the value's residual.
+    Decimal(i64, u64, u64),
+    /// Mantissa delta and its Rice code; the value is the previous value
+    /// plus the delta's decimal value, as a float sum gives it.
+    Sum(i64, u64),
     Xor {
         x: u64,
         lead: u8,
@@ -184,11 +346,27 @@ enum Form {
 }
 
 impl Form {
-    fn cost(&self) -> u32 {
+    /// The form's number (`SAME` .. `NEW_EXP`).
+    fn number(&self) -> u8 {
         match self {
-            Form::Decimal(z, r) => 2 + delta_cost(*z) + resid_cost(*r),
-            Form::Xor { sig, new, .. } => 4 + u32::from(*sig) + if *new { 12 } else { 0 },
-            Form::NewExp(_, _, z, r) => 6 + delta_cost(*z) + resid_cost(*r),
+            Form::Decimal(_, _, 0) => DEC,
+            Form::Sum(..) => SUM,
+            Form::Decimal(..) => DEC_RESID,
+            Form::Xor { .. } => XOR,
+            Form::NewExp(..) => NEW_EXP,
+        }
+    }
+
+    fn cost(&self, st: &State) -> u32 {
+        let rank = |f| rank_code(rank_of(f, st.last)).1;
+        match self {
+            Form::Sum(_, z) => rank(SUM) + rice_cost(*z, st.k()),
+            Form::Decimal(_, z, 0) => rank(DEC) + rice_cost(*z, st.k()),
+            Form::Decimal(_, z, r) => rank(DEC_RESID) + rice_cost(*z, st.k()) + 4 + bit_len(*r),
+            Form::Xor { sig, new, .. } => {
+                rank(XOR) + 1 + u32::from(*sig) + if *new { 12 } else { 0 }
+            }
+            Form::NewExp(_, _, z, r) => rank(NEW_EXP) + 3 + delta_cost(*z) + resid_cost(*r),
         }
     }
 }
@@ -198,7 +376,14 @@ impl Form {
 pub struct Chunk {
     bytes: Vec<u8>,
     bit_len: u32,
-    count: u32,
+    count: u16,
+    /// Encoder only (snapshots drop it): changed values still to write
+    /// before the next search for a decimal exponent, after searches that
+    /// found none (noisy floats).
+    skip: u8,
+    /// Encoder only: the wait after the last fruitless search (doubles up
+    /// to [`MAX_SKIP`], back to 0 when a search succeeds).
+    backoff: u8,
     first_ts: i64,
     st: State,
 }
@@ -289,81 +474,120 @@ impl Chunk {
         }
         let delta = ts.wrapping_sub(self.st.ts);
         let dod = zigzag(delta.wrapping_sub(self.st.delta));
-        match bit_len(dod) {
-            0 => w.put(0, 1),
-            1..=7 => w.put((0b10 << 7) | dod, 9),
-            8..=12 => w.put((0b110 << 12) | dod, 15),
-            13..=20 => w.put((0b1110 << 20) | dod, 24),
-            _ => {
-                w.put(0b1111, 4);
-                w.put(dod, 64);
+        let form = (bits != self.st.bits).then(|| self.choose(v));
+        let rank = rank_of(form.as_ref().map_or(SAME, Form::number), self.st.last);
+        if dod == 0 && rank == 0 {
+            // The common sample: a regular tick, the previous value's form.
+            w.put(0, 1);
+        } else {
+            w.put(1, 1);
+            match bit_len(dod) {
+                0 => w.put(0, 1),
+                1..=7 => w.put((0b10 << 7) | dod, 9),
+                8..=12 => w.put((0b110 << 12) | dod, 15),
+                13..=20 => w.put((0b1110 << 20) | dod, 24),
+                _ => {
+                    w.put(0b1111, 4);
+                    w.put(dod, 64);
+                }
             }
+            // After a regular tick rank 0 would have been the short code.
+            let (code, n) = rank_code(if dod == 0 { rank - 1 } else { rank });
+            w.put(code, n);
         }
         self.st.ts = ts;
         self.st.delta = delta;
-        if bits == self.st.bits {
-            w.put(0, 1);
-        } else {
-            self.push_value(w, v);
+        match form {
+            None => self.st.last = SAME,
+            Some(f) => self.put_value(w, f, bits),
         }
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
     }
 
-    /// Writes a value that differs from the previous one. The form is
-    /// picked from cheap tests in a fixed order, stopping at the first
-    /// that fits: the decimal form at the current exponent when it needs
-    /// no residual (the common case of counters and rounded gauges), else
-    /// the shorter of it and XOR, and only then (when XOR is long) a search
-    /// for a new exponent, skipped for a while after searches that failed.
-    fn push_value(&mut self, w: &mut Writer, v: f64) {
+    /// Picks how a value that differs from the previous one is written,
+    /// from cheap tests in a fixed order, stopping at the first that fits:
+    /// the decimal form at the current exponent when it needs no residual
+    /// (counters and rounded gauges) or the float-sum form when that gives
+    /// the value (sums of rounded increments, preferred while it is the
+    /// previous form), else the shorter of the decimal form with its
+    /// residual and XOR, and only then (when XOR is long) a search for a
+    /// new exponent, skipped for a while after searches that failed.
+    fn choose(&mut self, v: f64) -> Form {
         let st = self.st;
         let bits = v.to_bits();
         let dec = (st.exp != NONE)
             .then(|| decimal(v, st.exp))
             .flatten()
-            .and_then(|(m, r)| Some(Form::Decimal(zigzag(m.checked_sub(st.mant)?), r)));
-        let best = match dec {
-            Some(d @ Form::Decimal(_, 0)) => d,
-            dec => {
-                let xor = self.xor_form(bits);
-                let best = match dec {
-                    Some(d) if d.cost() <= xor.cost() => d,
-                    _ => xor,
-                };
-                if matches!(best, Form::Xor { sig, .. } if sig > 12) {
-                    self.search_exp(v, best)
-                } else {
-                    best
-                }
+            .and_then(|(m, r)| {
+                let d = m.checked_sub(st.mant)?;
+                Some((d, zigzag(d.wrapping_sub(st.pred)), r))
+            });
+        if let Some((d, z, r)) = dec {
+            if r == 0 && st.last != SUM {
+                return Form::Decimal(d, z, 0);
             }
+            if (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits() == bits {
+                return Form::Sum(d, z);
+            }
+            if r == 0 {
+                return Form::Decimal(d, z, 0);
+            }
+        }
+        let xor = self.xor_form(bits);
+        let best = match dec {
+            Some((d, z, r)) if Form::Decimal(d, z, r).cost(&st) <= xor.cost(&st) => {
+                Form::Decimal(d, z, r)
+            }
+            _ => xor,
         };
-        match best {
-            Form::Decimal(z, r) => {
-                w.put(0b10, 2);
-                put_delta(w, z);
-                put_resid(w, r);
-                self.st.mant = self.st.mant.wrapping_add(unzigzag(z));
+        if matches!(best, Form::Xor { sig, .. } if sig > 12) {
+            self.search_exp(v, best)
+        } else {
+            best
+        }
+    }
+
+    /// Writes the body of form `f` for a value of bits `bits` and moves
+    /// the state on.
+    fn put_value(&mut self, w: &mut Writer, f: Form, bits: u64) {
+        self.st.last = f.number();
+        match f {
+            Form::Decimal(d, z, r) => {
+                put_rice(w, z, self.st.k());
+                if r != 0 {
+                    let n = bit_len(r);
+                    w.put(u64::from(n), 4);
+                    w.put(r, n);
+                }
+                self.st.mant = self.st.mant.wrapping_add(d);
+                self.st.adapt(d, z);
+            }
+            Form::Sum(d, z) => {
+                put_rice(w, z, self.st.k());
+                self.st.mant = self.st.mant.wrapping_add(d);
+                self.st.adapt(d, z);
             }
             Form::Xor { x, lead, sig, new } => {
                 if new {
-                    w.put(0b1101, 4);
+                    w.put(1, 1);
                     w.put(u64::from(lead), 6);
                     w.put(u64::from(sig - 1), 6);
                     self.st.lead = lead;
                     self.st.sig = sig;
                 } else {
-                    w.put(0b1100, 4);
+                    w.put(0, 1);
                 }
                 w.put(x >> (64 - lead - sig), u32::from(sig));
                 self.st.exp = NONE;
             }
             Form::NewExp(e, m, z, r) => {
-                w.put(0b111, 3);
                 w.put(u64::from(e), 3);
                 put_delta(w, z);
                 put_resid(w, r);
+                self.st.last = if r == 0 { DEC } else { DEC_RESID };
                 self.st.exp = e;
                 self.st.mant = m;
+                self.st.restart(unzigzag(z));
             }
         }
         self.st.bits = bits;
@@ -396,8 +620,8 @@ impl Chunk {
     /// shorter); after a search that finds
     /// nothing, the next ones wait 1, 3, 7 .. [`MAX_SKIP`] changed values.
     fn search_exp(&mut self, v: f64, best: Form) -> Form {
-        if self.st.skip > 0 {
-            self.st.skip -= 1;
+        if self.skip > 0 {
+            self.skip -= 1;
             return best;
         }
         let prev = f64::from_bits(self.st.bits);
@@ -408,13 +632,13 @@ impl Chunk {
             Some(Form::NewExp(e, m, zigzag(d), r))
         });
         match found {
-            Some(f) if f.cost() < best.cost() => {
-                self.st.backoff = 0;
+            Some(f) if f.cost(&self.st) < best.cost(&self.st) => {
+                self.backoff = 0;
                 f
             }
             _ => {
-                self.st.backoff = (self.st.backoff * 2 + 1).min(MAX_SKIP);
-                self.st.skip = self.st.backoff;
+                self.backoff = (self.backoff * 2 + 1).min(MAX_SKIP);
+                self.skip = self.backoff;
                 best
             }
         }
@@ -429,7 +653,9 @@ impl Chunk {
         put_varint(out, self.st.delta);
         out.extend_from_slice(&self.st.bits.to_le_bytes());
         put_varint(out, self.st.mant);
-        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig]);
+        put_varint(out, self.st.pred);
+        out.extend_from_slice(&self.st.mag.to_le_bytes());
+        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig, self.st.last]);
         put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(&self.bytes);
     }
@@ -437,35 +663,43 @@ impl Chunk {
     /// Reads a chunk written by [`Chunk::write_state`].
     pub fn read_state(c: &mut super::codec::Cursor<'_>) -> Result<Chunk, super::codec::CodecError> {
         use super::codec::CodecError;
-        let count = c.len(CHUNK_SAMPLES)? as u32;
+        let count = c.len(CHUNK_SAMPLES)? as u16;
         let first_ts = c.varint()?;
         let ts = c.varint()?;
         let delta = c.varint()?;
         let bits = c.u64_le()?;
         let mant = c.varint()?;
-        let (exp, lead, sig) = (c.u8()?, c.u8()?, c.u8()?);
-        if (exp != NONE && exp > MAX_EXP) || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+        let pred = c.varint()?;
+        let mag = c.u32_le()?;
+        let (exp, lead, sig, last) = (c.u8()?, c.u8()?, c.u8()?, c.u8()?);
+        if (exp != NONE && exp > MAX_EXP)
+            || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+            || last > XOR
         {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
-        // At most 4 + 64 timestamp bits and 3 + 3 + 7 + 64 value bits a sample.
-        let bit_len = c.len(CHUNK_SAMPLES * 145 + 64)? as u32;
+        // At most 4 + 64 timestamp bits and 4 + 90 + 19 value bits (an
+        // escaped Rice code and a residual) a sample.
+        let bit_len = c.len(CHUNK_SAMPLES * 181 + 64)? as u32;
         let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.to_vec();
         Ok(Chunk {
             bytes,
             bit_len,
             count,
+            skip: 0,
+            backoff: 0,
             first_ts,
             st: State {
                 ts,
                 delta,
                 bits,
                 mant,
+                pred,
+                mag,
                 exp,
                 lead,
                 sig,
-                skip: 0,
-                backoff: 0,
+                last,
             },
         })
     }
@@ -515,45 +749,41 @@ impl Chunk {
 }
 
 /// Decodes the sample after `st` into `st` like [`next`], reading the
-/// common samples (a regular tick with an unchanged value, or with a
-/// decimal delta at the current exponent and no residual: counters and
-/// rounded gauges) from one look-ahead word; anything else goes to [`next`].
+/// common samples (a regular tick with the previous value's form, when
+/// that is an unchanged value or a decimal or float-sum delta: flat series,
+/// counters) from one look-ahead word; anything else goes to [`next`].
 #[inline(always)]
 fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     // 57 stream bits are in a peeked word when that many are left.
     if r.left() >= 57 {
         let w = r.peek();
-        // Timestamp code `0`: delta of delta 0.
         if w >> 63 == 0 {
-            let v = w << 1;
-            if v >> 63 == 0 {
-                // Value code `0`: unchanged.
-                r.skip(2);
+            if st.last == SAME {
+                r.skip(1);
                 st.ts = st.ts.wrapping_add(st.delta);
                 return Some(());
             }
-            if v >> 62 == 0b10 && st.exp != NONE {
-                // `10` + delta (`0` + 4-bit length, or `1` + 6-bit length - 1).
-                let d = v << 2;
-                let (head, n) = if d >> 63 == 0 {
-                    (5, ((d >> 59) & 0xf) as u32)
-                } else {
-                    (7, ((d >> 57) & 0x3f) as u32 + 1)
-                };
-                // Bits: tick 1, value code 2, delta header and body, residual flag 1.
-                let used = 1 + 2 + head + n + 1;
-                if used <= 57 {
-                    let body = d << head;
-                    // `n` may be 0: shift in two steps.
-                    let z = (body >> 1) >> (63 - n);
-                    let resid = (body << n) >> 63;
-                    if resid == 0 {
-                        r.skip(used);
-                        st.ts = st.ts.wrapping_add(st.delta);
-                        st.mant = st.mant.wrapping_add(unzigzag(z));
-                        st.bits = value_of(st.mant, st.exp).to_bits();
-                        return Some(());
-                    }
+            if (st.last == DEC || st.last == SUM) && st.exp != NONE {
+                let k = st.k();
+                let body = w << 1;
+                let q = body.leading_ones();
+                // Bits: the code, the quotient and its zero, k bits.
+                let total = 1 + q + 1 + k;
+                if q < RICE_ESCAPE && total <= 57 {
+                    // `k` may be 0: shift in two steps.
+                    let low = ((body << (q + 1)) >> 1) >> (63 - k);
+                    let z = (u64::from(q) << k) | low;
+                    r.skip(total);
+                    st.ts = st.ts.wrapping_add(st.delta);
+                    let d = st.pred.wrapping_add(unzigzag(z));
+                    st.mant = st.mant.wrapping_add(d);
+                    st.adapt(d, z);
+                    st.bits = if st.last == SUM {
+                        (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
+                    } else {
+                        value_of(st.mant, st.exp).to_bits()
+                    };
+                    return Some(());
                 }
             }
         }
@@ -564,25 +794,36 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 /// Decodes the sample after `st` into `st`; `None` on a damaged stream.
 #[inline(always)]
 fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
-    let dod = match r.ones(4)? {
-        0 => 0,
-        1 => r.read(7)?,
-        2 => r.read(12)?,
-        3 => r.read(20)?,
-        _ => r.read(64)?,
+    let form = if r.bit()? {
+        let dod = read_dod(r)?;
+        st.delta = st.delta.wrapping_add(unzigzag(dod));
+        st.ts = st.ts.wrapping_add(st.delta);
+        let rank = r.ones(MAX_RANK)? as u8;
+        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+    } else {
+        st.ts = st.ts.wrapping_add(st.delta);
+        st.last
     };
-    st.delta = st.delta.wrapping_add(unzigzag(dod));
-    st.ts = st.ts.wrapping_add(st.delta);
-    match r.ones(3)? {
-        0 => {}
-        1 => {
+    match form {
+        SAME => {}
+        DEC | SUM | DEC_RESID => {
             if st.exp == NONE {
                 return None;
             }
-            st.mant = st.mant.wrapping_add(unzigzag(get_delta(r)?));
-            st.bits = value_of(st.mant, st.exp).to_bits() ^ get_resid(r)?;
+            let z = get_rice(r, st.k())?;
+            let d = st.pred.wrapping_add(unzigzag(z));
+            st.mant = st.mant.wrapping_add(d);
+            st.adapt(d, z);
+            st.bits = match form {
+                SUM => (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits(),
+                DEC => value_of(st.mant, st.exp).to_bits(),
+                _ => {
+                    let n = r.read(4)? as u32;
+                    value_of(st.mant, st.exp).to_bits() ^ r.read(n)?
+                }
+            };
         }
-        2 => {
+        XOR => {
             if r.bit()? {
                 st.lead = r.read(6)? as u8;
                 st.sig = r.read(6)? as u8 + 1;
@@ -591,17 +832,26 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             st.bits ^= r.read(u32::from(st.sig))? << shift;
             st.exp = NONE;
         }
-        _ => {
+        NEW_EXP => {
             let e = r.read(3)? as u8;
             let prev = approx(f64::from_bits(st.bits), e)?;
-            st.mant = prev.wrapping_add(unzigzag(get_delta(r)?));
+            let z = get_delta(r)?;
+            st.mant = prev.wrapping_add(unzigzag(z));
             st.exp = e;
-            st.bits = value_of(st.mant, e).to_bits() ^ get_resid(r)?;
+            let resid = get_resid(r)?;
+            st.bits = value_of(st.mant, e).to_bits() ^ resid;
+            st.restart(unzigzag(z));
+            st.last = if resid == 0 { DEC } else { DEC_RESID };
+            return Some(());
         }
+        // A rank past the last form: damaged.
+        _ => return None,
     }
+    st.last = form;
     Some(())
 }
 
 #[cfg(test)]
 mod tests;
 pub(in crate::store) mod v1;
+pub(in crate::store) mod v2;

@@ -232,6 +232,14 @@ impl<'a> Cursor<'a> {
             .ok_or(CodecError::Malformed("length out of range"))
     }
 
+    /// A little-endian u32.
+    pub fn u32_le(&mut self) -> Result<u32, CodecError> {
+        let b = self.bytes(4)?;
+        let mut a = [0u8; 4];
+        a.copy_from_slice(b);
+        Ok(u32::from_le_bytes(a))
+    }
+
     /// A little-endian u64.
     pub fn u64_le(&mut self) -> Result<u64, CodecError> {
         let b = self.bytes(8)?;

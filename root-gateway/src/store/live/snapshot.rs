@@ -3,7 +3,7 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v2" (or "-v1": read, its chunks converted)
+//! magic  "canopy-snapshot-v3" (or "-v2", "-v1": read, their chunks converted)
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
 //! series 0x03 labels | source+1 (0 none) | n_chunks | chunk state*
@@ -20,9 +20,12 @@ use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
 
-/// v2: bit-packed chunks.
-const MAGIC: &[u8] = b"canopy-snapshot-v2";
-/// v1 (the release before): the same records with byte-aligned chunks,
+/// v3: bit-packed chunks with ranked value forms and Rice-coded deltas.
+const MAGIC: &[u8] = b"canopy-snapshot-v3";
+/// v2 (the release before): the same records with the first bit-packed
+/// chunk format, still read so an upgrade loads its predecessor's data dir.
+const MAGIC_V2: &[u8] = b"canopy-snapshot-v2";
+/// v1 (the release before v2): the same records with byte-aligned chunks,
 /// still read so an upgrade loads its predecessor's data dir.
 const MAGIC_V1: &[u8] = b"canopy-snapshot-v1";
 /// Largest record accepted when reading (one series' chunks).
@@ -186,8 +189,8 @@ impl LiveStore {
             }
         };
         next(&mut buf)?;
-        let v1 = buf == MAGIC_V1;
-        if buf != MAGIC && !v1 {
+        let (v1, v2) = (buf == MAGIC_V1, buf == MAGIC_V2);
+        if buf != MAGIC && !v1 && !v2 {
             return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
         }
         next(&mut buf)?;
@@ -245,6 +248,8 @@ impl LiveStore {
             for _ in 0..n {
                 chunks.push(Arc::new(if v1 {
                     crate::store::chunk::v1::read_state(&mut c)?
+                } else if v2 {
+                    crate::store::chunk::v2::read_state(&mut c)?
                 } else {
                     Chunk::read_state(&mut c)?
                 }));

@@ -244,42 +244,20 @@ fn upgrade_reads_v1_snapshot_with_every_sample() {
         (st.rejected_series, st.out_of_order, st.sources_died),
         (2, 3, 1)
     );
-    let want = v1_series();
-    assert_eq!(s.entries.iter().flatten().count(), want.len());
-    for (name, sourced, samples) in &want {
-        let e = s
-            .entries
-            .iter()
-            .flatten()
-            .find(|e| s.strings.labels(&e.labels).name() == *name)
-            .unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!(e.source.is_some(), *sourced, "{name}");
-        // Converted chunks keep the v1 chunk boundaries (240 samples).
-        assert_eq!(
-            e.chunks.len(),
-            samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
-            "{name}"
-        );
-        let mut got = Vec::new();
-        for c in &e.chunks {
-            c.decode(&mut got);
-        }
-        let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
-        let want: Vec<_> = samples.iter().map(|p| (p.0, p.1.to_bits())).collect();
-        assert_eq!(got, want, "{name}: every sample, bit for bit");
-    }
+    // Converted chunks keep the v1 chunk boundaries (240 samples).
+    assert_series(&s, &v1_series());
     // A series without a source answers queries with its samples as stored.
     let p = pts(&s, "v1_steady", 0, 9_000);
     assert_eq!(p.len(), 10);
     assert!(p.iter().all(|x| x.1 == 5.0));
-    // The loaded store keeps accepting data and writes a v2 snapshot that
+    // The loaded store keeps accepting data and writes a v3 snapshot that
     // reads back the same.
     let mut s = s;
     let l = Labels::metric("v1_steady", [("node", "n1")]);
     s.append(None, &l, 10_000, 6.0).unwrap();
     let mut v2 = Vec::new();
     s.write_snapshot(&mut v2).unwrap();
-    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v2"));
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v3"));
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
     assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
     // Every truncation of the v1 stream is an error, never a panic.
@@ -675,4 +653,71 @@ fn cached_selections_follow_added_and_removed_series() {
 /// True when the store's cache holds the selection of `ms`.
 fn selection_cached(s: &LiveStore, ms: &[Matcher]) -> bool {
     query::cached(s, ms)
+}
+
+/// The samples of `tests/data/snapshot_v2.bin`: those of `snapshot_v1.bin`
+/// plus `v2_cpu` (a sum of ms-rounded increments, drifting a few ulps off
+/// its decimals), as `LiveStore::write_snapshot` wrote them at commit
+/// 1c63ebd (v2 chunks) after loading `snapshot_v1.bin` and appending them.
+fn v2_series() -> Vec<V1Series> {
+    let mut all = v1_series();
+    let mut v = 0.0f64;
+    let cpu = (0..260i64)
+        .map(|i| {
+            v += ((i * 7919) % 3000 + 9000) as f64 / 1e3;
+            (400_000 + i * 15_000, v)
+        })
+        .collect();
+    all.push(("v2_cpu", false, cpu));
+    all
+}
+
+/// Every sample of every series of `s`, bit for bit, as `want` lists them.
+fn assert_series(s: &LiveStore, want: &[V1Series]) {
+    assert_eq!(s.entries.iter().flatten().count(), want.len());
+    for (name, sourced, samples) in want {
+        let e = s
+            .entries
+            .iter()
+            .flatten()
+            .find(|e| s.strings.labels(&e.labels).name() == *name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(e.source.is_some(), *sourced, "{name}");
+        assert_eq!(
+            e.chunks.len(),
+            samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
+            "{name}"
+        );
+        let mut got = Vec::new();
+        for c in &e.chunks {
+            c.decode(&mut got);
+        }
+        let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
+        let want: Vec<_> = samples.iter().map(|p| (p.0, p.1.to_bits())).collect();
+        assert_eq!(got, want, "{name}: every sample, bit for bit");
+    }
+}
+
+#[test]
+fn upgrade_reads_v2_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v2.bin");
+    assert!(bytes.windows(18).any(|w| w == b"canopy-snapshot-v2"));
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    let want = v2_series();
+    assert_series(&s, &want);
+    // Converted chunks are in today's format: smaller than the v2 ones,
+    // and a v3 snapshot of them reads back the same samples.
+    let mut v3 = Vec::new();
+    s.write_snapshot(&mut v3).unwrap();
+    assert!(v3.windows(18).any(|w| w == b"canopy-snapshot-v3"));
+    assert!(v3.len() < bytes.len(), "{} >= {}", v3.len(), bytes.len());
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v3[..]).unwrap();
+    assert_series(&r, &want);
+    // Every truncation of the v2 stream is an error, never a panic.
+    for cut in [20, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
 }
