@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
 use super::hot_file::HotFile;
-use super::{Collector, Observation};
+use super::{Collector, Emit, Observation, SeriesCache, Sink};
 use crate::error::LeafError;
 
 /// One line of `mountinfo`, unescaped.
@@ -205,7 +205,7 @@ impl FsFilter {
 
 /// Appends the gauges of one mount: its sizes when `stat` is known, and
 /// its error flag.
-pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut Vec<Observation>) {
+pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut impl Emit) {
     let l = [
         ("mountpoint", m.mountpoint.as_str()),
         ("fstype", m.fstype.as_str()),
@@ -220,21 +220,21 @@ pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut Vec<
             ("canopy_node_filesystem_files_free", s.files_free),
         ];
         for (name, v) in g {
-            out.push(Observation::gauge(name, node, &l, v as f64));
+            out.gauge(name, node, &l, v as f64);
         }
     }
-    out.push(Observation::gauge(
+    out.gauge(
         "canopy_node_filesystem_readonly",
         node,
         &l,
         if m.read_only { 1.0 } else { 0.0 },
-    ));
-    out.push(Observation::gauge(
+    );
+    out.gauge(
         "canopy_node_filesystem_device_error",
         node,
         &l,
         if stat.is_some() { 0.0 } else { 1.0 },
-    ));
+    );
 }
 
 /// Settings of [`FilesystemCollector`].
@@ -277,6 +277,8 @@ pub struct FilesystemCollector {
     /// Mount points currently failing (logged once when they start).
     failing: HashSet<String>,
     errors: BTreeMap<&'static str, u64>,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl FilesystemCollector {
@@ -298,6 +300,7 @@ impl FilesystemCollector {
             opts,
             failing: HashSet::new(),
             errors: BTreeMap::new(),
+            series: SeriesCache::new(),
         }
     }
 
@@ -331,6 +334,21 @@ impl Collector for FilesystemCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl FilesystemCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let text = self.mountinfo.read();
         let parsed = match text {
             // Mounts rarely change: the same text keeps the same selection.
@@ -395,14 +413,14 @@ impl Collector for FilesystemCollector {
 }
 
 impl FilesystemCollector {
-    fn push_errors(&self, out: &mut Vec<Observation>) {
+    fn push_errors(&self, out: &mut impl Emit) {
         for (kind, n) in &self.errors {
-            out.push(Observation::counter(
+            out.counter(
                 "canopy_leaf_collector_errors_total",
                 &self.node,
                 &[("collector", "filesystem"), ("kind", kind)],
                 *n as f64,
-            ));
+            );
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod dir_watch;
 pub mod diskstats;
+pub mod emit;
 pub mod filesystem;
 pub mod fs_worker;
 pub mod gpu;
@@ -75,6 +76,7 @@ use crate::error::LeafError;
 
 pub use cgroup_v1::SlurmCgroupV1Collector;
 pub use diskstats::DiskStatsCollector;
+pub use emit::{Emit, Recorder, SeriesCache};
 pub use loadavg::LoadAvgCollector;
 pub use meminfo::MemInfoCollector;
 pub use netdev::NetDevCollector;
