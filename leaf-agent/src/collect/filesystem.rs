@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
 use super::hot_file::HotFile;
+use super::mount_watch::MountWatch;
 use super::{Collector, Emit, Observation, SeriesCache, Sink};
 use crate::error::LeafError;
 
@@ -272,6 +273,8 @@ pub struct FilesystemCollector {
     inline_local: bool,
     /// The last `mountinfo` text and the mounts selected from it.
     last: Option<(String, Vec<Mount>)>,
+    /// Says when `mountinfo` may have changed.
+    watch: MountWatch,
     opts: FilesystemOptions,
     pool: StatPool,
     /// Mount points currently failing (logged once when they start).
@@ -294,6 +297,7 @@ impl FilesystemCollector {
         FilesystemCollector {
             node: node.to_string(),
             mountinfo: HotFile::new(proc_root.join("self").join("mountinfo")),
+            watch: MountWatch::new(proc_root.join("self").join("mountinfo")),
             inline_local: false,
             last: None,
             pool: StatPool::new(stat, opts.timeout, opts.max_hung),
@@ -349,18 +353,23 @@ impl Collector for FilesystemCollector {
 impl FilesystemCollector {
     /// One tick's series into `out`.
     fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
-        let text = self.mountinfo.read();
+        // The kernel renders the whole table on every read: read it only
+        // when it may have changed (see `mount_watch`).
+        let read = self.watch.must_read() || self.last.is_none();
+        self.watch.tick(read);
+        let text = read.then(|| self.mountinfo.read());
         let parsed = match text {
+            None => Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default()),
             // Mounts rarely change: the same text keeps the same selection.
-            Ok(t) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
+            Some(Ok(t)) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
                 Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default())
             }
-            Ok(t) => parse_mountinfo(t).map(|m| {
+            Some(Ok(t)) => parse_mountinfo(t).map(|m| {
                 let m = self.opts.filter.select(m);
                 self.last = Some((t.to_string(), m.clone()));
                 m
             }),
-            Err(e) => Err(e),
+            Some(Err(e)) => Err(e),
         };
         let mounts = match parsed {
             Ok(m) => m,

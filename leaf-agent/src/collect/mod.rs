@@ -29,6 +29,7 @@ pub mod k8s_pods;
 pub mod loadavg;
 pub mod lustre;
 pub mod meminfo;
+pub mod mount_watch;
 pub mod netdev;
 pub mod outside_jobs;
 pub mod perf;
