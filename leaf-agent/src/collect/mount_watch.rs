@@ -89,6 +89,8 @@ impl MountWatch {
     }
 }
 
+// `f_type` is an i64 on x86_64 but narrower on other targets.
+#[allow(clippy::useless_conversion)]
 fn is_procfs(f: &File) -> bool {
     rustix::fs::fstatfs(f).is_ok_and(|s| i64::from(s.f_type) == PROC_SUPER_MAGIC)
 }
