@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use canopy_aggregator::merge::NullSink;
 use canopy_aggregator::relay::Relay;
+use canopy_leaf::collect::{Emit, SeriesCache, Sink};
 use canopy_leaf::{Collector, LeafError, Observation};
 use canopy_proto::MetricKind;
 use canopy_proto::link::{ListenerStats, Uplink};
@@ -28,6 +29,9 @@ pub struct FabricMetrics {
     /// at 3 significant digits) is made at its uplink's first reparent, so
     /// a node whose links never move does not carry them.
     reparent: Arc<Vec<Mutex<Option<Histogram<u64>>>>>,
+    /// Label sets and keys of the last tick's series (the sampler's copy;
+    /// a clone starts empty).
+    series: SeriesCache,
 }
 
 /// Longest reparent time tracked exactly, ms (longer ones count at the top).
@@ -51,92 +55,104 @@ impl FabricMetrics {
             listener,
             uplinks,
             reparent: Arc::new(reparent),
+            series: SeriesCache::new(),
         }
     }
 
     /// Every counter, as observations of this node.
-    pub fn observe(&self, out: &mut Vec<Observation>) {
+    pub fn observe(&self, out: &mut impl Emit) {
         let n = self.node.as_str();
-        let c = |name: &str, labels: &[(&str, &str)], v: u64| {
-            Observation::counter(name, n, labels, v as f64)
-        };
-        let g =
-            |name: &str, labels: &[(&str, &str)], v: f64| Observation::gauge(name, n, labels, v);
         let m = self.relay.with_merger(|m| m.stats().clone());
-        out.push(c("canopy_fabric_frames_in_total", &[], m.frames_in));
-        out.push(c("canopy_fabric_bytes_in_total", &[], m.bytes_in));
-        out.push(c(
+        out.counter("canopy_fabric_frames_in_total", n, &[], m.frames_in as f64);
+        out.counter("canopy_fabric_bytes_in_total", n, &[], m.bytes_in as f64);
+        out.counter(
             "canopy_fabric_updates_accepted_total",
+            n,
             &[],
-            m.updates_accepted,
-        ));
-        out.push(c(
+            m.updates_accepted as f64,
+        );
+        out.counter(
             "canopy_fabric_duplicates_dropped_total",
+            n,
             &[],
-            m.duplicates_dropped,
-        ));
-        out.push(c(
+            m.duplicates_dropped as f64,
+        );
+        out.counter(
             "canopy_fabric_series_over_cap_total",
+            n,
             &[],
-            m.dropped_over_cap,
-        ));
+            m.dropped_over_cap as f64,
+        );
         for (reason, v) in &m.rejected_frames {
-            out.push(c(
+            out.counter(
                 "canopy_fabric_rejected_frames_total",
+                n,
                 &[("reason", reason)],
-                *v,
-            ));
+                (*v) as f64,
+            );
         }
-        out.push(g("canopy_fabric_series", &[], m.series as f64));
-        out.push(g("canopy_fabric_children", &[], m.children as f64));
+        out.gauge("canopy_fabric_series", n, &[], m.series as f64);
+        out.gauge("canopy_fabric_children", n, &[], m.children as f64);
         let l = &self.listener;
-        out.push(c(
+        out.counter(
             "canopy_fabric_refused_peers_total",
+            n,
             &[("stage", "handshake")],
-            l.handshake_failures.load(Ordering::Relaxed),
-        ));
-        out.push(c(
+            (l.handshake_failures.load(Ordering::Relaxed)) as f64,
+        );
+        out.counter(
             "canopy_fabric_refused_peers_total",
+            n,
             &[("stage", "setup")],
-            l.setup_failures.load(Ordering::Relaxed),
-        ));
-        out.push(c(
+            (l.setup_failures.load(Ordering::Relaxed)) as f64,
+        );
+        out.counter(
             "canopy_fabric_refused_peers_total",
+            n,
             &[("stage", "not_in_plan")],
-            l.not_in_plan.load(Ordering::Relaxed),
-        ));
+            (l.not_in_plan.load(Ordering::Relaxed)) as f64,
+        );
         for (i, (subtree, parent, u)) in self.uplinks.iter().enumerate() {
             let st = subtree.to_string();
             let lab: &[(&str, &str)] = &[("subtree", &st), ("parent", parent)];
             let s = u.stats();
             let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            out.push(c(
+            out.counter(
                 "canopy_fabric_records_sent_total",
+                n,
                 lab,
-                load(&s.records_sent),
-            ));
-            out.push(c(
+                (load(&s.records_sent)) as f64,
+            );
+            out.counter(
                 "canopy_fabric_bytes_sent_total",
+                n,
                 lab,
-                load(&s.bytes_sent),
-            ));
-            out.push(c("canopy_fabric_failovers_total", lab, load(&s.failovers)));
-            out.push(c(
+                (load(&s.bytes_sent)) as f64,
+            );
+            out.counter(
+                "canopy_fabric_failovers_total",
+                n,
+                lab,
+                (load(&s.failovers)) as f64,
+            );
+            out.counter(
                 "canopy_fabric_connect_failures_total",
+                n,
                 lab,
-                load(&s.connect_failures),
-            ));
-            out.push(c(
+                (load(&s.connect_failures)) as f64,
+            );
+            out.counter(
                 "canopy_fabric_reconnects_total",
+                n,
                 lab,
-                load(&s.reconnects),
-            ));
-            out.push(Observation::counter(
+                (load(&s.reconnects)) as f64,
+            );
+            out.counter(
                 "canopy_fabric_reparent_seconds_total",
                 n,
                 lab,
                 load(&s.reparent_ms_total) as f64 / 1000.0,
-            ));
+            );
             if let Some(h) = self.reparent.get(i) {
                 let mut h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let fresh = s.take_reparents();
@@ -152,69 +168,80 @@ impl FabricMetrics {
                 let h = h.as_ref().filter(|h| !h.is_empty());
                 for (q, qs) in QUANTILES {
                     let v = h.map_or(0.0, |h| h.value_at_quantile(q) as f64 / 1000.0);
-                    out.push(g(
+                    out.gauge(
                         "canopy_fabric_reparent_seconds",
+                        n,
                         &[("subtree", &st), ("parent", parent), ("quantile", qs)],
                         v,
-                    ));
+                    );
                 }
-                out.push(c(
+                out.counter(
                     "canopy_fabric_reparent_seconds_count",
+                    n,
                     lab,
-                    h.map_or(0, |h| h.len()),
-                ));
+                    (h.map_or(0, |h| h.len())) as f64,
+                );
             }
             for (reason, v) in [("send_blocked", &s.stalls), ("no_ack", &s.ack_stalls)] {
-                out.push(c(
+                out.counter(
                     "canopy_fabric_stalls_total",
+                    n,
                     &[("subtree", &st), ("parent", parent), ("reason", reason)],
-                    load(v),
-                ));
+                    (load(v)) as f64,
+                );
             }
-            out.push(c(
+            out.counter(
                 "canopy_fabric_bad_controls_total",
+                n,
                 lab,
-                load(&s.bad_controls),
-            ));
-            out.push(c(
+                (load(&s.bad_controls)) as f64,
+            );
+            out.counter(
                 "canopy_fabric_segments_replayed_total",
+                n,
                 lab,
-                load(&s.segments_replayed),
-            ));
+                (load(&s.segments_replayed)) as f64,
+            );
             let (bytes, records, ob) = u.buffer();
-            out.push(g("canopy_fabric_buffer_bytes", lab, bytes as f64));
-            out.push(g("canopy_fabric_buffer_records", lab, records as f64));
-            out.push(c(
+            out.gauge("canopy_fabric_buffer_bytes", n, lab, bytes as f64);
+            out.gauge("canopy_fabric_buffer_records", n, lab, records as f64);
+            out.counter(
                 "canopy_fabric_buffer_dropped_records_total",
+                n,
                 lab,
-                ob.dropped_records,
-            ));
-            out.push(c(
+                ob.dropped_records as f64,
+            );
+            out.counter(
                 "canopy_fabric_acked_records_total",
+                n,
                 lab,
-                ob.acked_records,
-            ));
-            out.push(c("canopy_fabric_bad_acks_total", lab, ob.bad_acks));
-            out.push(c(
+                ob.acked_records as f64,
+            );
+            out.counter("canopy_fabric_bad_acks_total", n, lab, ob.bad_acks as f64);
+            out.counter(
                 "canopy_fabric_replayed_unacked_records_total",
+                n,
                 lab,
-                ob.replayed_unacked,
-            ));
-            out.push(c(
+                ob.replayed_unacked as f64,
+            );
+            out.counter(
                 "canopy_fabric_unacked_released_records_total",
+                n,
                 lab,
-                ob.unacked_released,
-            ));
-            out.push(g(
+                ob.unacked_released as f64,
+            );
+            out.gauge(
                 "canopy_fabric_uplink_connected",
+                n,
                 lab,
                 f64::from(u8::from(u.is_connected())),
-            ));
-            out.push(g(
+            );
+            out.gauge(
                 "canopy_fabric_uplink_on_backup",
+                n,
                 lab,
                 f64::from(u8::from(u.on_backup())),
-            ));
+            );
         }
     }
 
@@ -233,6 +260,14 @@ impl Collector for FabricMetrics {
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
         self.observe(out);
+        Ok(())
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        self.observe(&mut series.recorder(sink));
+        self.series = series;
         Ok(())
     }
 }

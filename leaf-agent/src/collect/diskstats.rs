@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Observation, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/diskstats";
@@ -91,7 +91,7 @@ pub fn is_virtual(name: &str) -> bool {
 }
 
 /// Appends the observations for parsed `/proc/diskstats`, whole disks only.
-pub fn observations(node: &str, disks: &[DiskStats], out: &mut Vec<Observation>) {
+pub fn observations(node: &str, disks: &[DiskStats], out: &mut impl Emit) {
     let names: Vec<&str> = disks.iter().map(|d| d.device.as_str()).collect();
     for d in disks {
         if is_virtual(&d.device) || is_partition(&d.device, &names) {
@@ -114,15 +114,15 @@ pub fn observations(node: &str, disks: &[DiskStats], out: &mut Vec<Observation>)
             ),
         ];
         for (name, v) in series {
-            out.push(Observation::counter(name, node, &l, v as f64));
+            out.counter(name, node, &l, v as f64);
         }
         if let Some(ms) = d.io_time_ms {
-            out.push(Observation::counter(
+            out.counter(
                 "canopy_node_disk_io_time_seconds_total",
                 node,
                 &l,
                 ms as f64 / 1000.0,
-            ));
+            );
         }
     }
 }
@@ -132,6 +132,8 @@ pub fn observations(node: &str, disks: &[DiskStats], out: &mut Vec<Observation>)
 pub struct DiskStatsCollector {
     node: String,
     file: HotFile,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl DiskStatsCollector {
@@ -140,6 +142,7 @@ impl DiskStatsCollector {
         DiskStatsCollector {
             node: node.to_string(),
             file: HotFile::lines(proc_root.join("diskstats")),
+            series: SeriesCache::new(),
         }
     }
 }
@@ -150,6 +153,21 @@ impl Collector for DiskStatsCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl DiskStatsCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let disks = parse_diskstats(self.file.read()?)?;
         observations(&self.node, &disks, out);
         Ok(())

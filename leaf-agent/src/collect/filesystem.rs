@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
 use super::hot_file::HotFile;
-use super::{Collector, Observation};
+use super::mount_watch::MountWatch;
+use super::{Collector, Emit, Observation, SeriesCache, Sink};
 use crate::error::LeafError;
 
 /// One line of `mountinfo`, unescaped.
@@ -205,7 +206,7 @@ impl FsFilter {
 
 /// Appends the gauges of one mount: its sizes when `stat` is known, and
 /// its error flag.
-pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut Vec<Observation>) {
+pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut impl Emit) {
     let l = [
         ("mountpoint", m.mountpoint.as_str()),
         ("fstype", m.fstype.as_str()),
@@ -220,21 +221,21 @@ pub fn observations(node: &str, m: &Mount, stat: Option<&FsStat>, out: &mut Vec<
             ("canopy_node_filesystem_files_free", s.files_free),
         ];
         for (name, v) in g {
-            out.push(Observation::gauge(name, node, &l, v as f64));
+            out.gauge(name, node, &l, v as f64);
         }
     }
-    out.push(Observation::gauge(
+    out.gauge(
         "canopy_node_filesystem_readonly",
         node,
         &l,
         if m.read_only { 1.0 } else { 0.0 },
-    ));
-    out.push(Observation::gauge(
+    );
+    out.gauge(
         "canopy_node_filesystem_device_error",
         node,
         &l,
         if stat.is_some() { 0.0 } else { 1.0 },
-    ));
+    );
 }
 
 /// Settings of [`FilesystemCollector`].
@@ -272,11 +273,15 @@ pub struct FilesystemCollector {
     inline_local: bool,
     /// The last `mountinfo` text and the mounts selected from it.
     last: Option<(String, Vec<Mount>)>,
+    /// Says when `mountinfo` may have changed.
+    watch: MountWatch,
     opts: FilesystemOptions,
     pool: StatPool,
     /// Mount points currently failing (logged once when they start).
     failing: HashSet<String>,
     errors: BTreeMap<&'static str, u64>,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl FilesystemCollector {
@@ -292,12 +297,14 @@ impl FilesystemCollector {
         FilesystemCollector {
             node: node.to_string(),
             mountinfo: HotFile::new(proc_root.join("self").join("mountinfo")),
+            watch: MountWatch::new(proc_root.join("self").join("mountinfo")),
             inline_local: false,
             last: None,
             pool: StatPool::new(stat, opts.timeout, opts.max_hung),
             opts,
             failing: HashSet::new(),
             errors: BTreeMap::new(),
+            series: SeriesCache::new(),
         }
     }
 
@@ -331,18 +338,38 @@ impl Collector for FilesystemCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        let text = self.mountinfo.read();
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl FilesystemCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
+        // The kernel renders the whole table on every read: read it only
+        // when it may have changed (see `mount_watch`).
+        let read = self.watch.must_read() || self.last.is_none();
+        self.watch.tick(read);
+        let text = read.then(|| self.mountinfo.read());
         let parsed = match text {
+            None => Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default()),
             // Mounts rarely change: the same text keeps the same selection.
-            Ok(t) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
+            Some(Ok(t)) if self.last.as_ref().is_some_and(|l| l.0 == t) => {
                 Ok(self.last.as_ref().map(|l| l.1.clone()).unwrap_or_default())
             }
-            Ok(t) => parse_mountinfo(t).map(|m| {
+            Some(Ok(t)) => parse_mountinfo(t).map(|m| {
                 let m = self.opts.filter.select(m);
                 self.last = Some((t.to_string(), m.clone()));
                 m
             }),
-            Err(e) => Err(e),
+            Some(Err(e)) => Err(e),
         };
         let mounts = match parsed {
             Ok(m) => m,
@@ -395,14 +422,14 @@ impl Collector for FilesystemCollector {
 }
 
 impl FilesystemCollector {
-    fn push_errors(&self, out: &mut Vec<Observation>) {
+    fn push_errors(&self, out: &mut impl Emit) {
         for (kind, n) in &self.errors {
-            out.push(Observation::counter(
+            out.counter(
                 "canopy_leaf_collector_errors_total",
                 &self.node,
                 &[("collector", "filesystem"), ("kind", kind)],
                 *n as f64,
-            ));
+            );
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Observation, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/loadavg";
@@ -44,15 +44,10 @@ pub fn parse_loadavg(text: &str) -> Result<LoadAvg, LeafError> {
 }
 
 /// Appends the observations for a parsed `/proc/loadavg`.
-pub fn observations(node: &str, l: &LoadAvg, out: &mut Vec<Observation>) {
-    out.push(Observation::gauge("canopy_node_load1", node, &[], l.load1));
-    out.push(Observation::gauge("canopy_node_load5", node, &[], l.load5));
-    out.push(Observation::gauge(
-        "canopy_node_load15",
-        node,
-        &[],
-        l.load15,
-    ));
+pub fn observations(node: &str, l: &LoadAvg, out: &mut impl Emit) {
+    out.gauge("canopy_node_load1", node, &[], l.load1);
+    out.gauge("canopy_node_load5", node, &[], l.load5);
+    out.gauge("canopy_node_load15", node, &[], l.load15);
 }
 
 /// Reads `<proc_root>/loadavg` each tick.
@@ -60,6 +55,8 @@ pub fn observations(node: &str, l: &LoadAvg, out: &mut Vec<Observation>) {
 pub struct LoadAvgCollector {
     node: String,
     file: HotFile,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl LoadAvgCollector {
@@ -68,6 +65,7 @@ impl LoadAvgCollector {
         LoadAvgCollector {
             node: node.to_string(),
             file: HotFile::single(proc_root.join("loadavg")),
+            series: SeriesCache::new(),
         }
     }
 }
@@ -78,6 +76,21 @@ impl Collector for LoadAvgCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl LoadAvgCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let l = parse_loadavg(self.file.read()?)?;
         observations(&self.node, &l, out);
         Ok(())

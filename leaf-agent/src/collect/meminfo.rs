@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Observation, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/meminfo";
@@ -72,7 +72,7 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo, LeafError> {
 }
 
 /// Appends the observations for a parsed `/proc/meminfo`.
-pub fn observations(node: &str, m: &MemInfo, out: &mut Vec<Observation>) {
+pub fn observations(node: &str, m: &MemInfo, out: &mut impl Emit) {
     let fields = [
         ("canopy_node_memory_total_bytes", Some(m.total)),
         ("canopy_node_memory_available_bytes", m.available),
@@ -84,7 +84,7 @@ pub fn observations(node: &str, m: &MemInfo, out: &mut Vec<Observation>) {
     ];
     for (name, v) in fields {
         if let Some(v) = v {
-            out.push(Observation::gauge(name, node, &[], v as f64));
+            out.gauge(name, node, &[], v as f64);
         }
     }
 }
@@ -94,6 +94,8 @@ pub fn observations(node: &str, m: &MemInfo, out: &mut Vec<Observation>) {
 pub struct MemInfoCollector {
     node: String,
     file: HotFile,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl MemInfoCollector {
@@ -102,6 +104,7 @@ impl MemInfoCollector {
         MemInfoCollector {
             node: node.to_string(),
             file: HotFile::single(proc_root.join("meminfo")),
+            series: SeriesCache::new(),
         }
     }
 }
@@ -112,6 +115,21 @@ impl Collector for MemInfoCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl MemInfoCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let m = parse_meminfo(self.file.read()?)?;
         observations(&self.node, &m, out);
         Ok(())

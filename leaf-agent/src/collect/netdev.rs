@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Observation, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/net/dev";
@@ -67,7 +67,7 @@ pub fn parse_net_dev(text: &str) -> Result<Vec<NetDevStats>, LeafError> {
 }
 
 /// Appends the observations for parsed `/proc/net/dev`, skipping `lo`.
-pub fn observations(node: &str, devs: &[NetDevStats], out: &mut Vec<Observation>) {
+pub fn observations(node: &str, devs: &[NetDevStats], out: &mut impl Emit) {
     for d in devs.iter().filter(|d| d.device != "lo") {
         let l = [("device", d.device.as_str())];
         let series = [
@@ -77,7 +77,7 @@ pub fn observations(node: &str, devs: &[NetDevStats], out: &mut Vec<Observation>
             ("canopy_node_network_transmit_packets_total", d.tx_packets),
         ];
         for (name, v) in series {
-            out.push(Observation::counter(name, node, &l, v as f64));
+            out.counter(name, node, &l, v as f64);
         }
     }
 }
@@ -87,6 +87,8 @@ pub fn observations(node: &str, devs: &[NetDevStats], out: &mut Vec<Observation>
 pub struct NetDevCollector {
     node: String,
     file: HotFile,
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl NetDevCollector {
@@ -95,6 +97,7 @@ impl NetDevCollector {
         NetDevCollector {
             node: node.to_string(),
             file: HotFile::lines(proc_root.join("net").join("dev")),
+            series: SeriesCache::new(),
         }
     }
 }
@@ -105,6 +108,21 @@ impl Collector for NetDevCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl NetDevCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let devs = parse_net_dev(self.file.read()?)?;
         observations(&self.node, &devs, out);
         Ok(())

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::hot_file::HotFile;
-use super::{Collector, Observation};
+use super::{Collector, Emit, Observation, SeriesCache, Sink};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/pressure/*";
@@ -59,6 +59,8 @@ pub struct PressureCollector {
     present: bool,
     /// `cpu`, `io`, `memory`, kept open.
     files: [(&'static str, HotFile); 3],
+    /// Label sets and keys of the last tick's series.
+    series: SeriesCache,
 }
 
 impl PressureCollector {
@@ -71,6 +73,7 @@ impl PressureCollector {
             present: false,
             files: ["cpu", "io", "memory"]
                 .map(|res| (res, HotFile::single(proc_root.join("pressure").join(res)))),
+            series: SeriesCache::new(),
         }
     }
 }
@@ -81,6 +84,21 @@ impl Collector for PressureCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        self.report(out)
+    }
+
+    /// By key, with the label sets kept from the previous tick.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        r
+    }
+}
+
+impl PressureCollector {
+    /// One tick's series into `out`.
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         if self.absent {
             return Ok(());
         }
@@ -101,20 +119,10 @@ impl Collector for PressureCollector {
                 }
             };
             let some = format!("canopy_node_pressure_{res}_waiting_seconds_total");
-            out.push(Observation::counter(
-                &some,
-                &self.node,
-                &[],
-                p.some_usec as f64 / 1e6,
-            ));
+            out.counter(&some, &self.node, &[], p.some_usec as f64 / 1e6);
             if let (Some(full), true) = (p.full_usec, res != "cpu") {
                 let name = format!("canopy_node_pressure_{res}_stalled_seconds_total");
-                out.push(Observation::counter(
-                    &name,
-                    &self.node,
-                    &[],
-                    full as f64 / 1e6,
-                ));
+                out.counter(&name, &self.node, &[], full as f64 / 1e6);
             }
         }
         first.map_or(Ok(()), Err)

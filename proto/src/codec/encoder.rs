@@ -8,7 +8,7 @@
 //! series, or the changed ids alone when few changed) and the residual of
 //! each change against its predictor (`packed`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use prost::Message;
 
@@ -43,7 +43,9 @@ pub struct LinkEncoder {
     /// The series the receiver holds per source on this link, ascending:
     /// the walk of a packed section. Mirrors the decoder's lists exactly
     /// (joined by definitions, left by retirements, reset by keyframes).
-    members: HashMap<u32, BTreeSet<u32>, IdHashState>,
+    /// A sorted vector, not a tree: walked in full by every dense
+    /// section, and changed only when a series joins or leaves.
+    members: HashMap<u32, Vec<u32>, IdHashState>,
     /// Source of each member id, indexed by id (ids are this sender's
     /// table handles: dense and bounded by its capacity). A vector, not a
     /// map: a looked-up id per changed value, and a third of the memory.
@@ -349,9 +351,9 @@ impl LinkEncoder {
         if let Some(old) = slot(&mut self.member_of, id).replace(source)
             && let Some(m) = self.members.get_mut(&old)
         {
-            m.remove(&id);
+            remove_sorted(m, id);
         }
-        self.members.entry(source).or_default().insert(id);
+        insert_sorted(self.members.entry(source).or_default(), id);
     }
 
     /// The receiver forgets series `id`; false when it never held it.
@@ -363,7 +365,7 @@ impl LinkEncoder {
             return false;
         };
         if let Some(m) = self.members.get_mut(&source) {
-            m.remove(&id);
+            remove_sorted(m, id);
         }
         if let Some(st) = self.state.get_mut(id as usize) {
             st.known = false;
@@ -418,7 +420,7 @@ impl LinkEncoder {
         if coded.is_empty() {
             return Ok(s);
         }
-        let members = self.members.get(&source).map_or(0, BTreeSet::len);
+        let members = self.members.get(&source).map_or(0, Vec::len);
         let sparse = coded.len() * SPARSE_RATIO <= members;
         let coding = self.coding.entry(source).or_default();
         coding.walks = coding.walks.wrapping_add(1);
@@ -447,8 +449,7 @@ impl LinkEncoder {
         } else {
             self.forms.0 += 1;
             // Walked in place: no copy of the member list per section.
-            let none = BTreeSet::new();
-            let members = self.members.get(&source).unwrap_or(&none);
+            let members = self.members.get(&source).map_or(&[][..], Vec::as_slice);
             let mut j = 0;
             for &h in members {
                 let w = match coded.get(j) {
@@ -531,6 +532,27 @@ impl LinkEncoder {
             }
         }
         Ok(s)
+    }
+}
+
+/// Adds `id` to an ascending list (once); appending is the common case (a
+/// keyframe joins series in id order).
+fn insert_sorted(v: &mut Vec<u32>, id: u32) {
+    match v.last() {
+        None => v.push(id),
+        Some(&l) if l < id => v.push(id),
+        _ => {
+            if let Err(i) = v.binary_search(&id) {
+                v.insert(i, id);
+            }
+        }
+    }
+}
+
+/// Removes `id` from an ascending list, if there.
+fn remove_sorted(v: &mut Vec<u32>, id: u32) {
+    if let Ok(i) = v.binary_search(&id) {
+        v.remove(i);
     }
 }
 
