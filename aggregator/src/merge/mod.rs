@@ -438,12 +438,12 @@ impl Merger {
                 self.stats.duplicates_dropped += n as u64;
                 continue;
             };
-            self.note_path(src, child, sec.ts_ms);
+            let several = self.note_path(src, child, sec.ts_ms);
             if self.held.contains_key(&src) {
                 // This path may have passed (or filled) a held hole.
                 self.release(src, i64::MIN, sink);
             }
-            if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms) {
+            if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms, several) {
                 let mut updates = Vec::with_capacity(n);
                 for &(id, v) in &sec.updates {
                     match self.resolve_series(c, src, id, sec.ts_ms) {

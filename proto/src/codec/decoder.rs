@@ -624,7 +624,13 @@ impl LinkDecoder {
         coding.walks = coding.walks.wrapping_add(1);
         self.model.start_section(coding.walks);
         if self.model.get_sparse(&mut d) {
-            self.apply_sparse(&mut d, source, rs)?;
+            let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
+            let mut sp = Sparse {
+                model: &mut self.model,
+                series: &mut self.series,
+                coding,
+            };
+            sp.apply(&mut d, source, members, rs)?;
         } else {
             let mut walk = std::mem::take(&mut self.walk);
             walk.clear();
@@ -670,17 +676,29 @@ impl LinkDecoder {
         Ok(())
     }
 
-    /// A sparse packed section: the changed members' ids and values only,
-    /// O(changes). The ids must be live series of `source`, strictly
-    /// ascending (the gaps cannot say otherwise), at most as many as it has.
-    fn apply_sparse(
+}
+
+/// A sparse packed section being read: the decoder's parts it touches,
+/// borrowed apart so the source's coding state is looked up once per
+/// section and a changed member once (twice when it has a twin).
+struct Sparse<'a> {
+    model: &'a mut LinkModel,
+    series: &'a mut HashMap<u32, RxSeries, IdHashState>,
+    coding: &'a mut SourceCoding,
+}
+
+impl Sparse<'_> {
+    /// The changed members' ids and values only, O(changes). The ids must
+    /// be live series of `source`, strictly ascending (the gaps cannot say
+    /// otherwise), at most `members`, as many as it has.
+    fn apply(
         &mut self,
         d: &mut RangeDecoder<'_>,
         source: u32,
+        members: u64,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let bad = |why: &str| CodecError::Malformed(format!("sparse section: {why}"));
-        let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
         let k = self
             .model
             .get_sparse_u(d, SPARSE_COUNT)
@@ -693,10 +711,10 @@ impl LinkDecoder {
             .model
             .get_sparse_u(d, SPARSE_FIRST)
             .ok_or_else(|| bad("bad first id"))?;
-        let coding = self.coding.entry(source).or_default();
-        let id = i64::from(coding.first) + unzigzag(first);
+        let id = i64::from(self.coding.first) + unzigzag(first);
         let mut id = u32::try_from(id).map_err(|_| bad("id out of range"))?;
-        coding.first = id;
+        self.coding.first = id;
+        let walk = self.model.walk();
         for i in 0..k {
             if i > 0 {
                 let gap = self
@@ -709,7 +727,6 @@ impl LinkDecoder {
                     .and_then(|x| u32::try_from(x).ok())
                     .ok_or_else(|| bad("id out of range"))?;
             }
-            let peer = self.peer(id);
             let s = self
                 .series
                 .get_mut(&id)
@@ -717,8 +734,21 @@ impl LinkDecoder {
             if s.source != source {
                 return Err(bad("id of another source"));
             }
-            self.model.mark_changed(&mut s.wire);
-            read_value(&mut self.model, d, id, s, peer, rs)?;
+            match s.wire.twin() {
+                None => {
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, None, rs)?;
+                }
+                Some(t) => {
+                    let peer = self.series.get(&t).and_then(|t| t.wire.as_peer(walk));
+                    let s = self
+                        .series
+                        .get_mut(&id)
+                        .ok_or(CodecError::UnknownSeries { id })?;
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, peer, rs)?;
+                }
+            }
             if d.overrun() {
                 break;
             }

@@ -68,7 +68,15 @@ fn malformed(why: &str) -> CodecError {
     CodecError::Malformed(format!("frame: {why}"))
 }
 
+#[inline]
 fn varint(buf: &mut &[u8]) -> Result<u64, CodecError> {
+    // Most keys and small fields are one byte: no call into prost.
+    if let Some((&b, rest)) = buf.split_first()
+        && b < 0x80
+    {
+        *buf = rest;
+        return Ok(u64::from(b));
+    }
     decode_varint(buf).map_err(|e| CodecError::Malformed(e.to_string()))
 }
 
