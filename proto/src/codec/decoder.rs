@@ -325,8 +325,15 @@ impl LinkDecoder {
                 max: self.cfg.max_frame_bytes,
             });
         }
-        self.z
-            .decompress_frame(zbytes, &mut self.raw, self.cfg.max_frame_bytes)?;
+        // zstd gets room for one byte more than the header claims (a longer
+        // frame is refused without inflating further), not the whole cap:
+        // the output buffer is zero-filled as it is exposed, and a steady
+        // frame is a few KiB.
+        let limit = usize::try_from(claimed)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
+            .min(self.cfg.max_frame_bytes);
+        self.z.decompress_frame(zbytes, &mut self.raw, limit)?;
         if self.raw.len() as u64 != claimed {
             return Err(CodecError::Malformed(format!(
                 "frame decompressed to {} bytes, header says {claimed}",
@@ -675,7 +682,6 @@ impl LinkDecoder {
         }
         Ok(())
     }
-
 }
 
 /// A sparse packed section being read: the decoder's parts it touches,

@@ -15,7 +15,6 @@
 //! sender writes, are refused.
 
 use prost::bytes::Buf;
-use prost::encoding::decode_varint;
 
 use super::CodecError;
 
@@ -68,19 +67,26 @@ fn malformed(why: &str) -> CodecError {
     CodecError::Malformed(format!("frame: {why}"))
 }
 
+/// A LEB128 varint as prost reads one: at most ten bytes, the tenth at
+/// most 1 (keys, ids and lengths here are one to three bytes).
 #[inline]
 fn varint(buf: &mut &[u8]) -> Result<u64, CodecError> {
-    // Most keys and small fields are one byte: no call into prost.
-    if let Some((&b, rest)) = buf.split_first()
-        && b < 0x80
-    {
-        *buf = rest;
-        return Ok(u64::from(b));
+    let mut v = 0u64;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        if i == 9 && b > 1 {
+            break;
+        }
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *buf = &buf[i + 1..];
+            return Ok(v);
+        }
     }
-    decode_varint(buf).map_err(|e| CodecError::Malformed(e.to_string()))
+    Err(malformed("invalid varint"))
 }
 
 /// A field key: (field number, wire type).
+#[inline]
 fn key(buf: &mut &[u8]) -> Result<(u64, u64), CodecError> {
     let k = varint(buf)?;
     if k > u64::from(u32::MAX) {
