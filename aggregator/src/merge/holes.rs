@@ -36,10 +36,11 @@ pub(super) struct Held {
 
 impl Merger {
     /// Child `child` delivered a section of `src` at `ts`: remember the
-    /// path, forget paths silent for longer than the hole wait.
-    pub(super) fn note_path(&mut self, src: u32, child: ChildId, ts: i64) {
+    /// path, forget paths silent for longer than the hole wait. True when
+    /// `src` now arrives over several paths (see `opens_hole`).
+    pub(super) fn note_path(&mut self, src: u32, child: ChildId, ts: i64) -> bool {
         if self.cfg.hole_wait_ms <= 0 {
-            return;
+            return false;
         }
         let wait = self.cfg.hole_wait_ms;
         let p = self.paths.entry(src).or_default();
@@ -49,6 +50,7 @@ impl Merger {
         }
         let newest = p.iter().map(|e| e.1).max().unwrap_or(ts);
         p.retain(|e| newest - e.1 <= wait);
+        p.len() > 1
     }
 
     /// True when every path of `src` but `from` has delivered it up to `ts`.
@@ -59,17 +61,16 @@ impl Merger {
     }
 
     /// True when a section of `src` at `ts` leaves a hole behind the newest
-    /// one and must wait.
-    pub(super) fn opens_hole(&self, src: u32, ts: i64) -> bool {
-        if self.cfg.hole_wait_ms <= 0 {
+    /// one and must wait; `several_paths`: what `note_path` said of `src`.
+    pub(super) fn opens_hole(&self, src: u32, ts: i64, several_paths: bool) -> bool {
+        if !several_paths || self.cfg.hole_wait_ms <= 0 {
             return false;
         }
         let Some(s) = self.table.source(src) else {
             return false;
         };
         let tick = i64::from(s.tick_ms.max(1));
-        let several_paths = self.paths.get(&src).is_some_and(|p| p.len() > 1);
-        several_paths && s.last_ts_ms != i64::MIN && ts > s.last_ts_ms + tick + tick / 2
+        s.last_ts_ms != i64::MIN && ts > s.last_ts_ms + tick + tick / 2
     }
 
     /// Holds a section (already resolved to global handles).

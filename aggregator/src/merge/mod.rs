@@ -266,7 +266,10 @@ impl Merger {
         let res = match c.dec.decode(payload) {
             Ok(mut frame) => {
                 c.records += 1;
-                Ok(self.apply(child, &mut c, &mut frame, sink))
+                let sum = self.apply(child, &mut c, &mut frame, sink);
+                // Its vectors serve the link's next frames.
+                c.dec.recycle(frame);
+                Ok(sum)
             }
             Err(source) => {
                 let why = error::reason(&source);
@@ -435,19 +438,18 @@ impl Merger {
                 self.stats.duplicates_dropped += n as u64;
                 continue;
             };
-            self.note_path(src, child, sec.ts_ms);
+            let several = self.note_path(src, child, sec.ts_ms);
             if self.held.contains_key(&src) {
                 // This path may have passed (or filled) a held hole.
                 self.release(src, i64::MIN, sink);
             }
-            if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms) {
+            if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms, several) {
                 let mut updates = Vec::with_capacity(n);
                 for &(id, v) in &sec.updates {
                     match self.resolve_series(c, src, id, sec.ts_ms) {
-                        Ok(h) => {
+                        Ok((h, enc)) => {
                             let epoch = self.smeta[h as usize].epoch;
-                            let enc = c.series_info(id).map(|s| s.encoding);
-                            updates.push((Slot { h, epoch }, v, enc));
+                            updates.push((Slot { h, epoch }, v, Some(enc)));
                         }
                         Err(Miss::Duplicate) => self.stats.duplicates_dropped += 1,
                         Err(Miss::OverCap) => self.stats.dropped_over_cap += 1,
@@ -621,8 +623,8 @@ impl Merger {
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
     ) {
-        let h = match self.resolve_series(c, src, id, ts) {
-            Ok(h) => h,
+        let (h, encoding) = match self.resolve_series(c, src, id, ts) {
+            Ok(r) => r,
             Err(Miss::Duplicate) => {
                 sum.duplicates += 1;
                 self.stats.duplicates_dropped += 1;
@@ -633,8 +635,7 @@ impl Merger {
                 return;
             }
         };
-        let encoding = c.series_info(id).map(|s| s.encoding);
-        self.accept(src, h, ts, v, encoding, sink, sum);
+        self.accept(src, h, ts, v, Some(encoding), sink, sum);
     }
 
     /// Applies one update of global series `h` unless it is not newer than
@@ -679,14 +680,22 @@ impl Merger {
         self.stats.updates_accepted += 1;
     }
 
-    /// Global handle of a child's series, defining it if new.
-    fn resolve_series(&mut self, c: &mut Child, src: u32, id: u32, ts: i64) -> Result<u32, Miss> {
+    /// Global handle of a child's series, defining it if new, with the
+    /// encoding the child gives it (one lookup of the child's series).
+    fn resolve_series(
+        &mut self,
+        c: &mut Child,
+        src: u32,
+        id: u32,
+        ts: i64,
+    ) -> Result<(u32, canopy_proto::codec::Encoding), Miss> {
         // Invariant: the decoder just applied an update of `id`.
         let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
+        let encoding = rx.encoding;
         if let Some(s) = Slot::from_tag(rx.tag())
             && self.epoch_is(s.h, s.epoch)
         {
-            return Ok(s.h);
+            return Ok((s.h, encoding));
         }
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
@@ -732,7 +741,7 @@ impl Merger {
         let epoch = self.smeta[h as usize].epoch;
         c.dec.set_tag(id, Slot { h, epoch }.tag());
         c.owner.insert(h, Slot { h: id, epoch });
-        Ok(h)
+        Ok((h, encoding))
     }
 
     /// True when handle `h`'s epoch has the low 32 bits `epoch` (a tag's).

@@ -22,6 +22,7 @@ use super::idhash::ValueHashState as IdHashState;
 use super::packed::{
     LinkModel, SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, SourceCoding, WireState, unzigzag,
 };
+use super::pbview::{self, Columns, SectionView};
 use super::quantise::Encoding;
 use super::rangecoder::RangeDecoder;
 use super::zstream::ZDecoder;
@@ -123,7 +124,22 @@ pub struct LinkDecoder {
     model: LinkModel,
     raw: Vec<u8>,
     walk: Vec<u32>,
+    /// A zstd-mode frame's sections, as offsets into `raw`, and its other
+    /// fields (see `pbview`): reused from frame to frame.
+    section_at: Vec<(usize, usize)>,
+    rest: Vec<u8>,
+    /// The columns of the section being applied (reused).
+    cols: Columns,
+    /// Update vectors of sections the receiver handed back
+    /// ([`LinkDecoder::recycle`]), for the next frames' sections.
+    spare: Vec<Vec<(u32, f64)>>,
+    spare_sections: Vec<RxSection>,
 }
+
+/// Most update vectors a decoder keeps for reuse; each at most
+/// [`SPARE_CAP`] long (a keyframe's big ones are freed).
+const SPARE_VECS: usize = 1 << 16;
+const SPARE_CAP: usize = 256;
 
 impl LinkDecoder {
     /// A decoder for a new link.
@@ -143,6 +159,11 @@ impl LinkDecoder {
             model: LinkModel::default(),
             raw: Vec::new(),
             walk: Vec::new(),
+            section_at: Vec::new(),
+            rest: Vec::new(),
+            cols: Columns::default(),
+            spare: Vec::new(),
+            spare_sections: Vec::new(),
         })
     }
 
@@ -206,6 +227,8 @@ impl LinkDecoder {
         let r = self.decode_inner(payload);
         if r.is_err() {
             self.poisoned = true;
+            // Nothing more will be decoded here.
+            self.raw = Vec::new();
         }
         r
     }
@@ -233,7 +256,31 @@ impl LinkDecoder {
             }
             _ => return Err(CodecError::Malformed("unknown payload mode".into())),
         };
-        self.apply_frame(f.0, f.1)
+        // The sections are read in place from the decompressed bytes.
+        let raw = std::mem::take(&mut self.raw);
+        let at = std::mem::take(&mut self.section_at);
+        let r = self.apply_frame(f.0, f.1, &raw, &at);
+        self.raw = raw;
+        self.section_at = at;
+        super::release_oversized(&mut self.raw);
+        r
+    }
+
+    /// Hands back a frame [`LinkDecoder::decode`] returned, once used: its
+    /// sections' vectors serve the next frames' sections (a receiver of
+    /// many sources allocates nothing per section per frame).
+    pub fn recycle(&mut self, frame: RxFrame) {
+        let mut secs = frame.sections;
+        for s in secs.drain(..) {
+            let mut v = s.updates;
+            if v.capacity() > 0 && v.capacity() <= SPARE_CAP && self.spare.len() < SPARE_VECS {
+                v.clear();
+                self.spare.push(v);
+            }
+        }
+        if secs.capacity() > self.spare_sections.capacity() {
+            self.spare_sections = secs;
+        }
     }
 
     /// Applies a compact payload body (packed sections only, straight from
@@ -252,7 +299,7 @@ impl LinkDecoder {
                 seq: self.next_seq,
                 ts_ms: ts,
                 raw_bytes,
-                sections: Vec::with_capacity(secs.len()),
+                sections: std::mem::take(&mut self.spare_sections),
                 ..RxFrame::default()
             };
             for s in &secs {
@@ -269,35 +316,46 @@ impl LinkDecoder {
         })
     }
 
-    /// Decompresses a zstd-mode payload of `claimed` bytes into a `Frame`.
-    /// Returns the frame and its decompressed size.
+    /// Decompresses a zstd-mode payload of `claimed` bytes into `raw`, cuts
+    /// out its sections (into `section_at`) and decodes the rest into a
+    /// `Frame` without sections. Returns it and the decompressed size.
     fn unzstd(&mut self, claimed: u64, zbytes: &[u8]) -> Result<(pb::Frame, usize), CodecError> {
         if claimed > self.cfg.max_frame_bytes as u64 {
             return Err(CodecError::FrameTooLarge {
                 max: self.cfg.max_frame_bytes,
             });
         }
-        let mut raw = std::mem::take(&mut self.raw);
-        let res = self
-            .z
-            .decompress_frame(zbytes, &mut raw, self.cfg.max_frame_bytes)
-            .and_then(|()| {
-                if raw.len() as u64 != claimed {
-                    return Err(CodecError::Malformed(format!(
-                        "frame decompressed to {} bytes, header says {claimed}",
-                        raw.len()
-                    )));
-                }
-                pb::Frame::decode(raw.as_slice()).map_err(|e| CodecError::Malformed(e.to_string()))
-            });
-        let n = raw.len();
-        super::release_oversized(&mut raw);
-        self.raw = raw;
-        res.map(|f| (f, n))
+        // zstd gets room for one byte more than the header claims (a longer
+        // frame is refused without inflating further), not the whole cap:
+        // the output buffer is zero-filled as it is exposed, and a steady
+        // frame is a few KiB.
+        let limit = usize::try_from(claimed)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1)
+            .min(self.cfg.max_frame_bytes);
+        self.z.decompress_frame(zbytes, &mut self.raw, limit)?;
+        if self.raw.len() as u64 != claimed {
+            return Err(CodecError::Malformed(format!(
+                "frame decompressed to {} bytes, header says {claimed}",
+                self.raw.len()
+            )));
+        }
+        pbview::split_frame(&self.raw, &mut self.section_at, &mut self.rest)?;
+        let f = pb::Frame::decode(self.rest.as_slice())
+            .map_err(|e| CodecError::Malformed(e.to_string()));
+        super::release_oversized(&mut self.rest);
+        f.map(|f| (f, self.raw.len()))
     }
 
-    /// Checks and applies one parsed frame; `raw_bytes`: its decoded size.
-    fn apply_frame(&mut self, f: pb::Frame, raw_bytes: usize) -> Result<RxFrame, CodecError> {
+    /// Checks and applies one parsed frame; `raw_bytes`: its decoded size;
+    /// its sections are `raw[a..b]` for each `(a, b)` of `sections`.
+    fn apply_frame(
+        &mut self,
+        f: pb::Frame,
+        raw_bytes: usize,
+        raw: &[u8],
+        sections: &[(usize, usize)],
+    ) -> Result<RxFrame, CodecError> {
         if f.seq != self.next_seq {
             return Err(CodecError::OutOfOrder {
                 expected: self.next_seq,
@@ -337,8 +395,8 @@ impl LinkDecoder {
             }
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
-        for sec in f.sections {
-            let rs = self.apply_section(sec, ts, f.keyframe)?;
+        for &(a, b) in sections {
+            let rs = self.apply_section(&raw[a..b], ts, f.keyframe)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -482,35 +540,55 @@ impl LinkDecoder {
             .get_mut(&source)
             .ok_or(CodecError::UnknownSource { id: source })?;
         src.last_ts_ms = src.last_ts_ms.max(ts);
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.reserve(updates);
         Ok(RxSection {
             source,
             ts_ms: ts,
-            updates: Vec::with_capacity(updates),
+            updates: v,
             retired: Vec::new(),
         })
     }
 
+    /// Reads and applies one section's protobuf bytes.
     fn apply_section(
         &mut self,
-        sec: pb::Section,
+        bytes: &[u8],
         frame_ts: i64,
         keyframe: bool,
     ) -> Result<RxSection, CodecError> {
-        if sec.id_deltas.len() != sec.value_deltas.len()
-            || sec.special_ids.len() != sec.special_bits.len()
+        let mut cols = std::mem::take(&mut self.cols);
+        let r = pbview::read_section(bytes, &mut cols)
+            .and_then(|sec| self.apply_section_cols(sec, &cols, frame_ts, keyframe));
+        self.cols = cols;
+        r
+    }
+
+    fn apply_section_cols(
+        &mut self,
+        sec: SectionView<'_>,
+        cols: &Columns,
+        frame_ts: i64,
+        keyframe: bool,
+    ) -> Result<RxSection, CodecError> {
+        if cols.id_deltas.len() != cols.value_deltas.len()
+            || cols.special_ids.len() != cols.special_bits.len()
         {
             return Err(CodecError::Malformed(
                 "section column lengths differ".into(),
             ));
         }
         let ts = frame_ts.wrapping_add(sec.ts_offset_ms);
-        let mut rs =
-            self.open_section(sec.source, ts, sec.id_deltas.len() + sec.special_ids.len())?;
+        let mut rs = self.open_section(
+            sec.source,
+            ts,
+            cols.id_deltas.len() + cols.special_ids.len(),
+        )?;
         if !sec.packed.is_empty() {
-            self.apply_packed(&sec.packed, sec.source, &mut rs)?;
+            self.apply_packed(sec.packed, sec.source, &mut rs)?;
         }
         let mut prev: i64 = -1;
-        for (gap, d) in sec.id_deltas.iter().zip(&sec.value_deltas) {
+        for (gap, d) in cols.id_deltas.iter().zip(&cols.value_deltas) {
             let id64 = prev + 1 + i64::from(*gap);
             let id = u32::try_from(id64)
                 .map_err(|_| CodecError::Malformed("series id out of range".into()))?;
@@ -523,7 +601,7 @@ impl LinkDecoder {
             s.value = s.encoding.from_wire(w);
             rs.updates.push((id, s.value));
         }
-        for (id, bits) in sec.special_ids.iter().zip(&sec.special_bits) {
+        for (id, bits) in cols.special_ids.iter().zip(&cols.special_bits) {
             let s = self
                 .series
                 .get_mut(id)
@@ -532,7 +610,7 @@ impl LinkDecoder {
             s.value = f64::from_bits(*bits);
             rs.updates.push((*id, s.value));
         }
-        for id in sec.retired {
+        for &id in &cols.retired {
             let s = self
                 .remove_series(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
@@ -553,7 +631,13 @@ impl LinkDecoder {
         coding.walks = coding.walks.wrapping_add(1);
         self.model.start_section(coding.walks);
         if self.model.get_sparse(&mut d) {
-            self.apply_sparse(&mut d, source, rs)?;
+            let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
+            let mut sp = Sparse {
+                model: &mut self.model,
+                series: &mut self.series,
+                coding,
+            };
+            sp.apply(&mut d, source, members, rs)?;
         } else {
             let mut walk = std::mem::take(&mut self.walk);
             walk.clear();
@@ -598,18 +682,29 @@ impl LinkDecoder {
         }
         Ok(())
     }
+}
 
-    /// A sparse packed section: the changed members' ids and values only,
-    /// O(changes). The ids must be live series of `source`, strictly
-    /// ascending (the gaps cannot say otherwise), at most as many as it has.
-    fn apply_sparse(
+/// A sparse packed section being read: the decoder's parts it touches,
+/// borrowed apart so the source's coding state is looked up once per
+/// section and a changed member once (twice when it has a twin).
+struct Sparse<'a> {
+    model: &'a mut LinkModel,
+    series: &'a mut HashMap<u32, RxSeries, IdHashState>,
+    coding: &'a mut SourceCoding,
+}
+
+impl Sparse<'_> {
+    /// The changed members' ids and values only, O(changes). The ids must
+    /// be live series of `source`, strictly ascending (the gaps cannot say
+    /// otherwise), at most `members`, as many as it has.
+    fn apply(
         &mut self,
         d: &mut RangeDecoder<'_>,
         source: u32,
+        members: u64,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let bad = |why: &str| CodecError::Malformed(format!("sparse section: {why}"));
-        let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
         let k = self
             .model
             .get_sparse_u(d, SPARSE_COUNT)
@@ -622,10 +717,10 @@ impl LinkDecoder {
             .model
             .get_sparse_u(d, SPARSE_FIRST)
             .ok_or_else(|| bad("bad first id"))?;
-        let coding = self.coding.entry(source).or_default();
-        let id = i64::from(coding.first) + unzigzag(first);
+        let id = i64::from(self.coding.first) + unzigzag(first);
         let mut id = u32::try_from(id).map_err(|_| bad("id out of range"))?;
-        coding.first = id;
+        self.coding.first = id;
+        let walk = self.model.walk();
         for i in 0..k {
             if i > 0 {
                 let gap = self
@@ -638,7 +733,6 @@ impl LinkDecoder {
                     .and_then(|x| u32::try_from(x).ok())
                     .ok_or_else(|| bad("id out of range"))?;
             }
-            let peer = self.peer(id);
             let s = self
                 .series
                 .get_mut(&id)
@@ -646,8 +740,21 @@ impl LinkDecoder {
             if s.source != source {
                 return Err(bad("id of another source"));
             }
-            self.model.mark_changed(&mut s.wire);
-            read_value(&mut self.model, d, id, s, peer, rs)?;
+            match s.wire.twin() {
+                None => {
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, None, rs)?;
+                }
+                Some(t) => {
+                    let peer = self.series.get(&t).and_then(|t| t.wire.as_peer(walk));
+                    let s = self
+                        .series
+                        .get_mut(&id)
+                        .ok_or(CodecError::UnknownSeries { id })?;
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, peer, rs)?;
+                }
+            }
             if d.overrun() {
                 break;
             }

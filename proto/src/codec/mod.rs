@@ -43,6 +43,7 @@ pub mod encoder;
 mod hist;
 mod idhash;
 mod packed;
+mod pbview;
 pub mod quantise;
 mod rangecoder;
 pub mod record;
