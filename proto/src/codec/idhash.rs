@@ -259,7 +259,7 @@ mod tests {
             t.clear();
             for id in 0..1_000u32 {
                 let v = i64::from(id % 500) + i64::from(section);
-                let want = (id >= 500).then_some(id - 500);
+                let want = (id >= 500).then(|| id - 500);
                 assert_eq!(t.first_or_insert(v, id), want, "section {section} id {id}");
             }
         }
