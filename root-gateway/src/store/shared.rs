@@ -190,8 +190,9 @@ impl Querier for SharedStore {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+        f: &mut dyn FnMut(&Series, usize) -> bool,
+        done: &mut dyn FnMut(&dyn Fn(usize) -> Labels),
     ) -> Result<(), StoreError> {
-        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f))
+        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f, done))
     }
 }

@@ -39,13 +39,14 @@ impl Querier for LiveStore {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+        f: &mut dyn FnMut(&Series, usize) -> bool,
+        done: &mut dyn FnMut(&dyn Fn(usize) -> Labels),
     ) -> Result<(), StoreError> {
         let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
         if up && !self.sources.is_empty() {
             // `up` series join the selection (see `select_labels`).
             let all = self.select_labels(matchers, (mint, maxt), limit, None)?;
-            crate::store::each_cut_down(all, keep, f);
+            crate::store::each_cut_down(all, keep, f, done);
             return Ok(());
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
@@ -61,7 +62,8 @@ impl Querier for LiveStore {
             start_ms: None,
         };
         let mut n = 0usize;
-        for e in entries {
+        // A series' handle is its place in `entries`.
+        for (i, e) in entries.iter().enumerate() {
             cur.samples.clear();
             self.materialise_into(e, mint, maxt, &mut cur.samples);
             if cur.samples.is_empty() {
@@ -72,10 +74,16 @@ impl Querier for LiveStore {
             }
             n += 1;
             cur.labels = labels.of(&self.strings, &e.labels);
-            if !f(&cur, &|| self.strings.labels(&e.labels)) {
+            if !f(&cur, i) {
                 break;
             }
         }
+        done(&|i| {
+            entries
+                .get(i)
+                .map(|e| self.strings.labels(&e.labels))
+                .unwrap_or_default()
+        });
         Ok(())
     }
 }
