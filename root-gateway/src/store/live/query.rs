@@ -160,6 +160,10 @@ struct KeptLabels<'k> {
     /// Whether `keep` accepts a label name, by its interned id (a
     /// selection holds few distinct names).
     names: Vec<(u32, bool)>,
+    /// The last set's label names by position, each with whether `keep`
+    /// accepts it: the series of a selection mostly have the same names,
+    /// so a name is mostly checked with one comparison.
+    at: Vec<(u32, bool)>,
     shared: HashMap<Vec<u32>, Labels, foldhash::fast::RandomState>,
     key: Vec<u32>,
     /// The last set given out and its key: series come in label order,
@@ -173,6 +177,7 @@ impl<'k> KeptLabels<'k> {
         KeptLabels {
             keep,
             names: Vec::new(),
+            at: Vec::new(),
             shared: HashMap::default(),
             key: Vec::new(),
             last: None,
@@ -183,12 +188,20 @@ impl<'k> KeptLabels<'k> {
     /// The cut-down label set of the interned set `syms`.
     fn of(&mut self, strings: &Interner, syms: &[u32]) -> Labels {
         self.key.clear();
-        for p in syms.chunks_exact(2) {
-            let kept = match self.names.iter().find(|(n, _)| *n == p[0]) {
-                Some(&(_, k)) => k,
-                None => {
-                    let k = (self.keep)(strings.get(p[0]));
-                    self.names.push((p[0], k));
+        for (i, p) in syms.chunks_exact(2).enumerate() {
+            let kept = match self.at.get(i) {
+                Some(&(n, k)) if n == p[0] => k,
+                _ => {
+                    let k = match self.names.iter().find(|(n, _)| *n == p[0]) {
+                        Some(&(_, k)) => k,
+                        None => {
+                            let k = (self.keep)(strings.get(p[0]));
+                            self.names.push((p[0], k));
+                            k
+                        }
+                    };
+                    self.at.truncate(i);
+                    self.at.push((p[0], k));
                     k
                 }
             };
