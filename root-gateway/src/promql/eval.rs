@@ -17,10 +17,6 @@ use crate::store::{Labels, Querier, Series};
 /// given at the end; `Ok(false)` stops the stream.
 pub(crate) type SeriesSink<'f> = dyn FnMut(&Series, usize) -> Result<bool, PromqlError> + 'f;
 
-/// What [`Evaluator::fetch_each`] hands, once the stream ended, the
-/// builder of the whole label set of a series by its handle to.
-pub(crate) type LabelsSink<'f> = dyn FnMut(&dyn Fn(usize) -> Labels) + 'f;
-
 /// Evaluation state of one query.
 pub(crate) struct Evaluator<'a> {
     pub(crate) opts: &'a EngineOpts,
@@ -253,7 +249,7 @@ impl<'a> Evaluator<'a> {
         range: i64,
         keep: &dyn Fn(&str) -> bool,
         f: &mut SeriesSink<'_>,
-        done: &mut LabelsSink<'_>,
+        done: &mut crate::store::WholeLabels<'_>,
     ) -> Result<bool, PromqlError> {
         let k = prepass::key(vs);
         let (lo, hi) = self.window(k, t, range);

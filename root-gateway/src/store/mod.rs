@@ -217,6 +217,8 @@ pub trait Querier {
     /// (`topk`: k label sets, not one per candidate). On an error (the
     /// limit), `f` may have seen part of the selection and `done` is not
     /// called.
+    // Two callbacks (the stream and its end) besides the selection's five.
+    #[allow(clippy::too_many_arguments)]
     fn select_each(
         &self,
         matchers: &[Matcher],
@@ -225,7 +227,7 @@ pub trait Querier {
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
         f: &mut dyn FnMut(&Series, usize) -> bool,
-        done: &mut dyn FnMut(&dyn Fn(usize) -> Labels),
+        done: &mut WholeLabels<'_>,
     ) -> Result<(), StoreError> {
         each_cut_down(self.select(matchers, mint, maxt, limit)?, keep, f, done);
         Ok(())
@@ -247,6 +249,10 @@ pub trait Querier {
     }
 }
 
+/// What [`Querier::select_each`] hands, once its stream ended, a builder
+/// of whole label sets by series handle to.
+pub type WholeLabels<'f> = dyn FnMut(&dyn Fn(usize) -> Labels) + 'f;
+
 /// Hands whole selected series to a [`Querier::select_each`] callback, each
 /// with its label set cut down to the labels `keep` accepts, until the
 /// callback returns false, then their whole label sets by handle (the
@@ -256,7 +262,7 @@ pub(crate) fn each_cut_down(
     series: Vec<Series>,
     keep: &dyn Fn(&str) -> bool,
     f: &mut dyn FnMut(&Series, usize) -> bool,
-    done: &mut dyn FnMut(&dyn Fn(usize) -> Labels),
+    done: &mut WholeLabels<'_>,
 ) {
     let mut full = Vec::with_capacity(series.len());
     for (i, mut s) in series.into_iter().enumerate() {

@@ -40,7 +40,7 @@ impl Querier for LiveStore {
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
         f: &mut dyn FnMut(&Series, usize) -> bool,
-        done: &mut dyn FnMut(&dyn Fn(usize) -> Labels),
+        done: &mut crate::store::WholeLabels<'_>,
     ) -> Result<(), StoreError> {
         let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
         if up && !self.sources.is_empty() {
