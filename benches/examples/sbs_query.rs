@@ -212,18 +212,34 @@ fn main() -> anyhow::Result<()> {
         use canopy_gateway::store::Querier as _;
         let walk = cold(&mut || {
             store
-                .select_each(&m, lo, hi, usize::MAX, &|_| false, &mut |s, _| {
-                    std::hint::black_box(s.samples.len());
-                    true
-                })
+                .select_each(
+                    &m,
+                    lo,
+                    hi,
+                    usize::MAX,
+                    &|_| false,
+                    &mut |s, _| {
+                        std::hint::black_box(s.samples.len());
+                        true
+                    },
+                    &mut |_| {},
+                )
                 .ok();
         });
         let walk_labels = cold(&mut || {
             store
-                .select_each(&m, lo, hi, usize::MAX, &|n| n == "job_id", &mut |s, _| {
-                    std::hint::black_box(s.samples.len());
-                    true
-                })
+                .select_each(
+                    &m,
+                    lo,
+                    hi,
+                    usize::MAX,
+                    &|n| n == "job_id",
+                    &mut |s, _| {
+                        std::hint::black_box(s.samples.len());
+                        true
+                    },
+                    &mut |_| {},
+                )
                 .ok();
         });
         let (_, sum, _) = &queries[0];

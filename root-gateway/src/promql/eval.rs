@@ -13,10 +13,9 @@ use super::{Cancel, EngineOpts, PromqlError, aggregate, binary, functions};
 use crate::store::{Labels, Querier, Series};
 
 /// What [`Evaluator::fetch_each`] hands each series to: the series (its
-/// label set cut down) and a builder of its whole label set; `Ok(false)`
-/// stops the stream.
-pub(crate) type SeriesSink<'f> =
-    dyn FnMut(&Series, &dyn Fn() -> Labels) -> Result<bool, PromqlError> + 'f;
+/// label set cut down) and its handle for the builder of whole label sets
+/// given at the end; `Ok(false)` stops the stream.
+pub(crate) type SeriesSink<'f> = dyn FnMut(&Series, usize) -> Result<bool, PromqlError> + 'f;
 
 /// Evaluation state of one query.
 pub(crate) struct Evaluator<'a> {
@@ -236,9 +235,11 @@ impl<'a> Evaluator<'a> {
     /// Streams the series [`Evaluator::fetch`] would return, in its order,
     /// each label set cut down to the labels `keep` accepts (see
     /// [`Querier::select_each`]), to `f` until it returns `Ok(false)`;
-    /// checks for cancellation as the series go by. Not cached: for an
-    /// aggregation, which needs only its grouping labels and each series
-    /// once. `Ok(false)` when `f` stopped early.
+    /// checks for cancellation as the series go by. Then, unless `f`
+    /// failed, `done` may build the whole label sets of series by their
+    /// handles. Not cached: for an aggregation, which needs only its
+    /// grouping labels and each series once. `Ok(false)` when `f` stopped
+    /// early.
     ///
     /// [`Querier::select_each`]: crate::store::Querier::select_each
     pub(crate) fn fetch_each(
@@ -248,6 +249,7 @@ impl<'a> Evaluator<'a> {
         range: i64,
         keep: &dyn Fn(&str) -> bool,
         f: &mut SeriesSink<'_>,
+        done: &mut crate::store::WholeLabels<'_>,
     ) -> Result<bool, PromqlError> {
         let k = prepass::key(vs);
         let (lo, hi) = self.window(k, t, range);
@@ -256,12 +258,18 @@ impl<'a> Evaluator<'a> {
         let calls = &mut self.calls;
         let mut err = None;
         let mut stopped = false;
-        q.select_each(&matchers, lo, hi, limit, keep, &mut |s, whole| {
+        let failed = std::cell::Cell::new(false);
+        let mut finish = |whole: &dyn Fn(usize) -> Labels| {
+            if !failed.get() {
+                done(whole);
+            }
+        };
+        let each = &mut |s: &Series, h: usize| {
             *calls = calls.wrapping_add(1);
             let r = if calls.is_multiple_of(32) && cancel() {
                 Err(PromqlError::Timeout)
             } else {
-                f(s, whole)
+                f(s, h)
             };
             match r {
                 Ok(go) => {
@@ -269,12 +277,14 @@ impl<'a> Evaluator<'a> {
                     go
                 }
                 Err(e) => {
+                    failed.set(true);
                     err = Some(e);
                     false
                 }
             }
-        })
-        .map_err(series_limit)?;
+        };
+        q.select_each(&matchers, lo, hi, limit, keep, each, &mut finish)
+            .map_err(series_limit)?;
         match err {
             Some(e) => Err(e),
             None => Ok(!stopped),

@@ -6,6 +6,7 @@
 //! to that evaluator. Instant queries of these shapes (and `topk`/`bottomk`
 //! over a range function) run as a one-step sweep.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use canopy_proto::model::{METRIC_NAME, is_stale_nan};
@@ -196,35 +197,60 @@ fn select_top(
     let range = dur_ms(&ms.range);
     let tt0 = adjust(&vs.at, &vs.offset, t, ev.qstart, ev.qend);
     let mut pass = Pass::new(call.func.name, None, (t, 1, 1), range, &vs.offset);
-    // Candidates (value, position, labels); beyond 2k the worst half goes.
-    let mut best: Vec<(f64, usize, Labels)> = Vec::new();
+    // Candidates (value, position, handle); beyond 2k the worst half goes.
+    // Only the k best get their whole label sets, once the stream ended.
+    // (Both the fold and the label builder below use it.)
+    let best: RefCell<Vec<(f64, usize, usize)>> = RefCell::default();
     // The k-th best once the candidates were cut: nothing after it can
     // enter.
     let mut bar: Option<(f64, usize)> = None;
     let mut pos = 0usize;
     let mut point = Vec::with_capacity(1);
-    ev.fetch_each(vs, tt0, range, &|_| false, &mut |s, whole| {
-        point.clear();
-        pass.series(s, 0, Some(&mut point))?;
-        let Some(p) = point.first() else {
-            return Ok(true);
-        };
-        let c = (p.v, pos);
-        pos += 1;
-        if bar.is_some_and(|b| cmp_top(top, c, b).is_gt()) {
-            return Ok(true);
-        }
-        best.push((p.v, c.1, whole()));
-        if best.len() >= 2 * k.max(8) {
-            best.select_nth_unstable_by(k - 1, |x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+    let mut out: Vec<VectorSample> = Vec::new();
+    let drop_name = drops_name(call);
+    ev.fetch_each(
+        vs,
+        tt0,
+        range,
+        &|_| false,
+        &mut |s, h| {
+            point.clear();
+            pass.series(s, 0, Some(&mut point))?;
+            let Some(p) = point.first() else {
+                return Ok(true);
+            };
+            let c = (p.v, pos);
+            pos += 1;
+            if bar.is_some_and(|b| cmp_top(top, c, b).is_gt()) {
+                return Ok(true);
+            }
+            let mut best = best.borrow_mut();
+            best.push((p.v, c.1, h));
+            if best.len() >= 2 * k.max(8) {
+                best.select_nth_unstable_by(k - 1, |x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
+                best.truncate(k);
+                bar = best
+                    .iter()
+                    .map(|x| (x.0, x.1))
+                    .max_by(|x, y| cmp_top(top, *x, *y));
+            }
+            Ok(true)
+        },
+        &mut |whole| {
+            let mut best = best.borrow_mut();
+            best.sort_unstable_by(|x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
             best.truncate(k);
-            bar = best
+            out = best
                 .iter()
-                .map(|x| (x.0, x.1))
-                .max_by(|x, y| cmp_top(top, *x, *y));
-        }
-        Ok(true)
-    })?;
+                .map(|&(v, _, h)| VectorSample {
+                    labels: whole(h),
+                    t,
+                    v,
+                    drop_name,
+                })
+                .collect();
+        },
+    )?;
     if pass.overlap {
         return Ok(None);
     }
@@ -232,19 +258,7 @@ fn select_top(
     if pass.held[0] > limit || pos > limit {
         return Err(PromqlError::TooManySamples { limit });
     }
-    best.sort_unstable_by(|x, y| cmp_top(top, (x.0, x.1), (y.0, y.1)));
-    best.truncate(k);
-    let drop_name = drops_name(call);
-    Ok(Some(
-        best.into_iter()
-            .map(|(v, _, labels)| VectorSample {
-                labels,
-                t,
-                v,
-                drop_name,
-            })
-            .collect(),
-    ))
+    Ok(Some(out))
 }
 
 /// True when [`aggregate::group_pairs`] under `modifier` takes the label
@@ -552,6 +566,7 @@ fn sweep(
                     pass.series(s, o, None)?;
                     Ok(true)
                 },
+                &mut |_| {},
             )?;
             if bail || !complete {
                 return Ok(None);

@@ -211,9 +211,14 @@ pub trait Querier {
     /// [`Querier::select_keep`]'s series, in its order, handed to `f` one at
     /// a time until it returns false: a store may then decode each series
     /// into one reused buffer instead of holding the whole selection. With
-    /// each series `f` gets a function that builds its whole label set, for
-    /// the few series it keeps (`topk`). On an error (the limit), `f` may
-    /// have seen part of the selection.
+    /// each series `f` gets a handle, valid only within this call; once the
+    /// stream ends (stopped or not), `done` gets a function that builds the
+    /// whole label set of a handle's series, for the few series a fold kept
+    /// (`topk`: k label sets, not one per candidate). On an error (the
+    /// limit), `f` may have seen part of the selection and `done` is not
+    /// called.
+    // Two callbacks (the stream and its end) besides the selection's five.
+    #[allow(clippy::too_many_arguments)]
     fn select_each(
         &self,
         matchers: &[Matcher],
@@ -221,9 +226,10 @@ pub trait Querier {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+        f: &mut dyn FnMut(&Series, usize) -> bool,
+        done: &mut WholeLabels<'_>,
     ) -> Result<(), StoreError> {
-        each_cut_down(self.select(matchers, mint, maxt, limit)?, keep, f);
+        each_cut_down(self.select(matchers, mint, maxt, limit)?, keep, f, done);
         Ok(())
     }
 
@@ -243,19 +249,29 @@ pub trait Querier {
     }
 }
 
+/// What [`Querier::select_each`] hands, once its stream ended, a builder
+/// of whole label sets by series handle to.
+pub type WholeLabels<'f> = dyn FnMut(&dyn Fn(usize) -> Labels) + 'f;
+
 /// Hands whole selected series to a [`Querier::select_each`] callback, each
 /// with its label set cut down to the labels `keep` accepts, until the
-/// callback returns false: the plain path of stores that do not stream.
+/// callback returns false, then their whole label sets by handle (the
+/// position in `series`) to `done`: the plain path of stores that do not
+/// stream.
 pub(crate) fn each_cut_down(
     series: Vec<Series>,
     keep: &dyn Fn(&str) -> bool,
-    f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+    f: &mut dyn FnMut(&Series, usize) -> bool,
+    done: &mut WholeLabels<'_>,
 ) {
-    for mut s in series {
-        let full = std::mem::take(&mut s.labels);
-        s.labels = Labels::from_sorted_pairs(full.iter().filter(|(n, _)| keep(n)));
-        if !f(&s, &|| full.clone()) {
+    let mut full = Vec::with_capacity(series.len());
+    for (i, mut s) in series.into_iter().enumerate() {
+        let whole = std::mem::take(&mut s.labels);
+        s.labels = Labels::from_sorted_pairs(whole.iter().filter(|(n, _)| keep(n)));
+        full.push(whole);
+        if !f(&s, i) {
             break;
         }
     }
+    done(&|i| full.get(i).cloned().unwrap_or_default());
 }

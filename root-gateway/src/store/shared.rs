@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::op::{Journal, Op};
-use super::{Labels, LiveStore, Matcher, Querier, Series, SeriesHint, StoreError};
+use super::{LiveStore, Matcher, Querier, Series, SeriesHint, StoreError, WholeLabels};
 
 /// What one [`SharedStore::apply`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -190,8 +190,9 @@ impl Querier for SharedStore {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+        f: &mut dyn FnMut(&Series, usize) -> bool,
+        done: &mut WholeLabels<'_>,
     ) -> Result<(), StoreError> {
-        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f))
+        self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f, done))
     }
 }

@@ -39,13 +39,14 @@ impl Querier for LiveStore {
         maxt: i64,
         limit: usize,
         keep: &dyn Fn(&str) -> bool,
-        f: &mut dyn FnMut(&Series, &dyn Fn() -> Labels) -> bool,
+        f: &mut dyn FnMut(&Series, usize) -> bool,
+        done: &mut crate::store::WholeLabels<'_>,
     ) -> Result<(), StoreError> {
         let up = Matcher::metric_name(matchers).is_none_or(|n| n == "up");
         if up && !self.sources.is_empty() {
             // `up` series join the selection (see `select_labels`).
             let all = self.select_labels(matchers, (mint, maxt), limit, None)?;
-            crate::store::each_cut_down(all, keep, f);
+            crate::store::each_cut_down(all, keep, f, done);
             return Ok(());
         }
         let mint = mint.max(self.now_ms.saturating_sub(self.cfg.retention_ms));
@@ -61,7 +62,8 @@ impl Querier for LiveStore {
             start_ms: None,
         };
         let mut n = 0usize;
-        for e in entries {
+        // A series' handle is its place in `entries`.
+        for (i, e) in entries.iter().enumerate() {
             cur.samples.clear();
             self.materialise_into(e, mint, maxt, &mut cur.samples);
             if cur.samples.is_empty() {
@@ -72,10 +74,16 @@ impl Querier for LiveStore {
             }
             n += 1;
             cur.labels = labels.of(&self.strings, &e.labels);
-            if !f(&cur, &|| self.strings.labels(&e.labels)) {
+            if !f(&cur, i) {
                 break;
             }
         }
+        done(&|i| {
+            entries
+                .get(i)
+                .map(|e| self.strings.labels(&e.labels))
+                .unwrap_or_default()
+        });
         Ok(())
     }
 }
@@ -152,6 +160,10 @@ struct KeptLabels<'k> {
     /// Whether `keep` accepts a label name, by its interned id (a
     /// selection holds few distinct names).
     names: Vec<(u32, bool)>,
+    /// The last set's label names by position, each with whether `keep`
+    /// accepts it: the series of a selection mostly have the same names,
+    /// so a name is mostly checked with one comparison.
+    at: Vec<(u32, bool)>,
     shared: HashMap<Vec<u32>, Labels, foldhash::fast::RandomState>,
     key: Vec<u32>,
     /// The last set given out and its key: series come in label order,
@@ -165,6 +177,7 @@ impl<'k> KeptLabels<'k> {
         KeptLabels {
             keep,
             names: Vec::new(),
+            at: Vec::new(),
             shared: HashMap::default(),
             key: Vec::new(),
             last: None,
@@ -175,12 +188,20 @@ impl<'k> KeptLabels<'k> {
     /// The cut-down label set of the interned set `syms`.
     fn of(&mut self, strings: &Interner, syms: &[u32]) -> Labels {
         self.key.clear();
-        for p in syms.chunks_exact(2) {
-            let kept = match self.names.iter().find(|(n, _)| *n == p[0]) {
-                Some(&(_, k)) => k,
-                None => {
-                    let k = (self.keep)(strings.get(p[0]));
-                    self.names.push((p[0], k));
+        for (i, p) in syms.chunks_exact(2).enumerate() {
+            let kept = match self.at.get(i) {
+                Some(&(n, k)) if n == p[0] => k,
+                _ => {
+                    let k = match self.names.iter().find(|(n, _)| *n == p[0]) {
+                        Some(&(_, k)) => k,
+                        None => {
+                            let k = (self.keep)(strings.get(p[0]));
+                            self.names.push((p[0], k));
+                            k
+                        }
+                    };
+                    self.at.truncate(i);
+                    self.at.push((p[0], k));
                     k
                 }
             };

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::store::{Appender, Matcher, Querier, Series};
+use crate::store::{Appender, Matcher, Querier};
 use canopy_proto::model::METRIC_NAME;
 
 fn m(name: &str) -> Vec<Matcher> {
@@ -536,23 +536,46 @@ fn select_keep_is_select_with_label_sets_cut_down() {
             }
             // Streamed: the same series in the same order, and a stop.
             let mut streamed = Vec::new();
-            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |x, whole| {
-                streamed.push((x.clone(), whole()));
-                true
-            })
+            let handles = std::cell::RefCell::new(Vec::new());
+            let mut wholes = Vec::new();
+            s.select_each(
+                matchers,
+                5_000,
+                20_000,
+                1000,
+                keep,
+                &mut |x, h| {
+                    streamed.push(x.clone());
+                    handles.borrow_mut().push(h);
+                    true
+                },
+                &mut |whole| wholes = handles.borrow().iter().map(|&h| whole(h)).collect(),
+            )
             .unwrap();
-            let (streamed, wholes): (Vec<Series>, Vec<Labels>) = streamed.into_iter().unzip();
             assert_eq!(streamed, cut);
             // Each series' whole label set on demand.
             let want: Vec<Labels> = full.iter().map(|x| x.labels.clone()).collect();
             assert_eq!(wholes, want);
-            let mut seen = 0;
-            s.select_each(matchers, 5_000, 20_000, 1000, keep, &mut |_, _| {
-                seen += 1;
-                seen < 3
-            })
+            // Stopped early, the whole label sets of the series seen are
+            // still there, in any order.
+            let seen = std::cell::RefCell::new(Vec::new());
+            let mut late = Vec::new();
+            s.select_each(
+                matchers,
+                5_000,
+                20_000,
+                1000,
+                keep,
+                &mut |_, h| {
+                    seen.borrow_mut().push(h);
+                    seen.borrow().len() < 3
+                },
+                &mut |whole| late = seen.borrow().iter().rev().map(|&h| whole(h)).collect(),
+            )
             .unwrap();
-            assert_eq!(seen, 3);
+            assert_eq!(seen.borrow().len(), 3.min(full.len()));
+            let want: Vec<Labels> = want.iter().take(3).rev().cloned().collect();
+            assert_eq!(late, want);
             shared += cut
                 .windows(2)
                 .filter(|w| w[0].labels.shares_buffer(&w[1].labels))
@@ -567,7 +590,15 @@ fn select_keep_is_select_with_label_sets_cut_down() {
         Err(StoreError::SelectLimit { limit: 3 })
     ));
     assert!(matches!(
-        s.select_each(&m("a_total"), 0, 30_000, 3, &by_job, &mut |_, _| true),
+        s.select_each(
+            &m("a_total"),
+            0,
+            30_000,
+            3,
+            &by_job,
+            &mut |_, _| true,
+            &mut |_| {}
+        ),
         Err(StoreError::SelectLimit { limit: 3 })
     ));
     // Series without samples in the window are skipped, not counted.
@@ -575,10 +606,18 @@ fn select_keep_is_select_with_label_sets_cut_down() {
     s.append(None, &late, 40_000, 1.0).unwrap();
     let want = s.select(&m("a_total"), 5_000, 20_000, 1000).unwrap().len();
     let mut n = 0;
-    s.select_each(&m("a_total"), 5_000, 20_000, want, &none, &mut |_, _| {
-        n += 1;
-        true
-    })
+    s.select_each(
+        &m("a_total"),
+        5_000,
+        20_000,
+        want,
+        &none,
+        &mut |_, _| {
+            n += 1;
+            true
+        },
+        &mut |_| {},
+    )
     .unwrap();
     assert_eq!(n, want);
 }
@@ -593,10 +632,18 @@ fn cached_selections_follow_added_and_removed_series() {
     });
     let keys = |s: &LiveStore, ms: &[Matcher]| -> Vec<String> {
         let mut out = Vec::new();
-        s.select_each(ms, 0, i64::MAX, 100, &|_| true, &mut |x, _| {
-            out.push(x.labels.get("k").unwrap_or("").to_string());
-            true
-        })
+        s.select_each(
+            ms,
+            0,
+            i64::MAX,
+            100,
+            &|_| true,
+            &mut |x, _| {
+                out.push(x.labels.get("k").unwrap_or("").to_string());
+                true
+            },
+            &mut |_| {},
+        )
         .unwrap();
         let whole: Vec<String> = s
             .select(ms, 0, i64::MAX, 100)
