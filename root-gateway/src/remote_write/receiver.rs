@@ -162,7 +162,7 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
             Err(_) => &mut fresh,
         };
         let res = match decode_ops(st, body, sc) {
-            Ok(()) => store_ops(st, &sc.ops, &mut sc.hints),
+            Ok(()) => store_ops(st, body, &sc.ops, &mut sc.hints),
             Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
         };
         remember_hints(st, sc);
@@ -187,41 +187,48 @@ fn remember_hints(st: &ReceiverState, sc: &Scratch) {
     }
 }
 
-/// Applies `ops` to the store in slices of about [`SAMPLES_PER_APPLY`]
-/// samples, each with its store hint in `hints` (refreshed by the apply);
-/// refused samples make a 400 naming the first reason.
+/// Applies `ops` (decoded from `body`) to the store in slices of about
+/// [`SAMPLES_PER_APPLY`] samples, each with its store hint in `hints`
+/// (refreshed by the apply); refused samples make a 400 naming the first
+/// reason. A body that fits one slice is handed to the journal as it came
+/// (logged as is, not encoded again: see [`crate::wal::record`]).
 fn store_ops(
     st: &ReceiverState,
+    body: &[u8],
     ops: &[Op],
     hints: &mut [SeriesHint],
 ) -> Result<(), (StatusCode, String)> {
     let (mut refused, mut total, mut first) = (0usize, 0usize, None::<String>);
+    let whole = ops.iter().map(Op::samples).sum::<usize>() < SAMPLES_PER_APPLY;
     let mut apply = |batch: &[Op], hints: &mut [SeriesHint]| -> Result<(), (StatusCode, String)> {
-        st.store
-            .apply_each_hinted(batch, hints, |i, k, r| match r {
-                Err(e) => {
-                    refused += 1;
-                    first.get_or_insert_with(|| e.to_string());
+        let each = |i: usize, k: usize, r: Result<(), crate::store::StoreError>| match r {
+            Err(e) => {
+                refused += 1;
+                first.get_or_insert_with(|| e.to_string());
+            }
+            Ok(()) => {
+                if let (Some(tap), Some(Op::Samples { labels, samples })) = (&st.tap, batch.get(i))
+                    && let Some(smp) = samples.get(k)
+                {
+                    tap.send(TapEvent::Explicit {
+                        labels: labels.clone(),
+                        ts_ms: smp.ts_ms,
+                        value: smp.value,
+                    });
                 }
-                Ok(()) => {
-                    if let (Some(tap), Some(Op::Samples { labels, samples })) =
-                        (&st.tap, batch.get(i))
-                        && let Some(smp) = samples.get(k)
-                    {
-                        tap.send(TapEvent::Explicit {
-                            labels: labels.clone(),
-                            ts_ms: smp.ts_ms,
-                            value: smp.value,
-                        });
-                    }
-                }
-            })
-            .map_err(|e| {
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("storing samples: {e}"),
-                )
-            })?;
+            }
+        };
+        let res = if whole {
+            st.store.apply_body_hinted(body, batch, hints, each)
+        } else {
+            st.store.apply_each_hinted(batch, hints, each)
+        };
+        res.map_err(|e| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("storing samples: {e}"),
+            )
+        })?;
         total += batch.iter().map(Op::samples).sum::<usize>();
         Ok(())
     };
@@ -280,6 +287,36 @@ fn decode_ops(st: &ReceiverState, body: &[u8], sc: &mut Scratch) -> Result<(), R
         });
         sc.hints.push(r.hint);
         sc.keys.push((r.key, r.hint));
+    }
+    Ok(())
+}
+
+/// The ops [`ingest`] makes of `body` (with no store hints), appended to
+/// `out`: how the write-ahead log replays a body it recorded as it came.
+/// `cache` spares re-parsing label sets seen before.
+pub fn body_ops(
+    body: &[u8],
+    limits: &WireLimits,
+    cache: &SeriesCache,
+    out: &mut Vec<Op>,
+) -> Result<(), RemoteWriteError> {
+    let mut raw = Vec::new();
+    let n = wire::decompress_into(body, limits, &mut raw)?;
+    let raw = raw.get(..n).unwrap_or_default();
+    let mut batch = WriteBatch::default();
+    batch
+        .decode(raw)
+        .map_err(|e| RemoteWriteError::Protobuf(e.to_string()))?;
+    let mut resolved = Vec::new();
+    cache.resolve_hinted(raw, &batch, &mut resolved)?;
+    for (s, r) in batch.series_views().iter().zip(resolved) {
+        let samples = batch.samples(s);
+        if !samples.is_empty() {
+            out.push(Op::Samples {
+                labels: r.labels,
+                samples: samples.to_vec(),
+            });
+        }
     }
     Ok(())
 }

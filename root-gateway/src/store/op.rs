@@ -141,6 +141,21 @@ pub trait Journal: Send {
         self.log(ops)
     }
 
+    /// [`Journal::log_hinted`] for ops decoded from one remote_write v1
+    /// body (`body`, snappy-compressed protobuf, already validated): a
+    /// journal may record the body itself instead of the ops, if replaying
+    /// it yields exactly `ops` (the receiver's decoding is deterministic).
+    /// Same guarantees as `log`.
+    fn log_body(
+        &mut self,
+        body: &[u8],
+        ops: &[Op],
+        hints: &[SeriesHint],
+    ) -> Result<(), StoreError> {
+        let _ = body;
+        self.log_hinted(ops, hints)
+    }
+
     /// Once per tick, with the store read-locked: sync to disk per the
     /// configured policy and, when a checkpoint is due, start the next log
     /// segment and return the checkpoint of `store` to run off-lock.

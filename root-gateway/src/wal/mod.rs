@@ -467,6 +467,53 @@ impl Journal for Wal {
         if ops.is_empty() {
             return Ok(());
         }
+        self.write_record(|enc, frame| enc.encode_hinted(ops, hints, frame))
+    }
+
+    fn log_body(
+        &mut self,
+        body: &[u8],
+        ops: &[Op],
+        hints: &[SeriesHint],
+    ) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        // Bodies past what replay decodes take the op encoding.
+        if body.len() > record::MAX_LOGGED_BODY
+            || snap::raw::decompress_len(body).map_or(true, |n| n > record::MAX_LOGGED_DECODED)
+        {
+            return self.log_hinted(ops, hints);
+        }
+        self.write_record(|enc, frame| enc.encode_body(body, frame))
+    }
+
+    fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError> {
+        if self.cfg.fsync == FsyncPolicy::Tick {
+            self.sync()?;
+        }
+        let now = store.now_ms();
+        let last = *self.last_checkpoint_ms.get_or_insert(now);
+        let due = self.since_checkpoint >= self.cfg.checkpoint_bytes
+            || (now - last >= self.cfg.checkpoint_interval_ms && self.since_checkpoint > 0);
+        if due {
+            return self.checkpoint(store).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn checkpoint_failed(&mut self) {
+        self.since_checkpoint = self.since_checkpoint.max(self.cfg.checkpoint_bytes);
+    }
+}
+
+impl Wal {
+    /// Writes one record whose payload `encode` appends (then syncs or
+    /// rotates per the config).
+    fn write_record(
+        &mut self,
+        encode: impl FnOnce(&mut Encoder, &mut Vec<u8>),
+    ) -> Result<(), StoreError> {
         if self.broken {
             // A failed write may have left dictionary entries unwritten.
             self.rotate()?;
@@ -475,7 +522,7 @@ impl Journal for Wal {
         // CRC-32C), filled in once the payload is known: no second buffer.
         self.frame.clear();
         self.frame.extend_from_slice(&[0; 8]);
-        self.encoder.encode_hinted(ops, hints, &mut self.frame);
+        encode(&mut self.encoder, &mut self.frame);
         let payload = self.frame.get(8..).unwrap_or_default();
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         let crc = crc32c(payload);
@@ -499,24 +546,6 @@ impl Journal for Wal {
             self.rotate()?;
         }
         Ok(())
-    }
-
-    fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError> {
-        if self.cfg.fsync == FsyncPolicy::Tick {
-            self.sync()?;
-        }
-        let now = store.now_ms();
-        let last = *self.last_checkpoint_ms.get_or_insert(now);
-        let due = self.since_checkpoint >= self.cfg.checkpoint_bytes
-            || (now - last >= self.cfg.checkpoint_interval_ms && self.since_checkpoint > 0);
-        if due {
-            return self.checkpoint(store).map(Some);
-        }
-        Ok(None)
-    }
-
-    fn checkpoint_failed(&mut self) {
-        self.since_checkpoint = self.since_checkpoint.max(self.cfg.checkpoint_bytes);
     }
 }
 

@@ -15,6 +15,9 @@
 //! 0x06 maintain    dts
 //! 0x07 samples     series | n | (dts | value (u64 LE bits))*   (explicit samples of one series;
 //!                  after the first sample dts is a delta of deltas: 1 byte on a steady tick)
+//! 0x08 body        len | remote_write v1 body as received (snappy protobuf; replays as the
+//!                  `samples` ops the receiver made of it, in order; new with body logging:
+//!                  segments without it read as before)
 //! dts: zigzag varint, ms since the previous op's time in this record (0 first)
 //! ```
 
@@ -23,6 +26,9 @@ use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
 
+use crate::remote_write::receiver::body_ops;
+use crate::remote_write::resolve::SeriesCache;
+use crate::remote_write::wire::WireLimits;
 use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
 use crate::store::{Labels, Op, Sample, SeriesHint};
 
@@ -33,6 +39,19 @@ const HEARTBEAT: u8 = 0x04;
 const RETIRE: u8 = 0x05;
 const MAINTAIN: u8 = 0x06;
 const SAMPLES: u8 = 0x07;
+const BODY: u8 = 0x08;
+/// Largest remote_write body logged as it came (larger ones, beyond any
+/// default limit, are logged as ops; so are bodies that decompress past
+/// [`MAX_LOGGED_DECODED`]).
+pub const MAX_LOGGED_BODY: usize = 128 << 20;
+/// Largest decompressed size of a body logged as it came.
+pub const MAX_LOGGED_DECODED: usize = 1 << 30;
+/// Limits a logged body is decoded under at replay: it was accepted live
+/// (under the configured limits), so these only bound memory.
+const REPLAY_LIMITS: WireLimits = WireLimits {
+    max_body_bytes: MAX_LOGGED_BODY,
+    max_decoded_bytes: MAX_LOGGED_DECODED,
+};
 /// Most samples one `samples` op may declare (bounds replay allocation).
 const MAX_BATCH: usize = 1 << 20;
 /// Store slots the hinted dictionary follows (12 bytes each; the store's
@@ -148,6 +167,14 @@ impl Encoder {
         i
     }
 
+    /// Appends the payload of one record holding a remote_write v1 `body`
+    /// to `out` (replayed as the ops the receiver makes of it).
+    pub fn encode_body(&mut self, body: &[u8], out: &mut Vec<u8>) {
+        out.push(BODY);
+        put_uvarint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+
     /// Appends the payload of one record holding `ops` to `out`.
     pub fn encode(&mut self, ops: &[Op], out: &mut Vec<u8>) {
         self.encode_hinted(ops, &[], out);
@@ -225,6 +252,10 @@ impl Encoder {
 pub struct Decoder {
     series: Vec<Labels>,
     sources: Vec<String>,
+    /// Label sets of logged bodies, so a series is parsed once per replay.
+    bodies: SeriesCache,
+    /// Ops of the body being replayed (reused).
+    body_ops: Vec<Op>,
 }
 
 impl Decoder {
@@ -289,6 +320,17 @@ impl Decoder {
                     }
                     f(Op::Samples { labels, samples });
                     n_ops += 1;
+                }
+                BODY => {
+                    let n = c.len(REPLAY_LIMITS.max_body_bytes)?;
+                    let body = c.bytes(n)?;
+                    self.body_ops.clear();
+                    body_ops(body, &REPLAY_LIMITS, &self.bodies, &mut self.body_ops)
+                        .map_err(|_| CodecError::Malformed("unreadable remote_write body"))?;
+                    for op in self.body_ops.drain(..) {
+                        f(op);
+                        n_ops += 1;
+                    }
                 }
                 MAINTAIN => {
                     prev = prev.wrapping_add(c.varint()?);
