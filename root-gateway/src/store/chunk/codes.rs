@@ -1,0 +1,178 @@
+//! The variable-length codes of a chunk's bit stream (see the module docs
+//! of `chunk`): decimal forms, residuals, mantissa deltas, Rice codes, rank
+//! codes and timestamp delta-of-deltas, each with its cost, writer and
+//! reader, so the encoder can compare forms by their exact bit cost.
+
+use super::super::bits::{Reader, Writer, bit_len};
+use super::{EXACT_INT, MAX_RANK, MAX_RESID, POW10, RICE_ESCAPE};
+
+/// The value of mantissa `m` at exponent `e`.
+pub(super) fn value_of(m: i64, e: u8) -> f64 {
+    match POW10.get(usize::from(e)) {
+        Some(&p) if e > 0 => m as f64 / p,
+        _ => m as f64,
+    }
+}
+
+/// `v` × 10^e rounded to an integer, when finite and below 2^53.
+pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
+    let p = *POW10.get(usize::from(e))?;
+    let m = (v * p).round();
+    // NaN fails this test too.
+    if m.is_nan() || m.abs() >= EXACT_INT {
+        return None;
+    }
+    Some(m as i64)
+}
+
+/// The decimal form of `v` at exponent `e`: its mantissa and the XOR of
+/// `v`'s bits with the mantissa's value, when that residual is short.
+pub(super) fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
+    let m = approx(v, e)?;
+    let r = v.to_bits() ^ value_of(m, e).to_bits();
+    (bit_len(r) <= MAX_RESID).then_some((m, r))
+}
+
+/// Bits of a residual with its flag (the new-exponent form).
+pub(super) fn resid_cost(r: u64) -> u32 {
+    if r == 0 { 1 } else { 5 + bit_len(r) }
+}
+
+pub(super) fn put_resid(w: &mut Writer, r: u64) {
+    if r == 0 {
+        w.put(0, 1);
+    } else {
+        let n = bit_len(r);
+        w.put(0b10000 | u64::from(n), 5);
+        w.put(r, n);
+    }
+}
+
+#[inline(always)]
+pub(super) fn get_resid(r: &mut Reader<'_>) -> Option<u64> {
+    if r.bit()? {
+        let n = r.read(4)? as u32;
+        r.read(n)
+    } else {
+        Some(0)
+    }
+}
+
+/// Bits of a varbit delta of zigzag code `z`.
+pub(super) fn delta_cost(z: u64) -> u32 {
+    let n = bit_len(z);
+    if n <= 15 { 5 + n } else { 7 + n }
+}
+
+pub(super) fn put_delta(w: &mut Writer, z: u64) {
+    let n = bit_len(z);
+    if n <= 15 {
+        w.put(u64::from(n), 5);
+    } else {
+        w.put(0b100_0000 | u64::from(n - 1), 7);
+    }
+    w.put(z, n);
+}
+
+#[inline(always)]
+pub(super) fn get_delta(r: &mut Reader<'_>) -> Option<u64> {
+    let n = if r.bit()? {
+        r.read(6)? as u32 + 1
+    } else {
+        r.read(4)? as u32
+    };
+    r.read(n)
+}
+
+/// Bits of the Rice code of `z` with `k` low bits.
+pub(super) fn rice_cost(z: u64, k: u32) -> u32 {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        q as u32 + 1 + k
+    } else {
+        RICE_ESCAPE + 6 + bit_len(z)
+    }
+}
+
+#[inline(always)]
+pub(super) fn put_rice(w: &mut Writer, z: u64, k: u32) {
+    let q = z >> k;
+    if q < u64::from(RICE_ESCAPE) {
+        // q ones and a zero, then the k low bits: one code when it fits.
+        let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
+        if q + 1 + k <= 64 {
+            let low = if k == 0 {
+                0
+            } else {
+                z & (u64::MAX >> (64 - k))
+            };
+            w.put((head << k) | low, q + 1 + k);
+        } else {
+            w.put(head, q + 1);
+            w.put(z, k);
+        }
+    } else {
+        let n = bit_len(z);
+        w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
+        w.put(u64::from(n - 1), 6);
+        w.put(z, n);
+    }
+}
+
+#[inline(always)]
+pub(super) fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
+    let q = r.ones(RICE_ESCAPE)?;
+    if q < RICE_ESCAPE {
+        let low = r.read(k)?;
+        Some(u64::from(q).checked_shl(k).unwrap_or(0) | low)
+    } else {
+        let n = r.read(6)? as u32 + 1;
+        r.read(n)
+    }
+}
+
+/// The code of rank `rank` (0..=5): `0`, `10`, `110`, `1110`, `11110`,
+/// `11111` (as many ones as the rank, then a zero below the longest).
+pub(super) fn rank_code(rank: u8) -> (u64, u32) {
+    let r = u32::from(rank).min(MAX_RANK);
+    if r < MAX_RANK {
+        (((1u64 << r) - 1) << 1, r + 1)
+    } else {
+        ((1u64 << r) - 1, r)
+    }
+}
+
+/// The rank of form `form` after a value of form `last`.
+pub(super) fn rank_of(form: u8, last: u8) -> u8 {
+    if form == last {
+        0
+    } else if form < last {
+        form + 1
+    } else {
+        form
+    }
+}
+
+/// The form of rank `rank` after a value of form `last`.
+#[inline(always)]
+pub(super) fn form_of(rank: u8, last: u8) -> u8 {
+    if rank == 0 {
+        last
+    } else if rank - 1 < last {
+        rank - 1
+    } else {
+        rank
+    }
+}
+
+/// Reads the timestamp code: the zigzag delta of delta.
+#[inline(always)]
+pub(super) fn read_dod(r: &mut Reader<'_>) -> Option<u64> {
+    Some(match r.ones(4)? {
+        0 => 0,
+        1 => r.read(7)?,
+        2 => r.read(12)?,
+        3 => r.read(20)?,
+        _ => r.read(64)?,
+    })
+}
