@@ -66,8 +66,8 @@ use super::bits::{Reader, Writer, bit_len, unzigzag, zigzag};
 
 mod codes;
 use codes::{
-    approx, decimal, delta_cost, form_of, get_delta, get_resid, get_rice, put_delta, put_resid,
-    put_rice, rank_code, rank_of, read_dod, resid_cost, rice_cost, value_of,
+    approx, decimal, delta_cost, form_of, get_delta, get_resid, get_rice, get_window, put_delta,
+    put_resid, put_rice, rank_code, rank_of, read_dod, resid_cost, rice_cost, value_of,
 };
 
 /// Samples per chunk before a new one is started.
@@ -659,12 +659,7 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             };
         }
         XOR => {
-            if r.bit()? {
-                st.lead = r.read(6)? as u8;
-                st.sig = r.read(6)? as u8 + 1;
-            }
-            let shift = 64u32.checked_sub(u32::from(st.lead) + u32::from(st.sig))?;
-            st.bits ^= r.read(u32::from(st.sig))? << shift;
+            get_window(r, &mut st.lead, &mut st.sig, &mut st.bits)?;
             st.exp = NONE;
         }
         NEW_EXP => {

@@ -176,3 +176,21 @@ pub(super) fn read_dod(r: &mut Reader<'_>) -> Option<u64> {
         _ => r.read(64)?,
     })
 }
+
+/// Reads a `window` body (see the module docs of `chunk`) and applies it to
+/// `bits`: a new XOR window (`lead`, `sig`) when its flag is set, else the
+/// previous one; `None` on a truncated or impossible window.
+pub(super) fn get_window(
+    r: &mut Reader<'_>,
+    lead: &mut u8,
+    sig: &mut u8,
+    bits: &mut u64,
+) -> Option<()> {
+    if r.bit()? {
+        *lead = r.read(6)? as u8;
+        *sig = r.read(6)? as u8 + 1;
+    }
+    let shift = 64u32.checked_sub(u32::from(*lead) + u32::from(*sig))?;
+    *bits ^= r.read(u32::from(*sig))? << shift;
+    Some(())
+}

@@ -16,7 +16,8 @@
 //! ```
 
 use super::{
-    CHUNK_SAMPLES, Chunk, MAX_EXP, NONE, approx, get_delta, get_resid, read_dod, value_of,
+    CHUNK_SAMPLES, Chunk, MAX_EXP, NONE, approx, get_delta, get_resid, get_window, read_dod,
+    value_of,
 };
 use crate::store::bits::{Reader, unzigzag};
 use crate::store::codec::{CodecError, Cursor};
@@ -94,12 +95,7 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             st.bits = value_of(st.mant, st.exp).to_bits() ^ get_resid(r)?;
         }
         2 => {
-            if r.bit()? {
-                st.lead = r.read(6)? as u8;
-                st.sig = r.read(6)? as u8 + 1;
-            }
-            let shift = 64u32.checked_sub(u32::from(st.lead) + u32::from(st.sig))?;
-            st.bits ^= r.read(u32::from(st.sig))? << shift;
+            get_window(r, &mut st.lead, &mut st.sig, &mut st.bits)?;
             st.exp = NONE;
         }
         _ => {
