@@ -306,7 +306,8 @@ impl JobDirsCache {
     }
 
     /// The ids (pids or tids) listed in the file `name` of every directory
-    /// of the trees of `dirs` (read through `hot`, parsed by `parse`),
+    /// of the trees of `dirs` (read through `hot` on a fresh descriptor,
+    /// parsed by `parse`),
     /// sorted, unique and at most `cap`: a job's processes or tasks, every
     /// tick, with the trees listed only when they changed. Unreadable or
     /// unparsable files are reported in `errs` and skipped.
@@ -327,7 +328,9 @@ impl JobDirsCache {
                 if ids.len() >= cap {
                     break 'dirs;
                 }
-                match hot.read_opt(&d.join(name)) {
+                // A fresh descriptor each time: the kernel's pid list of a
+                // kept one can be stale (see `HotFiles::read_fresh_opt`).
+                match hot.read_fresh_opt(&d.join(name)) {
                     Ok(Some(t)) => match parse(t) {
                         Ok(p) => ids.extend(p),
                         Err(e) => errs.push(e),

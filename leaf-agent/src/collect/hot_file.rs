@@ -212,6 +212,17 @@ impl HotFiles {
         self.read_as(path, Render::Single)
     }
 
+    /// [`HotFiles::read_opt`] through a descriptor opened for this read
+    /// only. For cgroup v1 `tasks` and `cgroup.procs`: the kernel builds
+    /// their pid list per open file and reuses it on later reads of that
+    /// descriptor while they come within about a second of each other, so a
+    /// kept descriptor read every tick can miss processes started since.
+    pub fn read_fresh_opt(&mut self, path: &Path) -> Result<Option<&str>, LeafError> {
+        self.files.remove(path);
+        let r = File::open(path).and_then(|f| pread_whole(&f, &mut self.buf, Render::Records));
+        self.text(path, r)
+    }
+
     fn read_as(&mut self, path: &Path, render: Render) -> Result<Option<&str>, LeafError> {
         let r = match self.files.get_mut(path) {
             Some((f, seen)) => {
@@ -228,6 +239,12 @@ impl HotFiles {
             }
             None => self.open_and_read(path, render),
         };
+        self.text(path, r)
+    }
+
+    /// The buffer's text after a read that returned `r`: `None` when the
+    /// file did not exist.
+    fn text(&self, path: &Path, r: io::Result<()>) -> Result<Option<&str>, LeafError> {
         match r {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -267,6 +284,43 @@ impl HotFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a job's `tasks` list read every tick must show a task
+    /// that joined its cgroup a moment ago. On cgroup v1 a kept descriptor
+    /// reuses the pid list of its last read for about a second, so the
+    /// per-task perf collector saw a Slurm job's busy loop only a tick late
+    /// and counted none of its CPU. Needs root and the v1 `cpuacct`
+    /// hierarchy, as the Slurm tests do.
+    #[test]
+    fn fresh_reads_see_a_task_that_just_joined_a_v1_cgroup() {
+        let root = Path::new("/sys/fs/cgroup/cpuacct");
+        assert!(
+            root.is_dir(),
+            "this test needs the cgroup v1 cpuacct hierarchy (as Slurm's tests do)"
+        );
+        let cg = root.join(format!("canopy-hot-{}", std::process::id()));
+        std::fs::create_dir(&cg).expect("mkdir a v1 cgroup (needs root)");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let mut hot = HotFiles::new();
+        let tasks = cg.join("tasks");
+        let before = hot.read_fresh_opt(&tasks).expect("read").map(str::to_owned);
+        std::fs::write(cg.join("cgroup.procs"), child.id().to_string()).expect("attach");
+        let after = hot.read_fresh_opt(&tasks).expect("read").map(str::to_owned);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir(&cg);
+        assert_eq!(before.as_deref(), Some(""));
+        let pid = child.id().to_string();
+        assert!(
+            after
+                .as_deref()
+                .is_some_and(|t| t.lines().any(|l| l == pid)),
+            "task {pid} missing from {after:?}"
+        );
+    }
 
     #[test]
     fn rereads_changes_in_place_and_survives_replacement() {
