@@ -190,9 +190,10 @@ fn job_io_and_scheduler_labels() {
                 && o.value >= 1.0)
     );
     assert_eq!(value(&out, "canopy_job_cpu_seconds_total", "5"), Some(2.5));
-    // Its files stay open from tick to tick (re-read in place): cpuacct.usage,
-    // memory.usage_in_bytes and the two cgroup.procs.
-    assert_eq!(c.open_job_files(), 4);
+    // Its control files stay open from tick to tick (re-read in place):
+    // cpuacct.usage and memory.usage_in_bytes; the two cgroup.procs are
+    // opened afresh each tick (a kept v1 pid list can be stale).
+    assert_eq!(c.open_job_files(), 2);
     put(
         &cg.join("cpuacct/slurm_n1/uid_1002/job_5/cpuacct.usage"),
         "3500000000\n",
