@@ -105,8 +105,10 @@ async fn server_errors_are_retried_until_accepted() {
     let (_tx, rx) = watch::channel(false);
     let rw = spawn(cfg(url, 1000), rx).expect("spawned");
     feed(&rw, 1, 5);
+    // The endpoint records the samples before the sender reads its answer:
+    // wait for both, not only the first.
     until("the batch accepted", || {
-        e.got.lock().expect("lock").len() == 5
+        e.got.lock().expect("lock").len() == 5 && rw.stats().endpoints[0].1.samples_sent == 5
     })
     .await;
     assert_eq!(*e.got.lock().expect("lock"), vec![1, 2, 3, 4, 5]);
