@@ -196,11 +196,7 @@ fn main() -> anyhow::Result<()> {
         let mut cold = |f: &mut dyn FnMut()| {
             let mut ms = Vec::new();
             for _ in 0..runs {
-                round = round.wrapping_add(1);
-                for b in flush.iter_mut().step_by(64) {
-                    *b = round;
-                }
-                std::hint::black_box(&flush);
+                flush_caches(&mut flush, &mut round);
                 let t0 = Instant::now();
                 f();
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -275,11 +271,7 @@ fn main() -> anyhow::Result<()> {
         let h = median(&mut ms);
         let mut cold = Vec::new();
         for _ in 0..runs {
-            round = round.wrapping_add(1);
-            for b in flush.iter_mut().step_by(64) {
-                *b = round;
-            }
-            std::hint::black_box(&flush);
+            flush_caches(&mut flush, &mut round);
             let t0 = Instant::now();
             get(&mut c, &path)?;
             cold.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -291,4 +283,14 @@ fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Writes one byte of every cache line of `flush` (a new value each
+/// `round`), so the next query starts with the CPU caches cold.
+fn flush_caches(flush: &mut [u8], round: &mut u8) {
+    *round = round.wrapping_add(1);
+    for b in flush.iter_mut().step_by(64) {
+        *b = *round;
+    }
+    std::hint::black_box(&*flush);
 }
