@@ -72,6 +72,10 @@ use codes::{
 
 /// Samples per chunk before a new one is started.
 pub const CHUNK_SAMPLES: usize = 240;
+/// Most bits a chunk's stream can take: at most 4 + 64 timestamp bits and
+/// 4 + 90 + 19 value bits (an escaped Rice code and a residual) a sample,
+/// after the first value's 64 (fits the 16 bits a sealed chunk keeps).
+pub const MAX_SEALED_BITS: u32 = CHUNK_SAMPLES as u32 * 181 + 64;
 /// No decimal exponent / no XOR window yet.
 const NONE: u8 = 0xff;
 /// Largest decimal exponent.
@@ -97,8 +101,8 @@ const NEW_EXP: u8 = 5;
 const MAX_RANK: u32 = 5;
 
 /// Encoder/decoder state after a sample; both sides update it the same way.
-/// 48 bytes, so a chunk's header (with the shared handle's counts) takes
-/// 104 bytes of heap.
+/// 48 bytes, so an open chunk's header is 88 bytes (kept in its series'
+/// entry; sealed chunks keep none of it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct State {
     ts: i64,
@@ -249,35 +253,16 @@ impl Chunk {
         self.len() >= CHUNK_SAMPLES
     }
 
-    /// About how many samples fall in `[from, to]`, assuming they are
-    /// spread evenly (to size buffers; never more than the chunk holds).
+    /// About how many samples fall in `[from, to]` (see
+    /// [`ChunkView::estimate`]).
+    #[cfg(test)]
     pub fn estimate(&self, from: i64, to: i64) -> usize {
-        let (first, last) = (self.first_ts, self.st.ts);
-        let span = i128::from(last) - i128::from(first);
-        let overlap = i128::from(to.min(last)) - i128::from(from.max(first));
-        if self.count < 2 || span <= 0 || overlap < 0 {
-            return self.len().min(1);
-        }
-        let n = overlap * i128::from(self.count - 1) / span + 2;
-        usize::try_from(n).unwrap_or(0).min(self.len())
+        self.view().estimate(from, to)
     }
 
     /// Encoded size in bytes.
     pub fn byte_len(&self) -> usize {
         self.bytes.len()
-    }
-
-    /// Heap bytes of the chunk's header (its shared handle's allocation).
-    pub fn header_bytes(&self) -> usize {
-        // The reference counts of the `Arc` plus the struct.
-        2 * std::mem::size_of::<usize>() + std::mem::size_of::<Chunk>()
-    }
-
-    /// The first and last encoded bytes, XORed (0 when empty): reading
-    /// them loads a small chunk's bytes into the cache, for a reader that
-    /// loads a selection's chunks before decoding them.
-    pub fn touch(&self) -> u8 {
-        self.bytes.first().copied().unwrap_or(0) ^ self.bytes.last().copied().unwrap_or(0)
     }
 
     /// Allocated but unused encoded bytes.
@@ -513,9 +498,7 @@ impl Chunk {
         {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
-        // At most 4 + 64 timestamp bits and 4 + 90 + 19 value bits (an
-        // escaped Rice code and a residual) a sample.
-        let bit_len = c.len(CHUNK_SAMPLES * 181 + 64)? as u32;
+        let bit_len = c.len(MAX_SEALED_BITS as usize)? as u32;
         let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.to_vec();
         Ok(Chunk {
             bytes,
@@ -539,6 +522,108 @@ impl Chunk {
         })
     }
 
+    /// The chunk as a read-only [`ChunkView`] (what sealed chunks are).
+    pub fn view(&self) -> ChunkView<'_> {
+        ChunkView {
+            bytes: &self.bytes,
+            bit_len: self.bit_len,
+            count: self.count,
+            first_ts: self.first_ts,
+            last_ts: self.st.ts,
+        }
+    }
+
+    /// Decodes the samples with `ts_ms >= from`, oldest first, into `out`;
+    /// see [`ChunkView::decode_window`].
+    #[cfg(test)]
+    pub fn decode_window(&self, from: i64, to: i64, out: &mut Vec<Sample>) -> bool {
+        self.view().decode_window(from, to, out)
+    }
+
+    /// Decodes every sample, oldest first.
+    #[cfg(test)]
+    pub fn decode(&self, out: &mut Vec<Sample>) {
+        self.decode_window(i64::MIN, i64::MAX, out);
+    }
+}
+
+/// A chunk's encoded samples and what decoding them needs (no encoder
+/// state): the open chunk's [`Chunk::view`], or a sealed chunk's run in a
+/// series' [`Sealed`] buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkView<'a> {
+    bytes: &'a [u8],
+    bit_len: u32,
+    count: u16,
+    first_ts: i64,
+    /// The newest sample's timestamp (for a sealed chunk, the next chunk's
+    /// first one, an upper bound: only [`ChunkView::estimate`] reads it).
+    last_ts: i64,
+}
+
+impl<'a> ChunkView<'a> {
+    /// A sealed chunk's view of `bytes` (a snapshot's), or `None` when the
+    /// fields cannot be a chunk's: 1 to [`CHUNK_SAMPLES`] samples, at least
+    /// the first value's 64 bits, at most [`MAX_SEALED_BITS`], and exactly
+    /// the bytes the bits need.
+    pub fn sealed(bytes: &'a [u8], bit_len: u32, count: usize, first_ts: i64) -> Option<Self> {
+        ((1..=CHUNK_SAMPLES).contains(&count)
+            && (64..=MAX_SEALED_BITS).contains(&bit_len)
+            && bytes.len() == bit_len.div_ceil(8) as usize)
+            .then_some(ChunkView {
+                bytes,
+                bit_len,
+                count: count as u16,
+                first_ts,
+                last_ts: first_ts,
+            })
+    }
+
+    /// Length of the encoded stream in bits.
+    pub fn bit_len(&self) -> u32 {
+        self.bit_len
+    }
+
+    /// The encoded bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Timestamp of the first sample.
+    pub fn first_ts(&self) -> i64 {
+        self.first_ts
+    }
+
+    /// Encoded size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// About how many samples fall in `[from, to]`, assuming they are
+    /// spread evenly (to size buffers; never more than the chunk holds).
+    pub fn estimate(&self, from: i64, to: i64) -> usize {
+        let (first, last) = (self.first_ts, self.last_ts);
+        let span = i128::from(last) - i128::from(first);
+        let overlap = i128::from(to.min(last)) - i128::from(from.max(first));
+        if self.count < 2 || span <= 0 || overlap < 0 {
+            return self.len().min(1);
+        }
+        let n = overlap * i128::from(self.count - 1) / span + 2;
+        usize::try_from(n).unwrap_or(0).min(self.len())
+    }
+
+    /// The first and last encoded bytes, XORed (0 when empty): reading
+    /// them loads a small chunk's bytes into the cache, for a reader that
+    /// loads a selection's chunks before decoding them.
+    pub fn touch(&self) -> u8 {
+        self.bytes.first().copied().unwrap_or(0) ^ self.bytes.last().copied().unwrap_or(0)
+    }
+
     /// Decodes the samples with `ts_ms >= from`, oldest first, into `out`,
     /// and stops after the first sample past `to`, which is pushed too
     /// (callers that imply ticks need the next change point after a
@@ -548,7 +633,7 @@ impl Chunk {
         if self.count == 0 {
             return false;
         }
-        let mut r = Reader::new(&self.bytes, self.bit_len);
+        let mut r = Reader::new(self.bytes, self.bit_len);
         let Some(first) = r.read(64) else {
             return false;
         };
@@ -680,6 +765,9 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     st.last = form;
     Some(())
 }
+
+mod sealed;
+pub use sealed::{Runs, Sealed};
 
 #[cfg(test)]
 mod tests;

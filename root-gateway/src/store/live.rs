@@ -10,12 +10,11 @@
 //! caller passes in.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use canopy_proto::model::{is_stale_nan, stale_nan};
 
-use super::chunk::Chunk;
+use super::chunk::{Chunk, ChunkView, Runs, Sealed};
 use super::index::SeriesIndex;
 use super::intern::{Interner, SymLabels};
 use super::{Appender, Labels, Sample, StoreError};
@@ -74,9 +73,10 @@ pub struct MemoryBreakdown {
     pub entries: usize,
     /// Interned label ids of every series.
     pub labels: usize,
-    /// Per-series lists of chunk handles.
+    /// The fixed part of each series' sealed-chunk buffer (reference
+    /// counts and chunk count; the open chunk's header is in `entries`).
     pub chunk_lists: usize,
-    /// Chunk headers (the handle's target, excluding the encoded bytes).
+    /// Sealed chunks' index entries (first timestamp, count, bit length).
     pub chunk_headers: usize,
     /// Encoded chunk bytes in use.
     pub chunk_bytes: usize,
@@ -160,18 +160,77 @@ struct Entry {
     labels: SymLabels,
     /// Index into `sources` (u32: series outnumber sources by far).
     source: Option<u32>,
-    /// Shared so a snapshot cut can hold them while the store moves on:
-    /// sealed chunks are never written again, and the open one is copied
-    /// on its next write if a cut still holds it.
-    chunks: Vec<Arc<Chunk>>,
+    /// The sealed chunks, in one buffer a snapshot cut can share while
+    /// the store moves on (sealed chunks are never written again).
+    sealed: Sealed,
+    /// The open chunk (the newest), kept in the entry: one chunk header a
+    /// series, read in the same cache lines as the entry.
+    head: Chunk,
 }
 
 impl Entry {
+    fn new(labels: SymLabels, source: Option<u32>) -> Self {
+        Entry {
+            labels,
+            source,
+            sealed: Sealed::default(),
+            head: Chunk::default(),
+        }
+    }
+
     fn last(&self) -> Option<(i64, f64)> {
-        self.chunks
-            .last()
-            .filter(|c| c.len() > 0)
-            .map(|c| (c.last_ts(), c.last_value()))
+        (self.head.len() > 0).then(|| (self.head.last_ts(), self.head.last_value()))
+    }
+
+    /// Number of chunks, the open one included when it holds samples.
+    #[cfg(test)]
+    fn chunk_count(&self) -> usize {
+        self.sealed.len() + usize::from(self.head.len() > 0)
+    }
+
+    /// Every chunk, oldest first.
+    fn chunks(&self) -> Runs<'_> {
+        self.sealed.iter_from(0, self.head_view())
+    }
+
+    /// The open chunk when it holds samples.
+    #[inline]
+    fn head_view(&self) -> Option<ChunkView<'_>> {
+        (self.head.len() > 0).then(|| self.head.view())
+    }
+
+    /// The chunks a window starting at `mint` reads: from the last one
+    /// that begins at or before `mint` (its points may imply samples in
+    /// the window), oldest first.
+    #[inline]
+    fn chunks_at(&self, mint: i64) -> Runs<'_> {
+        let head = self.head_view();
+        if head.is_some_and(|h| h.first_ts() <= mint) {
+            // The common case of a short window: the open chunk alone.
+            return Runs::head_only(head);
+        }
+        let first = self.sealed.count_at_or_before(mint).saturating_sub(1);
+        self.sealed.iter_from(first, head)
+    }
+
+    /// Drops the chunks wholly older than `cutoff` (the newest one always
+    /// stays).
+    fn drop_before(&mut self, cutoff: i64) {
+        let n = self.sealed.len();
+        let next = |i: usize| {
+            if i < n {
+                self.sealed.first_ts(i)
+            } else if self.head.len() > 0 {
+                self.head.first_ts()
+            } else {
+                i64::MAX
+            }
+        };
+        let mut k = 0;
+        while k < n && next(k + 1) <= cutoff {
+            k += 1;
+        }
+        self.sealed.drop_front(k);
     }
 }
 
@@ -229,7 +288,7 @@ impl LiveStore {
         s.change_points = 0;
         s.chunk_bytes = 0;
         for e in self.entries.iter().flatten() {
-            for c in &e.chunks {
+            for c in e.chunks() {
                 s.change_points += c.len();
                 s.chunk_bytes += c.byte_len();
             }
@@ -247,12 +306,11 @@ impl LiveStore {
         };
         for e in self.entries.iter().flatten() {
             m.labels += e.labels.len() * std::mem::size_of::<u32>();
-            m.chunk_lists += e.chunks.capacity() * std::mem::size_of::<Arc<Chunk>>();
-            for c in &e.chunks {
-                m.chunk_headers += c.header_bytes();
-                m.chunk_bytes += c.byte_len();
-                m.chunk_slack += c.slack_bytes();
-            }
+            let (fixed, index, runs) = e.sealed.heap_bytes();
+            m.chunk_lists += fixed;
+            m.chunk_headers += index;
+            m.chunk_bytes += runs + e.head.byte_len();
+            m.chunk_slack += e.head.slack_bytes();
         }
         m
     }
@@ -312,9 +370,7 @@ impl LiveStore {
         let mut dead = Vec::new();
         for (id, slot) in self.entries.iter_mut().enumerate() {
             let Some(e) = slot else { continue };
-            while e.chunks.len() > 1 && e.chunks[1].first_ts() <= cutoff {
-                e.chunks.remove(0);
-            }
+            e.drop_before(cutoff);
             let Some((last_ts, last_v)) = e.last() else {
                 dead.push(id);
                 continue;
@@ -429,11 +485,7 @@ impl LiveStore {
             });
         }
         let syms = self.strings.intern(labels);
-        let e = Entry {
-            labels: syms,
-            source: None,
-            chunks: Vec::new(),
-        };
+        let e = Entry::new(syms, None);
         let id = match self.free.pop() {
             Some(id) => {
                 self.entries[id] = Some(e);
@@ -493,14 +545,13 @@ impl LiveStore {
                 return Ok(());
             }
         }
-        if e.chunks.last().is_none_or(|c| c.is_full()) {
-            // One chunk at a time: a series holds few, so no growth slack.
-            e.chunks.reserve_exact(1);
-            e.chunks.push(Arc::new(Chunk::default()));
+        if e.head.is_full() {
+            // Sealed: its bytes join the series' sealed buffer, the entry
+            // starts a new open chunk.
+            let next = std::mem::take(&mut e.head);
+            e.sealed.push(next.view());
         }
-        if let Some(c) = e.chunks.last_mut() {
-            Arc::make_mut(c).push(ts, v);
-        }
+        e.head.push(ts, v);
         Ok(())
     }
 
@@ -565,22 +616,16 @@ impl LiveStore {
     /// The samples of `e` in `[mint, maxt]`, explicit and implied, appended
     /// to `out` (empty on entry).
     fn materialise_into(&self, e: &Entry, mint: i64, maxt: i64, out: &mut Vec<Sample>) {
-        // Start at the last chunk that begins at or before mint: its points
-        // may imply samples inside the window.
-        let first = e
-            .chunks
-            .partition_point(|c| c.first_ts() <= mint)
-            .saturating_sub(1);
         let src = e.source.and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
-            let est: usize = e.chunks[first..]
-                .iter()
+            let est: usize = e
+                .chunks_at(mint)
                 .take_while(|c| c.first_ts() <= maxt)
                 .map(|c| c.estimate(mint, maxt))
                 .sum();
             out.reserve(est + 1);
-            for c in &e.chunks[first..] {
+            for c in e.chunks_at(mint) {
                 if c.first_ts() > maxt || c.decode_window(mint, maxt, out) {
                     break;
                 }
@@ -591,7 +636,7 @@ impl LiveStore {
             return;
         };
         let mut cps = Vec::new();
-        for c in &e.chunks[first..] {
+        for c in e.chunks_at(mint) {
             if c.first_ts() > maxt || c.decode_window(i64::MIN, maxt, &mut cps) {
                 break;
             }

@@ -385,8 +385,8 @@ proptest! {
 
 #[test]
 fn chunk_header_stays_small() {
-    // With the shared handle's two counts: 104 bytes, a 112-byte block of
-    // glibc's malloc (one more field would make it 128).
+    // The open chunk lives in its series' entry: every byte is paid once
+    // a series.
     assert!(
         std::mem::size_of::<Chunk>() <= 88,
         "{}",

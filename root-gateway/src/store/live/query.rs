@@ -310,37 +310,25 @@ impl LiveStore {
         std::hint::black_box(acc);
     }
 
-    /// Loads what decoding `entries` over `[mint, maxt]` reads (their
-    /// chunk lists, the headers of the chunks from the one holding `mint`,
-    /// those chunks' bytes) into the cache, one level at a time across the
-    /// whole selection. A selection's series lie scattered among all the
-    /// store's, so each level is a cache miss a series; walked series by
-    /// series, the misses of one series come one after another (each
-    /// address is read from the last), while a loop over many series at
-    /// one level has no such chain and the CPU overlaps its misses.
+    /// Loads what decoding `entries` over `[mint, maxt]` reads (the
+    /// entries with their open chunk's header, the sealed-chunk index when
+    /// the window reaches past the open chunk, the chunks' bytes) into the
+    /// cache, one level at a time across the whole selection. A
+    /// selection's series lie scattered among all the store's, so each
+    /// level is a cache miss a series; walked series by series, the misses
+    /// of one series come one after another (each address is read from the
+    /// last), while a loop over many series at one level has no such chain
+    /// and the CPU overlaps its misses.
     fn preload_chunks(entries: &[&Entry], mint: i64, maxt: i64) {
         let mut acc = 0usize;
         for e in entries {
             acc ^= e.labels.first().copied().unwrap_or(0) as usize;
-            acc ^= e.chunks.last().map_or(0, |c| Arc::as_ptr(c) as usize);
-        }
-        for e in entries {
-            for c in e.chunks.iter().rev() {
-                acc ^= c.len();
-                if c.first_ts() <= mint {
-                    break;
-                }
+            if !e.sealed.is_empty() && (e.head.len() == 0 || e.head.first_ts() > mint) {
+                acc ^= usize::from(e.sealed.touch());
             }
         }
         for e in entries {
-            let first = e
-                .chunks
-                .partition_point(|c| c.first_ts() <= mint)
-                .saturating_sub(1);
-            for c in e.chunks[first..]
-                .iter()
-                .take_while(|c| c.first_ts() <= maxt)
-            {
+            for c in e.chunks_at(mint).take_while(|c| c.first_ts() <= maxt) {
                 acc ^= usize::from(c.touch());
             }
         }

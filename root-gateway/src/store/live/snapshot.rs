@@ -3,25 +3,33 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v3" (or "-v2", "-v1": read, their chunks converted)
+//! magic  "canopy-snapshot-v4" (or "-v3", "-v2", "-v1": read, converted)
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
-//! series 0x03 labels | source+1 (0 none) | n_chunks | chunk state*
+//! series 0x03 labels | source+1 (0 none) | n_sealed | sealed* | open
+//! sealed      first_ts | count | bit_len | bit_len/8 bytes (rounded up)
+//! open        0 | 1 + chunk state (the open chunk, with its encoder state)
 //! end    0x04 n_sources | n_series
 //! ```
+//!
+//! Up to v3 a series record held `n_chunks | chunk state*`, each chunk with
+//! its encoder state; a load keeps the last as the open chunk and only the
+//! bits of the others.
 
 use std::io::{self, Read, Write};
-
 use std::sync::Arc;
 
 use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source, StoreStats};
-use crate::store::chunk::Chunk;
+use crate::store::chunk::{Chunk, ChunkView, Sealed};
 use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
 
-/// v3: bit-packed chunks with ranked value forms and Rice-coded deltas.
-const MAGIC: &[u8] = b"canopy-snapshot-v3";
+/// v4: sealed chunks as bare runs, the open chunk with its state.
+const MAGIC: &[u8] = b"canopy-snapshot-v4";
+/// v3 (the release before): every chunk with its encoder state, in the
+/// same bit format as v4's.
+const MAGIC_V3: &[u8] = b"canopy-snapshot-v3";
 /// v2 (the release before): the same records with the first bit-packed
 /// chunk format, still read so an upgrade loads its predecessor's data dir.
 const MAGIC_V2: &[u8] = b"canopy-snapshot-v2";
@@ -34,15 +42,15 @@ const MAX_RECORD: usize = 64 << 20;
 /// A consistent cut of a store's state for a snapshot, taken under the
 /// store's lock and written with no lock held.
 ///
-/// It is held in a few flat buffers (label ids, sealed chunks, the open
-/// chunks' state), not per series: a per-series copy meant two small
-/// allocations a series, and sharing the open chunks meant the store
-/// copied each one on its next write (`Arc::make_mut`) while the cut was
-/// streaming. Freed after the snapshot, both left holes among the live
-/// series that the allocator could not give back: a checkpoint during
-/// ingest of 100,000 series raised the gateway's RSS by ~600 B a series
-/// for good. Sealed chunks are never written again, so they are shared;
-/// the open one's state is copied into one buffer (its bytes, once).
+/// It is held in a few flat buffers (label ids, the open chunks' state),
+/// not per series: a per-series copy meant two small allocations a
+/// series, and sharing the open chunks meant the store copied each one on
+/// its next write while the cut was streaming. Freed after the snapshot,
+/// both left holes among the live series that the allocator could not
+/// give back: a checkpoint during ingest of 100,000 series raised the
+/// gateway's RSS by ~600 B a series for good. A series' sealed chunks are
+/// never written again, so their buffer is shared; the open chunk's state
+/// is copied into one buffer (its bytes, once).
 #[derive(Debug)]
 pub struct SnapshotCut {
     now_ms: i64,
@@ -52,19 +60,18 @@ pub struct SnapshotCut {
     series: Vec<CutSeries>,
     /// Interned label ids of every series, back to back.
     label_ids: Vec<u32>,
-    /// Shared sealed chunks of every series, back to back.
-    sealed: Vec<Arc<Chunk>>,
     /// [`Chunk::write_state`] of each series' open chunk, back to back.
     open: Vec<u8>,
 }
 
-/// One series of a [`SnapshotCut`]: its source and where its parts end
-/// in the cut's flat buffers (they start where the previous series' end).
-#[derive(Clone, Copy, Debug)]
+/// One series of a [`SnapshotCut`]: its source, its shared sealed chunks,
+/// and where its parts end in the cut's flat buffers (they start where
+/// the previous series' end).
+#[derive(Clone, Debug)]
 struct CutSeries {
     source: Option<u32>,
+    sealed: Sealed,
     labels_end: usize,
-    sealed_end: usize,
     open_end: usize,
 }
 
@@ -99,18 +106,14 @@ impl SnapshotCut {
             }
             n += write_frame(w, &p)? as u64;
         }
-        let (mut labels_from, mut sealed_from, mut open_from) = (0, 0, 0);
+        let (mut labels_from, mut open_from) = (0, 0);
         for s in &self.series {
             let labels = self
                 .label_ids
                 .get(labels_from..s.labels_end)
                 .unwrap_or_default();
-            let sealed = self
-                .sealed
-                .get(sealed_from..s.sealed_end)
-                .unwrap_or_default();
             let open = self.open.get(open_from..s.open_end).unwrap_or_default();
-            (labels_from, sealed_from, open_from) = (s.labels_end, s.sealed_end, s.open_end);
+            (labels_from, open_from) = (s.labels_end, s.open_end);
             p.clear();
             p.push(0x03);
             put_uvarint(&mut p, (labels.len() / 2) as u64);
@@ -118,13 +121,14 @@ impl SnapshotCut {
                 put_str(&mut p, str_of(*id));
             }
             put_uvarint(&mut p, s.source.map_or(0, |s| u64::from(s) + 1));
-            put_uvarint(
-                &mut p,
-                (sealed.len() + usize::from(!open.is_empty())) as u64,
-            );
-            for c in sealed {
-                c.write_state(&mut p);
+            put_uvarint(&mut p, s.sealed.len() as u64);
+            for c in s.sealed.iter_from(0, None) {
+                put_varint(&mut p, c.first_ts());
+                put_uvarint(&mut p, c.len() as u64);
+                put_uvarint(&mut p, u64::from(c.bit_len()));
+                p.extend_from_slice(c.bytes());
             }
+            p.push(u8::from(!open.is_empty()));
             p.extend_from_slice(open);
             n += write_frame(w, &p)? as u64;
         }
@@ -148,24 +152,17 @@ impl LiveStore {
             strings: self.strings.table(),
             series: Vec::with_capacity(self.live),
             label_ids: Vec::new(),
-            sealed: Vec::new(),
             open: Vec::new(),
         };
         for e in self.entries.iter().flatten() {
             cut.label_ids.extend_from_slice(&e.labels);
-            // Only the last chunk is ever written again (and only until full).
-            let (sealed, open) = match e.chunks.split_last() {
-                Some((last, rest)) if !last.is_full() => (rest, Some(last)),
-                _ => (&e.chunks[..], None),
-            };
-            cut.sealed.extend(sealed.iter().cloned());
-            if let Some(c) = open {
-                c.write_state(&mut cut.open);
+            if e.head.len() > 0 {
+                e.head.write_state(&mut cut.open);
             }
             cut.series.push(CutSeries {
                 source: e.source,
+                sealed: e.sealed.clone(),
                 labels_end: cut.label_ids.len(),
-                sealed_end: cut.sealed.len(),
                 open_end: cut.open.len(),
             });
         }
@@ -189,8 +186,8 @@ impl LiveStore {
             }
         };
         next(&mut buf)?;
-        let (v1, v2) = (buf == MAGIC_V1, buf == MAGIC_V2);
-        if buf != MAGIC && !v1 && !v2 {
+        let (v1, v2, v3) = (buf == MAGIC_V1, buf == MAGIC_V2, buf == MAGIC_V3);
+        if buf != MAGIC && !v1 && !v2 && !v3 {
             return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
         }
         next(&mut buf)?;
@@ -244,16 +241,44 @@ impl LiveStore {
                 ),
             };
             let n = c.len(buf.len())?;
-            let mut chunks = Vec::with_capacity(n);
-            for _ in 0..n {
-                chunks.push(Arc::new(if v1 {
-                    crate::store::chunk::v1::read_state(&mut c)?
-                } else if v2 {
-                    crate::store::chunk::v2::read_state(&mut c)?
-                } else {
-                    Chunk::read_state(&mut c)?
-                }));
-            }
+            let (sealed, head) = if v1 || v2 || v3 {
+                // Every chunk with its state: the last stays open.
+                let mut chunks = Vec::with_capacity(n);
+                for _ in 0..n {
+                    chunks.push(if v1 {
+                        crate::store::chunk::v1::read_state(&mut c)?
+                    } else if v2 {
+                        crate::store::chunk::v2::read_state(&mut c)?
+                    } else {
+                        Chunk::read_state(&mut c)?
+                    });
+                }
+                let head = chunks.pop().unwrap_or_default();
+                (Sealed::from_views(chunks.iter().map(Chunk::view)), head)
+            } else {
+                let mut runs = Vec::with_capacity(n);
+                let mut prev = i64::MIN;
+                for _ in 0..n {
+                    let first_ts = c.varint()?;
+                    let count = c.len(crate::store::chunk::CHUNK_SAMPLES)?;
+                    let bit_len = c.len(crate::store::chunk::MAX_SEALED_BITS as usize)?;
+                    let bytes = c.bytes(bit_len.div_ceil(8))?;
+                    let run = ChunkView::sealed(bytes, bit_len as u32, count, first_ts)
+                        .filter(|_| first_ts > prev || runs.is_empty())
+                        .ok_or(CodecError::Malformed("sealed chunk out of range"))?;
+                    prev = first_ts;
+                    runs.push(run);
+                }
+                let head = match c.u8()? {
+                    0 => Chunk::default(),
+                    1 => Chunk::read_state(&mut c)?,
+                    _ => return Err(CodecError::Malformed("bad open chunk flag")),
+                };
+                if head.len() > 0 && head.first_ts() < prev {
+                    return Err(CodecError::Malformed("open chunk before a sealed one"));
+                }
+                (Sealed::from_views(runs.iter().copied()), head)
+            };
             let id =
                 u32::try_from(id).map_err(|_| CodecError::Malformed("more series than ids"))?;
             let h = s.index.hash(&labels);
@@ -264,11 +289,9 @@ impl LiveStore {
             s.index.insert(h, &syms, id);
             s.live += 1;
             s.series_epoch += 1;
-            s.entries.push(Some(Entry {
-                labels: syms,
-                source,
-                chunks,
-            }));
+            let mut e = Entry::new(syms, source);
+            (e.sealed, e.head) = (sealed, head);
+            s.entries.push(Some(e));
         }
         next(&mut buf)?;
         let mut c = Cursor::new(&buf);

@@ -3,6 +3,7 @@
 use super::*;
 use crate::store::{Appender, Matcher, Querier};
 use canopy_proto::model::METRIC_NAME;
+use std::sync::Arc;
 
 fn m(name: &str) -> Vec<Matcher> {
     vec![Matcher::equal(METRIC_NAME, name)]
@@ -250,14 +251,14 @@ fn upgrade_reads_v1_snapshot_with_every_sample() {
     let p = pts(&s, "v1_steady", 0, 9_000);
     assert_eq!(p.len(), 10);
     assert!(p.iter().all(|x| x.1 == 5.0));
-    // The loaded store keeps accepting data and writes a v3 snapshot that
+    // The loaded store keeps accepting data and writes a v4 snapshot that
     // reads back the same.
     let mut s = s;
     let l = Labels::metric("v1_steady", [("node", "n1")]);
     s.append(None, &l, 10_000, 6.0).unwrap();
     let mut v2 = Vec::new();
     s.write_snapshot(&mut v2).unwrap();
-    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v3"));
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v4"));
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
     assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
     // Every truncation of the v1 stream is an error, never a panic.
@@ -283,8 +284,11 @@ fn memory_breakdown_counts_what_the_series_hold() {
     assert_eq!(m.chunk_bytes, st.chunk_bytes);
     // Three labels (name, node, job) as two u32 ids each, per series.
     assert_eq!(m.labels, 10 * 3 * 2 * 4);
-    // 300 samples make two chunks per series.
-    assert!(m.chunk_headers >= 20 * std::mem::size_of::<Chunk>());
+    // 300 samples make two chunks per series: one sealed, with an index
+    // entry of 11 bytes in its series' sealed buffer, and the open one in
+    // the entry.
+    assert_eq!(m.chunk_headers, 10 * 11);
+    assert_eq!(m.chunk_lists, 10 * (2 * std::mem::size_of::<usize>() + 4));
     assert!(m.index > 0 && m.strings > 0 && m.entries >= 10 * std::mem::size_of::<Entry>());
     assert_eq!(
         m.total(),
@@ -456,29 +460,40 @@ fn snapshot_cut_shares_sealed_chunks_only_and_reads_back_whole() {
         s.heartbeat("n1", t * 1000, 1000);
     }
     let cut = s.snapshot_cut();
-    // The store's open chunks are not held by the cut: the next write
-    // changes them in place instead of copying them.
+    // The cut shares the sealed buffers (only `a` has one); the open
+    // chunks live in the entries, copied into the cut's flat buffer.
     for e in s.entries.iter().flatten() {
-        let last = e.chunks.last().unwrap();
-        let held = if last.is_full() { 2 } else { 1 };
-        assert_eq!(Arc::strong_count(last), held);
+        let want = if e.sealed.is_empty() { 0 } else { 2 };
+        assert_eq!(e.sealed.holders(), want);
     }
     let mut bytes = Vec::new();
     cut.write(&mut bytes).unwrap();
     let mut direct = Vec::new();
     s.write_snapshot(&mut direct).unwrap();
     assert_eq!(bytes, direct);
-    // Later appends change neither the cut nor what it reads back as.
+    // Later appends change neither the cut nor what it reads back as,
+    // also one that seals `b`'s full chunk.
     for k in 300..310 {
         s.append(None, &Labels::metric("cut", [("s", "a")]), k * 1000, 1.0)
             .unwrap();
     }
+    let all = |st: &LiveStore| st.select(&m("cut"), 0, 299_000, 100).unwrap();
+    let want = all(&s);
+    s.append(None, &Labels::metric("cut", [("s", "b")]), 240_000, 1.0)
+        .unwrap();
+    assert_eq!(
+        s.entries
+            .iter()
+            .flatten()
+            .filter(|e| !e.sealed.is_empty())
+            .count(),
+        2
+    );
     let mut again = Vec::new();
     cut.write(&mut again).unwrap();
     assert_eq!(again, bytes);
     let back = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
-    let all = |st: &LiveStore| st.select(&m("cut"), 0, 299_000, 100).unwrap();
-    let (want, got) = (all(&s), all(&back));
+    let got = all(&back);
     assert_eq!(got.len(), 4);
     assert_eq!(got, want);
 }
@@ -731,12 +746,12 @@ fn assert_series(s: &LiveStore, want: &[V1Series]) {
             .unwrap_or_else(|| panic!("{name} missing"));
         assert_eq!(e.source.is_some(), *sourced, "{name}");
         assert_eq!(
-            e.chunks.len(),
+            e.chunk_count(),
             samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
             "{name}"
         );
         let mut got = Vec::new();
-        for c in &e.chunks {
+        for c in e.chunks() {
             c.decode(&mut got);
         }
         let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
@@ -753,12 +768,12 @@ fn upgrade_reads_v2_snapshot_with_every_sample() {
     let want = v2_series();
     assert_series(&s, &want);
     // Converted chunks are in today's format: smaller than the v2 ones,
-    // and a v3 snapshot of them reads back the same samples.
-    let mut v3 = Vec::new();
-    s.write_snapshot(&mut v3).unwrap();
-    assert!(v3.windows(18).any(|w| w == b"canopy-snapshot-v3"));
-    assert!(v3.len() < bytes.len(), "{} >= {}", v3.len(), bytes.len());
-    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v3[..]).unwrap();
+    // and a v4 snapshot of them reads back the same samples.
+    let mut v4 = Vec::new();
+    s.write_snapshot(&mut v4).unwrap();
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
     // Every truncation of the v2 stream is an error, never a panic.
     for cut in [20, bytes.len() / 2, bytes.len() - 1] {
@@ -767,4 +782,107 @@ fn upgrade_reads_v2_snapshot_with_every_sample() {
             "cut at {cut}"
         );
     }
+}
+
+/// `tests/data/snapshot_v3.bin` is `snapshot_v2.bin` loaded and written
+/// again by the v3 store (main at daaa385): every chunk with its encoder
+/// state. A load keeps the last chunk of each series open and only the
+/// bits of the others; appends continue the open chunk's encoder.
+#[test]
+fn upgrade_reads_v3_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v3.bin");
+    assert!(bytes.windows(18).any(|w| w == b"canopy-snapshot-v3"));
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    let want = v2_series();
+    assert_series(&s, &want);
+    // v2_cpu has 260 samples: a sealed chunk and an open one.
+    let cpu = s
+        .entries
+        .iter()
+        .flatten()
+        .find(|e| s.strings.labels(&e.labels).name() == "v2_cpu")
+        .unwrap();
+    assert_eq!((cpu.sealed.len(), cpu.head.len()), (1, 20));
+    // A v4 snapshot of it is smaller (no encoder state for sealed chunks)
+    // and reads back the same samples.
+    let mut v4 = Vec::new();
+    s.write_snapshot(&mut v4).unwrap();
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
+    let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
+    assert_series(&r, &want);
+    // The open chunk's encoder state came through: appends continue it
+    // and read back, sealing it at 240 samples.
+    let l = s.strings.labels(&cpu.labels);
+    let last = want.iter().find(|w| w.0 == "v2_cpu").unwrap().2.clone();
+    let (t0, v0) = *last.last().unwrap();
+    let more: Vec<(i64, f64)> = (1..=230i64)
+        .map(|i| (t0 + i * 15_000, v0 + i as f64 * 9.5))
+        .collect();
+    for &(t, v) in &more {
+        r.append(None, &l, t, v).unwrap();
+    }
+    let got = pts(&r, "v2_cpu", 0, i64::MAX);
+    let mut all = last.clone();
+    all.extend_from_slice(&more);
+    assert_eq!(
+        got.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+        all.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>()
+    );
+    // Every truncation of either stream is an error, never a panic.
+    for b in [&bytes[..], &v4[..]] {
+        for cut in [20, b.len() / 2, b.len() - 1] {
+            assert!(
+                LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &b[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+}
+
+/// A v4 snapshot whose series record is damaged (sealed runs' counts,
+/// lengths and order, the open chunk's flag and state), with valid
+/// checksums, is refused or loads something queries read without a panic.
+#[test]
+fn damaged_v4_series_records_never_panic() {
+    use crate::store::codec::{read_frame, write_frame};
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("dmg", [("node", "n1")]);
+    for t in 0..500i64 {
+        s.append(None, &l, t * 1000, (t % 7) as f64).unwrap();
+    }
+    let mut good = Vec::new();
+    s.write_snapshot(&mut good).unwrap();
+    let mut frames = Vec::new();
+    let mut r = &good[..];
+    let mut buf = Vec::new();
+    while read_frame(&mut r, &mut buf, 1 << 20).unwrap() {
+        frames.push(buf.clone());
+    }
+    // magic, header, the series, end.
+    assert_eq!(frames.len(), 4);
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..frames[2].len() {
+        for x in [0x01u8, 0x10, 0x80, 0xff] {
+            let mut bad = Vec::new();
+            for (k, f) in frames.iter().enumerate() {
+                let mut f = f.clone();
+                if k == 2 {
+                    f[i] ^= x;
+                }
+                write_frame(&mut bad, &f).unwrap();
+            }
+            match LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bad[..]) {
+                Ok(r) => {
+                    loaded += 1;
+                    let _ = r.select(&m("dmg"), 0, i64::MAX, 10);
+                }
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    assert!(
+        refused > 0 && loaded > 0,
+        "{refused} refused, {loaded} loaded"
+    );
 }

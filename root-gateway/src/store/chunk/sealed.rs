@@ -1,0 +1,288 @@
+//! A series' sealed chunks as bare byte runs in one shared buffer.
+//!
+//! A sealed chunk is never written again, so it needs no encoder state:
+//! its first timestamp, sample count and bit length are enough to decode
+//! it (the first value is the stream's first 64 bits). A series keeps all
+//! of its sealed chunks in one allocation, an index then the runs:
+//!
+//! ```text
+//! n (u32 LE) | n x (first_ts i64 LE, count u8, bit_len u16 LE) | runs
+//! ```
+//!
+//! 11 bytes a chunk, where a chunk of its own took a 104-byte header, a
+//! list slot and two allocations. The buffer is shared (`Arc`), so a
+//! snapshot cut holds it while the store moves on: sealing a chunk or
+//! dropping old ones builds a new buffer (once per [`CHUNK_SAMPLES`]
+//! samples of a series), never writes the old one.
+
+use std::sync::Arc;
+
+use super::{CHUNK_SAMPLES, ChunkView};
+
+/// Bytes of the chunk count.
+const COUNT: usize = 4;
+/// Bytes of a chunk's index entry.
+const ENTRY: usize = 11;
+
+/// The sealed chunks of one series, oldest first (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct Sealed(Option<Arc<[u8]>>);
+
+impl Sealed {
+    /// Number of sealed chunks.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self.0.as_deref() {
+            Some(&[a, b, c, d, ..]) => u32::from_le_bytes([a, b, c, d]) as usize,
+            _ => 0,
+        }
+    }
+
+    /// True when there is no sealed chunk.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The index entry of chunk `i`: first timestamp, count, bit length.
+    #[inline]
+    fn entry(b: &[u8], i: usize) -> (i64, u16, u32) {
+        let at = COUNT + i * ENTRY;
+        match b.get(at..at + ENTRY) {
+            Some(e) => (
+                i64::from_le_bytes(e[..8].try_into().unwrap_or_default()),
+                u16::from(e[8]),
+                u32::from(u16::from_le_bytes([e[9], e[10]])),
+            ),
+            None => (i64::MAX, 0, 0),
+        }
+    }
+
+    /// Timestamp of chunk `i`'s first sample (`i64::MAX` past the end).
+    pub fn first_ts(&self, i: usize) -> i64 {
+        self.0.as_deref().map_or(i64::MAX, |b| Self::entry(b, i).0)
+    }
+
+    /// Number of chunks whose first sample is at or before `t`.
+    pub fn count_at_or_before(&self, t: i64) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.first_ts(mid) <= t {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The chunks from `from` on, oldest first, then `head` (the open
+    /// chunk) if given; `head`'s first timestamp (or `i64::MAX`) ends the
+    /// newest sealed chunk for its estimate.
+    pub fn iter_from<'a>(&'a self, from: usize, head: Option<ChunkView<'a>>) -> Runs<'a> {
+        let b: &[u8] = self.0.as_deref().unwrap_or_default();
+        let n = self.len();
+        let at = COUNT
+            + n * ENTRY
+            + (0..from.min(n))
+                .map(|i| Self::entry(b, i).2.div_ceil(8) as usize)
+                .sum::<usize>();
+        Runs {
+            b,
+            i: from.min(n),
+            n,
+            at,
+            head,
+        }
+    }
+
+    /// A buffer holding `views`, oldest first. Views must be chunks of at
+    /// most [`CHUNK_SAMPLES`] samples (their bit length then fits 16 bits).
+    pub fn from_views<'a>(views: impl Iterator<Item = ChunkView<'a>> + Clone) -> Sealed {
+        let (n, bytes) = views
+            .clone()
+            .fold((0usize, 0usize), |(n, b), v| (n + 1, b + v.bytes.len()));
+        if n == 0 {
+            return Sealed(None);
+        }
+        let mut buf = Vec::with_capacity(COUNT + n * ENTRY + bytes);
+        buf.extend_from_slice(&(n as u32).to_le_bytes());
+        for v in views.clone() {
+            debug_assert!(v.len() <= CHUNK_SAMPLES && v.bit_len <= u32::from(u16::MAX));
+            buf.extend_from_slice(&v.first_ts.to_le_bytes());
+            buf.push(v.count.min(u16::from(u8::MAX)) as u8);
+            buf.extend_from_slice(&(v.bit_len.min(u32::from(u16::MAX)) as u16).to_le_bytes());
+        }
+        for v in views {
+            buf.extend_from_slice(v.bytes);
+        }
+        Sealed(Some(Arc::from(buf)))
+    }
+
+    /// Appends a newly sealed chunk (a new buffer; one held by a snapshot
+    /// cut stays as it was).
+    pub fn push(&mut self, c: ChunkView<'_>) {
+        *self = Sealed::from_views(self.iter_from(0, Some(c)));
+    }
+
+    /// Drops the `k` oldest chunks.
+    pub fn drop_front(&mut self, k: usize) {
+        if k == 0 {
+            return;
+        }
+        *self = Sealed::from_views(self.iter_from(k, None));
+    }
+
+    /// Heap bytes: the allocation's fixed part (reference counts and chunk
+    /// count), the index entries, and the encoded runs.
+    pub fn heap_bytes(&self) -> (usize, usize, usize) {
+        match self.0.as_deref() {
+            None => (0, 0, 0),
+            Some(b) => {
+                let idx = self.len() * ENTRY;
+                (
+                    2 * std::mem::size_of::<usize>() + COUNT,
+                    idx,
+                    b.len() - COUNT - idx,
+                )
+            }
+        }
+    }
+
+    /// The first byte of the buffer (0 when empty): reading it loads the
+    /// index's first line into the cache (see [`ChunkView::touch`]).
+    pub fn touch(&self) -> u8 {
+        self.0
+            .as_deref()
+            .and_then(|b| b.first())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many holders share the buffer (0 when there is none; for tests).
+    #[cfg(test)]
+    pub fn holders(&self) -> usize {
+        self.0.as_ref().map_or(0, Arc::strong_count)
+    }
+}
+
+/// The chunks of a [`Sealed`] buffer from one on, then the open chunk:
+/// see [`Sealed::iter_from`].
+#[derive(Clone, Debug)]
+pub struct Runs<'a> {
+    b: &'a [u8],
+    i: usize,
+    n: usize,
+    /// Where chunk `i`'s bytes start.
+    at: usize,
+    head: Option<ChunkView<'a>>,
+}
+
+impl<'a> Runs<'a> {
+    /// Just the open chunk `head` (a window that starts inside it).
+    pub fn head_only(head: Option<ChunkView<'a>>) -> Self {
+        Runs {
+            b: &[],
+            i: 0,
+            n: 0,
+            at: 0,
+            head,
+        }
+    }
+}
+
+impl<'a> Iterator for Runs<'a> {
+    type Item = ChunkView<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<ChunkView<'a>> {
+        if self.i >= self.n {
+            return self.head.take();
+        }
+        let (first_ts, count, bit_len) = Sealed::entry(self.b, self.i);
+        let len = bit_len.div_ceil(8) as usize;
+        let Some(bytes) = self.b.get(self.at..self.at + len) else {
+            // Damaged: no more sealed chunks.
+            self.i = self.n;
+            return self.head.take();
+        };
+        self.at += len;
+        self.i += 1;
+        let last_ts = if self.i < self.n {
+            Sealed::entry(self.b, self.i).0
+        } else {
+            self.head.map_or(first_ts, |h| h.first_ts())
+        };
+        Some(ChunkView {
+            bytes,
+            bit_len,
+            count,
+            first_ts,
+            last_ts: last_ts.max(first_ts),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Chunk;
+    use super::*;
+
+    fn chunk(from: i64, n: i64) -> Chunk {
+        let mut c = Chunk::default();
+        for k in 0..n {
+            c.push((from + k) * 1000, (k * k) as f64 * 0.25);
+        }
+        c
+    }
+
+    #[test]
+    fn sealed_runs_decode_like_their_chunks() {
+        let cs = [chunk(0, 240), chunk(240, 240), chunk(480, 17)];
+        let mut s = Sealed::default();
+        assert!(s.is_empty());
+        for c in &cs {
+            s.push(c.view());
+        }
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.count_at_or_before(-1), 0);
+        assert_eq!(s.count_at_or_before(0), 1);
+        assert_eq!(s.count_at_or_before(479_999), 2);
+        assert_eq!(s.count_at_or_before(480_000), 3);
+        for from in 0..4 {
+            let got: Vec<_> = s.iter_from(from, None).collect();
+            assert_eq!(got.len(), 3 - from);
+            for (v, c) in got.iter().zip(&cs[from..]) {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                v.decode(&mut a);
+                c.decode(&mut b);
+                assert_eq!(a, b);
+                assert_eq!((v.first_ts(), v.len()), (c.first_ts(), c.len()));
+            }
+        }
+        let held = s.clone();
+        s.drop_front(2);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.first_ts(0), 480_000);
+        // The clone (a snapshot cut's) is unchanged.
+        assert_eq!(held.len(), 3);
+        let (fixed, idx, runs) = held.heap_bytes();
+        assert_eq!(idx, 3 * ENTRY);
+        assert_eq!(runs, cs.iter().map(|c| c.view().byte_len()).sum::<usize>());
+        assert!(fixed > 0);
+        s.drop_front(1);
+        assert!(s.is_empty());
+        assert_eq!(s.heap_bytes(), (0, 0, 0));
+    }
+
+    #[test]
+    fn estimates_use_the_next_chunk_start() {
+        let mut s = Sealed::default();
+        s.push(chunk(0, 240).view());
+        let head = chunk(240, 5);
+        let v = s.iter_from(0, Some(head.view())).next().unwrap();
+        // 60 of 240 one-second samples in a minute.
+        let e = v.estimate(0, 59_000);
+        assert!((60..=62).contains(&e), "{e}");
+    }
+}
