@@ -224,6 +224,7 @@ impl<'a> Iterator for Runs<'a> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::Chunk;
     use super::*;
