@@ -886,3 +886,48 @@ fn damaged_v4_series_records_never_panic() {
         "{refused} refused, {loaded} loaded"
     );
 }
+
+/// Windows that start and end in any sealed chunk or the open one read
+/// every sample in them; retention drops whole sealed chunks only, from
+/// the oldest, while the next one still starts at or before the cutoff.
+#[test]
+fn windows_span_sealed_runs_and_retention_drops_whole_ones() {
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 300_000,
+        ..LiveStoreConfig::default()
+    });
+    let l = Labels::metric("ret", [("node", "n1")]);
+    let v = |t: i64| (t * 7 % 13) as f64 * 0.5 + t as f64;
+    for t in 0..1000i64 {
+        s.append(None, &l, t * 1000, v(t)).unwrap();
+    }
+    let shape = |s: &LiveStore| {
+        let e = s.entries.iter().flatten().next().unwrap();
+        (e.sealed.len(), e.head.len())
+    };
+    // Four sealed chunks of 240 samples, an open one of 40.
+    assert_eq!(shape(&s), (4, 40));
+    let want = |lo: i64, hi: i64| (lo..=hi).map(|t| (t * 1000, v(t))).collect::<Vec<_>>();
+    for (lo, hi) in [
+        (0, 999),
+        (100, 300),
+        (239, 240),
+        (250, 700),
+        (719, 960),
+        (959, 999),
+        (980, 999),
+    ] {
+        assert_eq!(
+            pts(&s, "ret", lo * 1000, hi * 1000),
+            want(lo, hi),
+            "{lo}..{hi}"
+        );
+    }
+    // Cutoff 699 s: the chunks starting at 0 and 240 s go; the one
+    // starting at 480 s holds samples after the cutoff and stays.
+    s.maintain(999_000);
+    assert_eq!(shape(&s), (2, 40));
+    assert_eq!(pts(&s, "ret", 0, 999_000), want(699, 999));
+    let st = s.stats();
+    assert_eq!(st.change_points, 2 * 240 + 40);
+}
