@@ -619,13 +619,14 @@ impl LiveStore {
         let src = e.source.and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
-            let est: usize = e
-                .chunks_at(mint)
+            let chunks = e.chunks_at(mint);
+            let est: usize = chunks
+                .clone()
                 .take_while(|c| c.first_ts() <= maxt)
                 .map(|c| c.estimate(mint, maxt))
                 .sum();
             out.reserve(est + 1);
-            for c in e.chunks_at(mint) {
+            for c in chunks {
                 if c.first_ts() > maxt || c.decode_window(mint, maxt, out) {
                     break;
                 }
