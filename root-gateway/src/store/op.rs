@@ -156,6 +156,17 @@ pub trait Journal: Send {
         self.log_hinted(ops, hints)
     }
 
+    /// Records the remote_write v1 `body` (snappy-compressed protobuf,
+    /// already validated) as it came, as one record that replays as what
+    /// the receiver's decoding makes of it, with no ops given: the receiver
+    /// then needs no label set of a series the store holds. Returns false,
+    /// recording nothing, when this journal does not record this body
+    /// (the default): the caller logs ops instead. Same guarantees as `log`.
+    fn log_raw_body(&mut self, body: &[u8]) -> Result<bool, StoreError> {
+        let _ = body;
+        Ok(false)
+    }
+
     /// Once per tick, with the store read-locked: sync to disk per the
     /// configured policy and, when a checkpoint is due, start the next log
     /// segment and return the checkpoint of `store` to run off-lock.

@@ -120,6 +120,39 @@ impl SharedStore {
         self.apply_logged(Some(body), ops, hints, f)
     }
 
+    /// Logs the remote_write v1 `body` as one record (see
+    /// [`Journal::log_raw_body`]), then calls `apply` once per slice
+    /// (`0..slices`) with the write lock held, released between slices so
+    /// queries go on. The journal lock is held until the last slice has the
+    /// store, so nothing else is logged or applied between the slices and a
+    /// replay of the body sees the store as the live apply did. Returns
+    /// false, with nothing logged or applied, when the journal does not
+    /// record this body (the caller then applies ops through
+    /// [`SharedStore::apply_each_hinted`]); without a journal it applies.
+    pub fn apply_body_slices(
+        &self,
+        body: &[u8],
+        slices: usize,
+        mut apply: impl FnMut(&mut LiveStore, usize),
+    ) -> Result<bool, StoreError> {
+        let mut j = self.journal();
+        if let Some(j) = j.as_mut()
+            && !j.log_raw_body(body)?
+        {
+            return Ok(false);
+        }
+        for k in 0..slices {
+            let mut s = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+            if k + 1 == slices {
+                // The same hand-off as `apply_logged`: the next batch may be
+                // logged while the last slice applies.
+                drop(j.take());
+            }
+            apply(&mut s, k);
+        }
+        Ok(true)
+    }
+
     fn apply_logged(
         &self,
         body: Option<&[u8]>,
