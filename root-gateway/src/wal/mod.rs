@@ -478,24 +478,6 @@ impl Journal for Wal {
         self.write_record(|enc, frame| enc.encode_hinted(ops, hints, frame))
     }
 
-    fn log_body(
-        &mut self,
-        body: &[u8],
-        ops: &[Op],
-        hints: &[SeriesHint],
-    ) -> Result<(), StoreError> {
-        if ops.is_empty() {
-            return Ok(());
-        }
-        // Bodies past what replay decodes take the op encoding.
-        if body.len() > record::MAX_LOGGED_BODY
-            || snap::raw::decompress_len(body).map_or(true, |n| n > record::MAX_LOGGED_DECODED)
-        {
-            return self.log_hinted(ops, hints);
-        }
-        self.write_record(|enc, frame| enc.encode_body(body, frame))
-    }
-
     fn log_raw_body(&mut self, body: &[u8]) -> Result<bool, StoreError> {
         // Bodies past what replay decodes take the op encoding.
         if body.len() > record::MAX_LOGGED_BODY
