@@ -104,20 +104,7 @@ impl SharedStore {
         hints: &mut [SeriesHint],
         f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
-        self.apply_logged(None, ops, hints, f)
-    }
-
-    /// [`SharedStore::apply_each_hinted`] for ops decoded from the
-    /// remote_write v1 `body` (see [`Journal::log_body`]): the journal may
-    /// record the body as it came instead of encoding the ops again.
-    pub fn apply_body_hinted(
-        &self,
-        body: &[u8],
-        ops: &[Op],
-        hints: &mut [SeriesHint],
-        f: impl FnMut(usize, usize, Result<(), StoreError>),
-    ) -> Result<ApplyOutcome, StoreError> {
-        self.apply_logged(Some(body), ops, hints, f)
+        self.apply_logged(ops, hints, f)
     }
 
     /// Logs the remote_write v1 `body` as one record (see
@@ -155,17 +142,13 @@ impl SharedStore {
 
     fn apply_logged(
         &self,
-        body: Option<&[u8]>,
         ops: &[Op],
         hints: &mut [SeriesHint],
         mut f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
         let mut j = self.journal();
         if let Some(j) = j.as_mut() {
-            match body {
-                Some(b) => j.log_body(b, ops, hints)?,
-                None => j.log_hinted(ops, hints)?,
-            }
+            j.log_hinted(ops, hints)?;
         }
         // Lock hand-off: the store lock is taken before the journal lock is
         // released, so ops apply in the order they were logged, while the
