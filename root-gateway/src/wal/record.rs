@@ -16,8 +16,10 @@
 //! 0x07 samples     series | n | (dts | value (u64 LE bits))*   (explicit samples of one series;
 //!                  after the first sample dts is a delta of deltas: 1 byte on a steady tick)
 //! 0x08 body        len | remote_write v1 body as received (snappy protobuf; replays as the
-//!                  `samples` ops the receiver made of it, in order; new with body logging:
-//!                  segments without it read as before)
+//!                  `samples` ops the receiver made of it, in order, each series found in the
+//!                  store's index by its label bytes as live; every body the receiver accepts
+//!                  up to MAX_LOGGED_BODY, whatever its sample count; segments without it read
+//!                  as before)
 //! dts: zigzag varint, ms since the previous op's time in this record (0 first)
 //! ```
 
