@@ -232,3 +232,117 @@ fn bad_retention_and_fsync_are_clear_errors() {
         assert!(err.contains(expect), "{flag} {value}: {err}");
     }
 }
+
+/// `count_over_time` and `sum_over_time` of every `rw_durable` series over
+/// 2 h at `at_ms`, by node (None until the gateway answers).
+fn durable_counts(port: u16, at_ms: i64) -> Option<BTreeMap<String, (String, String)>> {
+    let q = |expr: &str| -> Option<BTreeMap<String, String>> {
+        let (status, body) = get(
+            port,
+            &format!(
+                "/api/v1/query?query={}&time={}",
+                urlencode(expr),
+                at_ms as f64 / 1000.0
+            ),
+        )?;
+        if status != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"]
+            .as_array()?
+            .iter()
+            .map(|s| {
+                Some((
+                    s["metric"]["node"].as_str()?.to_string(),
+                    s["value"][1].as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let counts = q("count_over_time(rw_durable[2h])")?;
+    let sums = q("sum_over_time(rw_durable[2h])")?;
+    Some(
+        counts
+            .into_iter()
+            .map(|(n, c)| {
+                let s = sums.get(&n).cloned().unwrap_or_default();
+                (n, (c, s))
+            })
+            .collect(),
+    )
+}
+
+/// remote_write into `canopy gateway --data-dir`, bodies small and one over
+/// the receiver's 64 k-sample apply slice: every sample acknowledged with a
+/// 204 before a SIGKILL is there after the restart.
+#[test]
+fn remote_write_acknowledged_before_kill_9_is_there_after_restart() {
+    use canopy_gateway::remote_write::wire::{encode, request_of};
+    use canopy_proto::model::Labels;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let http = free_port();
+    let args = [
+        "gateway".to_string(),
+        "--http".into(),
+        format!("127.0.0.1:{http}"),
+        "--grpc".into(),
+        format!("127.0.0.1:{}", free_port()),
+        "--data-dir".into(),
+        data.to_str().expect("utf-8").into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut procs = Procs::default();
+    let gw = procs.spawn(&args);
+    wait_for("the gateway answers", Duration::from_secs(60), || {
+        get(http, "/api/v1/status/buildinfo").filter(|(st, _)| *st == 200)
+    });
+    let series: Vec<Labels> = (0..20)
+        .map(|i| Labels::metric("rw_durable", [("node", format!("n{i:02}").as_str())]))
+        .collect();
+    let t0 = now_ms() - 3_400_000;
+    // Steps [from, to) of every series: value = series * 10^5 + step.
+    let body = |from: i64, to: i64| {
+        let samples: Vec<(&Labels, i64, f64)> = series
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                (from..to).map(move |k| (l, t0 + k * 1000, (i as i64 * 100_000 + k) as f64))
+            })
+            .collect();
+        encode(&request_of(samples)).expect("encode")
+    };
+    // 3 steps, then 3,300 (66,000 samples: two apply slices), then 1 each.
+    let mut spans = vec![(0, 3), (3, 3303)];
+    spans.extend((3303..3308).map(|k| (k, k + 1)));
+    for &(from, to) in &spans {
+        let (st, msg) = support::request(
+            http,
+            "POST",
+            "/api/v1/write",
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+            ],
+            &body(from, to),
+        )
+        .expect("answered");
+        assert_eq!(st, 204, "steps {from}..{to}: {msg}");
+    }
+    procs.kill9(gw);
+    procs.spawn(&args);
+    let at = t0 + 3308 * 1000;
+    let after = wait_for(
+        "the restarted gateway answers",
+        Duration::from_secs(60),
+        || durable_counts(http, at).filter(|m| !m.is_empty()),
+    );
+    assert_eq!(after.len(), 20, "{after:?}");
+    for (i, (node, (count, sum))) in after.iter().enumerate() {
+        let want_sum: i64 = (0..3308).map(|k| i as i64 * 100_000 + k).sum();
+        assert_eq!(node, &format!("n{i:02}"));
+        assert_eq!(count, "3308", "{node}");
+        assert_eq!(sum.parse::<f64>().ok(), Some(want_sum as f64), "{node}");
+    }
+}

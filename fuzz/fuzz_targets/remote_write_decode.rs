@@ -3,7 +3,8 @@
 #![no_main]
 
 use canopy_gateway::remote_write::pb::WriteBatch;
-use canopy_gateway::remote_write::resolve::SeriesCache;
+use canopy_gateway::remote_write::resolve::{Resolved, resolve};
+use canopy_gateway::store::{LiveStore, LiveStoreConfig, Sample};
 use canopy_proto::schema::remote::WriteRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -44,13 +45,28 @@ fuzz_target!(|data: &[u8]| {
     });
     assert_eq!(ours.ok(), theirs.ok());
     if batch.decode(data).is_ok() {
-        // Twice through the cache: the hit path must agree with the parse.
-        let cache = SeriesCache::new(8);
+        // Twice through a store: once every series a miss (parsed), then
+        // held, found by its bytes: both must name the same label sets.
+        let mut store = LiveStore::new(LiveStoreConfig::default());
         let (mut a, mut b) = (Vec::new(), Vec::new());
-        let first = cache.resolve(data, &batch, &mut a).is_ok();
-        let second = cache.resolve(data, &batch, &mut b).is_ok();
+        let first = resolve(&store, data, &batch, &mut a).is_ok();
+        if first {
+            for r in &a {
+                if let Resolved::New(l) = r {
+                    let one = [Sample { ts_ms: 1, value: 1.0 }];
+                    store.append_samples(l, &one, &mut |_, _| {});
+                }
+            }
+        }
+        let second = resolve(&store, data, &batch, &mut b).is_ok();
         assert_eq!(first, second);
         if first {
+            let named = |r: &Resolved| match r {
+                Resolved::Held(h) => store.hinted_labels(h),
+                Resolved::New(l) => Some(l.clone()),
+            };
+            let a: Vec<_> = a.iter().map(named).collect();
+            let b: Vec<_> = b.iter().map(named).collect();
             assert_eq!(a, b);
         }
     }

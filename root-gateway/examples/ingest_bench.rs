@@ -7,14 +7,15 @@
 //! ```
 //! Prints samples/s per run (a fresh store and data directory each) and the
 //! median, for the journaled store and for decoding alone (snappy, the
-//! in-place reader and the series cache, as the receiver does).
+//! in-place reader and the series lookup in a store holding them, as the
+//! receiver does).
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
 
 use canopy_gateway::remote_write::pb::WriteBatch;
 use canopy_gateway::remote_write::receiver::{ReceiverState, ingest};
-use canopy_gateway::remote_write::resolve::SeriesCache;
+use canopy_gateway::remote_write::resolve::find_held;
 use canopy_gateway::remote_write::wire::{self, WireLimits};
 use canopy_gateway::store::{Labels, LiveStore, LiveStoreConfig, SharedStore};
 use canopy_gateway::wal::{FsyncPolicy, Wal, WalConfig};
@@ -99,14 +100,18 @@ fn main() {
     let mut mem_rates = Vec::new();
     for _ in 0..runs {
         // The receiver's decode: snappy into a reused buffer, the in-place
-        // reader, labels from the series cache (warm after the first body).
-        let (mut raw, mut batch, mut out) = (Vec::new(), WriteBatch::default(), Vec::new());
-        let cache = SeriesCache::default();
+        // reader, each series found by its label bytes in a store that
+        // holds them all (as after the first body).
+        let held = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+        ingest(&ReceiverState::new(held.clone(), None, limits), &bodies[0]).expect("hold");
+        let (mut raw, mut batch) = (Vec::new(), WriteBatch::default());
+        let (mut pairs, mut out) = (Vec::new(), Vec::new());
         let t = Instant::now();
         for b in &bodies {
             let n = wire::decompress_into(b, &limits, &mut raw).expect("snappy");
             batch.decode(&raw[..n]).expect("decode");
-            cache.resolve(&raw[..n], &batch, &mut out).expect("labels");
+            held.read(|s| find_held(s, &raw[..n], &batch, &mut pairs, &mut out));
+            assert!(out.iter().all(Option::is_some), "every series held");
             std::hint::black_box(&out);
         }
         decode_rates.push(total / t.elapsed().as_secs_f64());

@@ -1,14 +1,36 @@
-//! The zero-copy reader ([`super::pb`]) and the series cache
-//! ([`super::resolve`]) against prost's generated decoder: same verdict,
-//! same content, on valid, random and mutated inputs.
+//! The zero-copy reader ([`super::pb`]) and the series lookup by label
+//! bytes ([`super::resolve`]) against prost's generated decoder: same
+//! verdict, same content, on valid, random and mutated inputs.
 
 use canopy_proto::schema::remote::{Label, Sample as PbSample, TimeSeries, WriteRequest};
 use proptest::prelude::*;
 use prost::Message;
 
 use super::pb::WriteBatch;
-use super::resolve::{SeriesCache, parse};
+use super::resolve::{Resolved, parse, resolve};
 use super::wire;
+use crate::store::{Labels, LiveStore, LiveStoreConfig, Sample};
+
+/// Puts one sample of each of `labels` in `store` (so it holds them).
+fn hold(store: &mut LiveStore, labels: &[Labels]) {
+    for l in labels {
+        let one = [Sample {
+            ts_ms: 1,
+            value: 1.0,
+        }];
+        store.append_samples(l, &one, &mut |_, _| {});
+    }
+}
+
+/// The label set each resolved series stands for in `store`.
+fn labels_of(store: &LiveStore, got: &[Resolved]) -> Vec<Option<Labels>> {
+    got.iter()
+        .map(|r| match r {
+            Resolved::Held(h) => store.hinted_labels(h),
+            Resolved::New(l) => Some(l.clone()),
+        })
+        .collect()
+}
 
 /// A decoded request as plain values: per series, the raw label pairs (as
 /// sent: empty values and repeats kept) and (timestamp, value bits).
@@ -132,7 +154,7 @@ proptest! {
     }
 
     #[test]
-    fn cached_series_resolve_as_parsed_ones(req in request()) {
+    fn series_found_by_their_bytes_resolve_as_parsed_ones(req in request()) {
         let buf = req.encode_to_vec();
         let mut b = WriteBatch::default();
         b.decode(&buf).expect("valid request");
@@ -144,20 +166,23 @@ proptest! {
                 if l.name().is_empty() { Err("no name".to_string()) } else { Ok(l) }
             })
             .collect();
-        let cache = SeriesCache::new(4);
-        // Twice: the second pass answers from the cache where it can.
-        for _ in 0..2 {
-            let mut out = Vec::new();
-            let got = cache.resolve(&buf, &b, &mut out);
-            match &expect {
-                Ok(want) => {
-                    prop_assert!(got.is_ok(), "{got:?}");
-                    prop_assert_eq!(&out, want);
-                }
-                Err(_) => prop_assert!(got.is_err()),
+        let mut store = LiveStore::new(LiveStoreConfig::default());
+        let mut out = Vec::new();
+        let got = resolve(&store, &buf, &b, &mut out);
+        match &expect {
+            Ok(want) => {
+                prop_assert!(got.is_ok(), "{got:?}");
+                prop_assert!(out.iter().all(|r| matches!(r, Resolved::New(_))));
+                let want: Vec<_> = want.iter().cloned().map(Some).collect();
+                prop_assert_eq!(labels_of(&store, &out), want.clone());
+                // Held now: found by their bytes where canonical, and
+                // naming exactly the parsed label set either way.
+                hold(&mut store, &want.iter().flatten().cloned().collect::<Vec<_>>());
+                resolve(&store, &buf, &b, &mut out).expect("valid still");
+                prop_assert_eq!(labels_of(&store, &out), want);
             }
+            Err(_) => prop_assert!(got.is_err()),
         }
-        prop_assert!(cache.len() <= 4);
     }
 }
 
@@ -266,10 +291,12 @@ fn a_cached_series_still_refuses_other_bytes() {
             timestamp: 1,
         }],
     };
-    let cache = SeriesCache::default();
+    let mut store = LiveStore::new(LiveStoreConfig::default());
     let good = WriteRequest {
         timeseries: vec![ts(&[("__name__", "m"), ("a", "1")])],
     };
+    let want = wire::labels_of(&good.timeseries[0]).expect("labels");
+    hold(&mut store, std::slice::from_ref(&want));
     // Unsorted, with an empty value, and a repeated name.
     let unsorted = WriteRequest {
         timeseries: vec![ts(&[("a", "1"), ("__name__", "m"), ("b", "")])],
@@ -279,18 +306,16 @@ fn a_cached_series_still_refuses_other_bytes() {
     };
     let mut b = WriteBatch::default();
     let mut out = Vec::new();
-    for req in [&good, &good, &unsorted, &unsorted] {
+    for (req, held) in [(&good, true), (&unsorted, false)] {
         let buf = req.encode_to_vec();
         b.decode(&buf).expect("valid");
-        cache.resolve(&buf, &b, &mut out).expect("labels");
-        assert_eq!(
-            out[0],
-            wire::labels_of(&good.timeseries[0]).expect("labels")
-        );
+        resolve(&store, &buf, &b, &mut out).expect("labels");
+        assert_eq!(matches!(out[0], Resolved::Held(_)), held);
+        assert_eq!(labels_of(&store, &out), vec![Some(want.clone())]);
     }
     let buf = dup.encode_to_vec();
     b.decode(&buf).expect("valid protobuf");
-    assert!(cache.resolve(&buf, &b, &mut out).is_err());
+    assert!(resolve(&store, &buf, &b, &mut out).is_err());
     assert!(parse(&buf, &b, &b.series_views()[0]).is_err());
 }
 
@@ -352,9 +377,10 @@ fn timestamps_of_every_varint_length_decode_as_prost_does() {
 }
 
 #[test]
-fn short_and_long_labels_are_cache_hits_the_second_time() {
-    // Labels under 124 bytes take the in-place check, longer ones (two-byte
-    // lengths) the field-by-field one: both must hit, with the same labels.
+fn short_and_long_labels_are_found_by_their_bytes_once_held() {
+    // Labels under 124 bytes take the one-byte-length walk, longer ones
+    // (two-byte lengths) the field-by-field one: both must hit, with the
+    // same labels.
     for len in [1usize, 100, 119, 120, 300] {
         let value = "v".repeat(len);
         let ts = TimeSeries {
@@ -379,22 +405,31 @@ fn short_and_long_labels_are_cache_hits_the_second_time() {
         let buf = req.encode_to_vec();
         let mut b = WriteBatch::default();
         b.decode(&buf).expect("valid");
-        let cache = SeriesCache::new(4);
+        let mut store = LiveStore::new(LiveStoreConfig::default());
         let (mut first, mut second) = (Vec::new(), Vec::new());
-        cache.resolve(&buf, &b, &mut first).expect("labels");
-        cache.resolve(&buf, &b, &mut second).expect("labels");
-        assert!(first[0].shares_buffer(&second[0]), "a hit at {len}");
-        assert_eq!(second[0].get("long"), Some(value.as_str()));
-        // One byte of the value changed: not the cached series.
+        resolve(&store, &buf, &b, &mut first).expect("labels");
+        let [Resolved::New(l)] = &first[..] else {
+            panic!("a miss first at {len}")
+        };
+        hold(&mut store, std::slice::from_ref(l));
+        resolve(&store, &buf, &b, &mut second).expect("labels");
+        assert!(matches!(second[..], [Resolved::Held(_)]), "a hit at {len}");
+        let held = labels_of(&store, &second);
+        assert_eq!(held, vec![Some(l.clone())]);
+        assert_eq!(l.get("long"), Some(value.as_str()));
+        // One byte of the value changed: not the held series.
         let mut other = buf.clone();
         if let Some(last) = other.iter().rposition(|&c| c == b'v') {
             other[last] = b'w';
         }
         b.decode(&other).expect("valid");
         let mut third = Vec::new();
-        cache.resolve(&other, &b, &mut third).expect("labels");
+        resolve(&store, &other, &b, &mut third).expect("labels");
+        let [Resolved::New(t)] = &third[..] else {
+            panic!("another series at {len}")
+        };
         assert_eq!(
-            third[0].get("long"),
+            t.get("long"),
             Some(format!("{}w", "v".repeat(len - 1)).as_str())
         );
     }

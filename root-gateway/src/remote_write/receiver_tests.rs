@@ -6,7 +6,9 @@ use axum::http::{Request, StatusCode};
 use canopy_proto::model::Labels;
 use tower::ServiceExt;
 
+use super::pb::WriteBatch;
 use super::receiver::{ReceiverState, router};
+use super::resolve::{Resolved, resolve};
 use super::wire::{self, WireLimits};
 use crate::store::{LiveStore, LiveStoreConfig, Matcher, Querier, SharedStore};
 
@@ -188,48 +190,126 @@ fn reused_scratch_stores_each_request_exactly() {
         vec![(1000, 1.0), (3000, 3.0), (4000, 4.0), (5000, 5.0)]
     );
     assert_eq!(stored(&store, "b"), vec![(1000, 10.0), (2000, 20.0)]);
-    assert_eq!(
-        st.series.len(),
-        2,
-        "both series cached by their label bytes"
+    // Both are now found by their label bytes in the store itself.
+    let got = resolved(&store, &wire::encode(&two).expect("encode"));
+    assert!(
+        got.iter().all(|r| matches!(r, Resolved::Held(_))),
+        "{got:?}"
     );
 }
 
-#[test]
-fn cached_series_carry_store_hints_and_a_colliding_entry_is_a_miss() {
-    use super::pb::WriteBatch;
-    use super::receiver::ingest;
-    use super::resolve::SeriesCache;
+/// How the store knows each series of `body` now.
+fn resolved(store: &SharedStore, body: &[u8]) -> Vec<Resolved> {
+    let mut raw = Vec::new();
+    let n = wire::decompress_into(body, &WireLimits::default(), &mut raw).expect("snappy");
+    let mut batch = WriteBatch::default();
+    batch.decode(&raw[..n]).expect("decode");
+    let mut out = Vec::new();
+    store
+        .read(|s| resolve(s, &raw[..n], &batch, &mut out))
+        .expect("resolve");
+    out
+}
 
+#[test]
+fn known_series_are_found_in_the_store_by_their_bytes_and_others_parsed() {
+    use super::receiver::ingest;
     let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
     let (b1, b2) = (body("h1", &[(1000, 1.0)]), body("h1", &[(2000, 2.0)]));
+    let want = Labels::from_pairs([("__name__", "rw_metric"), ("node", "h1"), ("job", "t")]);
+    assert_eq!(resolved(&store, &b1), vec![Resolved::New(want.clone())]);
     ingest(&st, &b1).expect("first");
-    // The cache now holds the series with the store's hint for it.
-    let mut raw = Vec::new();
-    let n = wire::decompress_into(&b2, &WireLimits::default(), &mut raw).expect("snappy");
-    let mut batch = WriteBatch::default();
-    batch.decode(&raw[..n]).expect("decode");
-    let mut got = Vec::new();
-    st.series
-        .resolve_hinted(&raw[..n], &batch, &mut got)
-        .expect("resolve");
-    let key = got[0].key.expect("canonical labels have a key");
-    assert_ne!(got[0].hint, Default::default());
-    assert_eq!(st.series.hint_of(key), Some(got[0].hint));
+    let got = resolved(&store, &b2);
+    let [Resolved::Held(h)] = got[..] else {
+        panic!("not found by its bytes: {got:?}")
+    };
+    assert_eq!(store.read(|s| s.hinted_labels(&h)), Some(want));
     ingest(&st, &b2).expect("second");
     assert_eq!(stored(&store, "h1"), vec![(1000, 1.0), (2000, 2.0)]);
+    // The same series sent unsorted is parsed, and lands in the same series.
+    let unsorted = {
+        use canopy_proto::schema::remote::{Label, Sample, TimeSeries, WriteRequest};
+        let label = |n: &str, v: &str| Label {
+            name: n.into(),
+            value: v.into(),
+        };
+        let req = WriteRequest {
+            timeseries: vec![TimeSeries {
+                labels: vec![
+                    label("node", "h1"),
+                    label("__name__", "rw_metric"),
+                    label("job", "t"),
+                ],
+                samples: vec![Sample {
+                    value: 3.0,
+                    timestamp: 3000,
+                }],
+            }],
+        };
+        wire::encode(&req).expect("encode")
+    };
+    assert!(matches!(
+        resolved(&store, &unsorted)[..],
+        [Resolved::New(_)]
+    ));
+    ingest(&st, &unsorted).expect("third");
+    assert_eq!(
+        stored(&store, "h1"),
+        vec![(1000, 1.0), (2000, 2.0), (3000, 3.0)]
+    );
+    assert_eq!(store.read(|s| s.stats().series), 1);
+}
 
-    // Another series planted under h1's key (a hash collision): the
-    // bytes do not encode it, so it is a miss, parsed, never returned.
-    let cache = SeriesCache::new(16);
-    let other = Labels::from_pairs([("__name__", "rw_metric"), ("node", "zz"), ("job", "t")]);
-    cache.plant(key, other.clone());
-    let mut out = Vec::new();
-    cache.resolve(&raw[..n], &batch, &mut out).expect("resolve");
-    assert_eq!(out[0].get("node"), Some("h1"));
-    // A hint kept for a label set no longer under that key is dropped.
-    cache.plant(key, other.clone());
-    cache.remember([(key, &out[0], got[0].hint)]);
-    assert_eq!(cache.hint_of(key), Some(Default::default()));
+/// A journal that records no body as it came: the receiver hands it ops,
+/// labels included, for held series too.
+#[derive(Clone, Default)]
+struct OpsOnly(std::sync::Arc<std::sync::Mutex<Vec<crate::store::Op>>>);
+
+impl crate::store::Journal for OpsOnly {
+    fn log(&mut self, ops: &[crate::store::Op]) -> Result<(), crate::store::StoreError> {
+        self.0.lock().expect("lock").extend_from_slice(ops);
+        Ok(())
+    }
+
+    fn tick(
+        &mut self,
+        _: &LiveStore,
+    ) -> Result<Option<crate::store::PendingCheckpoint>, crate::store::StoreError> {
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_journal_without_bodies_gets_ops_with_their_labels() {
+    use super::receiver::ingest;
+    use crate::store::{Op, Sample};
+    let journal = OpsOnly::default();
+    let store = SharedStore::with_journal(
+        LiveStore::new(LiveStoreConfig::default()),
+        Box::new(journal.clone()),
+    );
+    let st = ReceiverState::new(store.clone(), None, WireLimits::default());
+    ingest(&st, &body("j1", &[(1000, 1.0)])).expect("first");
+    // Held now: its labels come from the request again, not a cache.
+    ingest(&st, &body("j1", &[(2000, 2.0), (3000, 3.0)])).expect("second");
+    let l = Labels::from_pairs([("__name__", "rw_metric"), ("node", "j1"), ("job", "t")]);
+    let smp = |t: i64, v: f64| Sample { ts_ms: t, value: v };
+    assert_eq!(
+        *journal.0.lock().expect("lock"),
+        vec![
+            Op::Samples {
+                labels: l.clone(),
+                samples: vec![smp(1000, 1.0)],
+            },
+            Op::Samples {
+                labels: l,
+                samples: vec![smp(2000, 2.0), smp(3000, 3.0)],
+            },
+        ]
+    );
+    assert_eq!(
+        stored(&store, "j1"),
+        vec![(1000, 1.0), (2000, 2.0), (3000, 3.0)]
+    );
 }

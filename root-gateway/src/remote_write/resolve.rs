@@ -1,181 +1,93 @@
-//! From a decoded request's label bytes to [`Labels`], without parsing
-//! or allocating for a series seen before.
+//! From a decoded request's label bytes to the store's series, without
+//! parsing, allocating or keeping a copy of any label set for a series the
+//! store already holds.
 //!
 //! A sender writes the same series with the same label bytes request after
-//! request. [`SeriesCache`] keys known series by a hash of those bytes and
-//! confirms a hit by walking the bytes against the cached label set (name
-//! and value compared in place), so a hash collision is only a miss. On a
-//! miss the labels are parsed, validated (non-empty unique names, a metric
-//! name) and the result cached. Only canonical encodings hit: labels sorted
-//! by name with non-empty values, each `Label` holding name then value, as
-//! Prometheus sends them; anything else takes the parsing path every time.
-//! Beside each label set the cache keeps the store's [`SeriesHint`] for
-//! it, so the store skips its own lookup of a series the cache confirmed.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault};
-use std::sync::{Mutex, PoisonError};
+//! request. Where a series' label fields are the canonical encoding (each
+//! `Label` holding a name field then a value field and nothing else, as
+//! Prometheus sends them), their (name, value) byte pairs are looked up in
+//! the store's own index ([`LiveStore::find_hint`]: a seeded hash of the
+//! pairs, confirmed pair by pair against the series' interned strings, so a
+//! hash collision is only a miss) and the series is named by the store's
+//! [`SeriesHint`] alone. The label set lives once, in the store: the
+//! receiver keeps nothing per series between requests.
+//!
+//! Anything else is a miss: a series the store does not hold, or an
+//! encoding other than the canonical one (unsorted, empty values, extra
+//! fields). Its labels are parsed and validated (names non-empty and
+//! unique, a metric name present; empty values dropped) and the store finds
+//! or makes the series by that label set. A hit needs no validation: its
+//! bytes spell exactly a label set the store accepted.
 
 use canopy_proto::model::Labels;
-use rustc_hash::FxHasher;
 
-use crate::store::SeriesHint;
+use crate::store::{LiveStore, SeriesHint};
 
 use super::RemoteWriteError;
-use super::pb::{PbError, SeriesView, WriteBatch};
+use super::pb::{PbError, SeriesView, Span, WriteBatch};
 
-/// Known series by the hash of their label bytes (bounded).
-#[derive(Debug)]
-pub struct SeriesCache {
-    map: Mutex<HashMap<u64, Cached, BuildHasherDefault<FxHasher>>>,
-    max_entries: usize,
+/// One series of a request, as [`resolve`] found it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolved {
+    /// The store holds it under exactly these label bytes.
+    Held(SeriesHint),
+    /// Not held (or not canonically encoded): its parsed, valid labels.
+    New(Labels),
 }
 
-/// A cached series: its label set and where the store last found it.
-#[derive(Debug)]
-struct Cached {
-    labels: Labels,
-    hint: SeriesHint,
-}
-
-/// One series of a request, as [`SeriesCache::resolve_hinted`] found it.
-#[derive(Clone, Debug)]
-pub struct Resolved {
-    /// Its label set.
-    pub labels: Labels,
-    /// Its cache key, when its label bytes are cached (or now cacheable).
-    pub key: Option<u64>,
-    /// The store's hint for it (the default when not known yet).
-    pub hint: SeriesHint,
-}
-
-impl Default for SeriesCache {
-    fn default() -> Self {
-        SeriesCache::new(1 << 20)
+/// The store's hint for each series of `batch` (decoded from `buf`), in
+/// order, into `out`: `Some` where the store holds a series whose labels
+/// are exactly the series' canonical label bytes, `None` otherwise (a
+/// miss, to [`parse`]). `pairs` is scratch space, reused across calls.
+/// Call with the store read-locked: it only reads.
+pub fn find_held(
+    store: &LiveStore,
+    buf: &[u8],
+    batch: &WriteBatch,
+    pairs: &mut Vec<(Span, Span)>,
+    out: &mut Vec<Option<SeriesHint>>,
+) {
+    out.clear();
+    out.reserve(batch.series_views().len());
+    for s in batch.series_views() {
+        out.push(held(store, buf, s, pairs));
     }
 }
 
-impl SeriesCache {
-    /// A cache of at most `max_entries` series; when full it starts over
-    /// (a sender's active series refill it within one round of requests).
-    pub fn new(max_entries: usize) -> Self {
-        SeriesCache {
-            map: Mutex::default(),
-            max_entries: max_entries.max(1),
-        }
+/// [`find_held`] for one series.
+pub fn held(
+    store: &LiveStore,
+    buf: &[u8],
+    s: &SeriesView,
+    pairs: &mut Vec<(Span, Span)>,
+) -> Option<SeriesHint> {
+    let span = s.label_bytes?;
+    if !canonical_pairs(buf, span, pairs) {
+        return None;
     }
+    store.find_hint(pairs.iter().map(|(n, v)| (n.of(buf), v.of(buf))))
+}
 
-    /// Series currently cached.
-    pub fn len(&self) -> usize {
-        self.map
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+/// Every series of `batch` (decoded from `buf`) resolved against `store`,
+/// in order, into `out`: [`find_held`], then [`parse`] for the misses. The
+/// first series with unusable labels is the error (and `out` is then
+/// incomplete).
+pub fn resolve(
+    store: &LiveStore,
+    buf: &[u8],
+    batch: &WriteBatch,
+    out: &mut Vec<Resolved>,
+) -> Result<(), RemoteWriteError> {
+    let (mut pairs, mut hints) = (Vec::new(), Vec::new());
+    find_held(store, buf, batch, &mut pairs, &mut hints);
+    out.clear();
+    for (s, h) in batch.series_views().iter().zip(hints) {
+        out.push(match h {
+            Some(h) => Resolved::Held(h),
+            None => Resolved::New(parse(buf, batch, s)?),
+        });
     }
-
-    /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The label set of every series of `batch` (decoded from `buf`), in
-    /// order, into `out`. The first series with unusable labels is the
-    /// error (and `out` is then incomplete).
-    pub fn resolve(
-        &self,
-        buf: &[u8],
-        batch: &WriteBatch,
-        out: &mut Vec<Labels>,
-    ) -> Result<(), RemoteWriteError> {
-        let mut all = Vec::new();
-        let res = self.resolve_hinted(buf, batch, &mut all);
-        out.clear();
-        out.extend(all.into_iter().map(|r| r.labels));
-        res
-    }
-
-    /// [`SeriesCache::resolve`] with each series' cache key and store hint.
-    pub fn resolve_hinted(
-        &self,
-        buf: &[u8],
-        batch: &WriteBatch,
-        out: &mut Vec<Resolved>,
-    ) -> Result<(), RemoteWriteError> {
-        out.clear();
-        out.reserve(batch.series_views().len());
-        let hasher = BuildHasherDefault::<FxHasher>::default();
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for s in batch.series_views() {
-            let key = s.label_bytes.map(|span| {
-                let bytes = span.of(buf);
-                (bytes, hasher.hash_one(bytes))
-            });
-            if let Some((bytes, h)) = key
-                && let Some(c) = map.get(&h)
-                && encodes(bytes, &c.labels)
-            {
-                out.push(Resolved {
-                    labels: c.labels.clone(),
-                    key: Some(h),
-                    hint: c.hint,
-                });
-                continue;
-            }
-            let labels = parse(buf, batch, s)?;
-            if let Some((_, h)) = key {
-                if map.len() >= self.max_entries {
-                    map.clear();
-                }
-                map.insert(
-                    h,
-                    Cached {
-                        labels: labels.clone(),
-                        hint: SeriesHint::default(),
-                    },
-                );
-            }
-            out.push(Resolved {
-                labels,
-                key: key.map(|(_, h)| h),
-                hint: SeriesHint::default(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Keeps store hints refreshed by an apply: `(key, label set, hint)`,
-    /// kept only where the entry under `key` still holds that very label
-    /// set (not replaced meanwhile), so a hint stays with its label set.
-    pub fn remember<'a>(&self, hints: impl IntoIterator<Item = (u64, &'a Labels, SeriesHint)>) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        for (key, labels, hint) in hints {
-            if let Some(c) = map.get_mut(&key)
-                && c.labels.shares_buffer(labels)
-            {
-                c.hint = hint;
-            }
-        }
-    }
-
-    /// Puts `labels` under `key` with no hint (to stage collisions).
-    #[cfg(test)]
-    pub(crate) fn plant(&self, key: u64, labels: Labels) {
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.insert(
-            key,
-            Cached {
-                labels,
-                hint: SeriesHint::default(),
-            },
-        );
-    }
-
-    /// The hint cached for the series whose label bytes hash to `key`.
-    #[cfg(test)]
-    pub(crate) fn hint_of(&self, key: u64) -> Option<SeriesHint> {
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(&key).map(|c| c.hint)
-    }
+    Ok(())
 }
 
 fn pb(e: PbError) -> RemoteWriteError {
@@ -208,58 +120,88 @@ pub fn parse(buf: &[u8], batch: &WriteBatch, s: &SeriesView) -> Result<Labels, R
     Ok(labels)
 }
 
-/// True when `bytes` (a series' label fields) are exactly the canonical
-/// encoding of `labels`: one `Label` per pair, in order, name then value.
-/// Parsing such bytes yields `labels` and no error, which is what lets a
-/// cache hit skip the parse.
-fn encodes(bytes: &[u8], labels: &Labels) -> bool {
+/// Reads `span` of `buf` (a series' label fields, back to back) as the
+/// canonical encoding: `Label` fields (key `0x0a`) each holding exactly a
+/// name field (`0x0a`) then a value field (`0x12`). Their (name, value)
+/// byte ranges go to `out`; false (and `out` partial) for anything else,
+/// which is then parsed as a miss. Such bytes parse to exactly these
+/// pairs, so the store matching them all is the parse's label set.
+fn canonical_pairs(buf: &[u8], span: Span, out: &mut Vec<(Span, Span)>) -> bool {
+    out.clear();
+    let (start, end) = (span.start as usize, span.end as usize);
+    let Some(bytes) = buf.get(start..end) else {
+        return false;
+    };
     let mut pos = 0usize;
-    for (n, v) in labels.iter() {
-        let (nb, vb) = (n.as_bytes(), v.as_bytes());
-        // The usual case, a label of under 124 bytes: every length is one
-        // varint byte, so the field's bytes are known and checked in place
-        // (an overlong varint there is only a miss: parsed, not trusted).
-        let inner = 4 + nb.len() + vb.len();
-        if inner < 0x80 {
-            let Some(f) = bytes.get(pos..pos + 2 + inner) else {
-                return false;
-            };
-            let k = 4 + nb.len();
-            let same = f.starts_with(&[0x0a, inner as u8, 0x0a, nb.len() as u8])
-                && f.get(4..k) == Some(nb)
-                && f.get(k..k + 2) == Some(&[0x12, vb.len() as u8][..])
-                && f.get(k + 2..) == Some(vb);
-            if !same {
-                return false;
+    while pos < bytes.len() {
+        // The usual label: every length one varint byte.
+        if let Some(&[0x0a, inner, 0x0a, n]) = bytes.get(pos..pos + 4)
+            && inner < 0x80
+            && n < 0x80
+            && usize::from(n) + 4 <= usize::from(inner)
+        {
+            let (inner, n) = (usize::from(inner), usize::from(n));
+            let name = pos + 4;
+            let vkey = name + n;
+            if let Some(&[0x12, v]) = bytes.get(vkey..vkey + 2)
+                && v < 0x80
+                && 4 + n + usize::from(v) == inner
+                && vkey + 2 + usize::from(v) <= bytes.len()
+            {
+                let value = vkey + 2;
+                let stop = value + usize::from(v);
+                out.push((at(start, name, vkey), at(start, value, stop)));
+                pos = stop;
+                continue;
             }
-            pos += 2 + inner;
-            continue;
         }
-        let Some(label) = delimited(bytes, &mut pos, 0x0a) else {
+        let Some((l0, l1)) = delimited(bytes, &mut pos, 0x0a) else {
             return false;
         };
+        let label = bytes.get(l0..l1).unwrap_or_default();
         let mut p = 0usize;
-        let name = delimited(label, &mut p, 0x0a);
-        let value = delimited(label, &mut p, 0x12);
-        if name != Some(n.as_bytes()) || value != Some(v.as_bytes()) || p != label.len() {
+        let (Some(name), Some(value)) = (
+            delimited(label, &mut p, 0x0a),
+            delimited(label, &mut p, 0x12),
+        ) else {
+            return false;
+        };
+        if p != label.len() {
             return false;
         }
+        out.push((
+            at(start + l0, name.0, name.1),
+            at(start + l0, value.0, value.1),
+        ));
     }
-    pos == bytes.len()
+    true
 }
 
-/// The contents of the length-delimited field at `*pos` if its key byte is
-/// `key`; moves `*pos` past it.
-fn delimited<'a>(bytes: &'a [u8], pos: &mut usize, key: u8) -> Option<&'a [u8]> {
+/// The span `base + a .. base + b` of the buffer. Offsets stay below the
+/// span's end, a `u32` (the reader refuses larger buffers).
+fn at(base: usize, a: usize, b: usize) -> Span {
+    let off = |x: usize| u32::try_from(base.saturating_add(x)).unwrap_or(u32::MAX);
+    Span {
+        start: off(a),
+        end: off(b),
+    }
+}
+
+/// The range (within `bytes`) of the contents of the length-delimited field
+/// at `*pos` if its key byte is `key`; moves `*pos` past it.
+fn delimited(bytes: &[u8], pos: &mut usize, key: u8) -> Option<(usize, usize)> {
     if *bytes.get(*pos)? != key {
         return None;
     }
     *pos += 1;
     let n = usize::try_from(varint(bytes, pos)?).ok()?;
-    let end = pos.checked_add(n)?;
-    let got = bytes.get(*pos..end)?;
+    let start = *pos;
+    let end = start.checked_add(n)?;
+    if end > bytes.len() {
+        return None;
+    }
     *pos = end;
-    Some(got)
+    Some((start, end))
 }
 
 fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {

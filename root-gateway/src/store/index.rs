@@ -87,17 +87,34 @@ impl SeriesIndex {
         n
     }
 
-    /// The key of label set `labels`: one seeded hash over its buffer
-    /// (the names and values back to back, then their end offsets).
+    /// The key of label set `labels`: one seeded hash over its names and
+    /// values in order (see [`Self::hash_pairs`]).
     pub(crate) fn hash(&self, labels: &Labels) -> u64 {
-        self.hasher.hash_one(labels)
+        self.hash_pairs(labels.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+    }
+
+    /// The key of the label set whose (name, value) pairs, in order, are
+    /// `pairs`: the same as [`Self::hash`] of the labels they spell, so a
+    /// series can be found from bytes that were never made a label set
+    /// (the remote_write receiver hashes a request's label fields in place).
+    /// Each string is one write (foldhash mixes in its length).
+    pub(crate) fn hash_pairs<'a>(&self, pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        for (n, v) in pairs {
+            h.write(n);
+            h.write(v);
+        }
+        h.finish()
     }
 
     /// The key of the interned label set `syms` (the same as [`Self::hash`]
-    /// of the labels it stands for: label sets are canonical). It builds
-    /// the label set, which only removals (retention) need.
+    /// of the labels it stands for: label sets are canonical), streamed
+    /// from the interned strings without building the label set.
     fn hash_syms(&self, syms: &[u32], strings: &Interner) -> u64 {
-        self.hash(&strings.labels(syms))
+        self.hash_pairs(
+            syms.chunks_exact(2)
+                .map(|p| (strings.get(p[0]).as_bytes(), strings.get(p[1]).as_bytes())),
+        )
     }
 
     /// The id of the series whose label-set key is `h` (from

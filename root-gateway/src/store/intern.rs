@@ -64,10 +64,34 @@ impl Interner {
     /// True when `syms` stands for exactly the label set `labels`.
     pub(crate) fn same(&self, syms: &[u32], labels: &Labels) -> bool {
         syms.len() == 2 * labels.len()
-            && syms
-                .chunks_exact(2)
-                .zip(labels.iter())
-                .all(|(p, (n, v))| self.get(p[0]) == n && self.get(p[1]) == v)
+            && syms.chunks_exact(2).zip(labels.iter()).all(|(p, (n, v))| {
+                same_bytes(self.get(p[0]).as_bytes(), n.as_bytes())
+                    && same_bytes(self.get(p[1]).as_bytes(), v.as_bytes())
+            })
+    }
+
+    /// True when `syms` stands for exactly the (name, value) pairs `pairs`,
+    /// given as bytes in order (no label set needed; bytes that are not
+    /// UTF-8 never equal an interned string).
+    pub(crate) fn same_pairs<'a>(
+        &self,
+        syms: &[u32],
+        mut pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> bool {
+        let mut held = syms.chunks_exact(2);
+        loop {
+            match (held.next(), pairs.next()) {
+                (None, None) => return true,
+                (Some(p), Some((n, v))) => {
+                    if !same_bytes(self.get(p[0]).as_bytes(), n)
+                        || !same_bytes(self.get(p[1]).as_bytes(), v)
+                    {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+        }
     }
 
     /// Interns `labels`.
@@ -191,6 +215,35 @@ impl Interner {
     }
 }
 
+/// `a == b`, with strings of up to 16 bytes (most label names and values)
+/// compared as two overlapping words in place instead of by a call to
+/// `memcmp`: the remote_write receiver compares every label of every series
+/// of a request.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |x: &[u8], at: usize| {
+        x.get(at..at + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            .map(u64::from_ne_bytes)
+    };
+    let half = |x: &[u8], at: usize| {
+        x.get(at..at + 4)
+            .and_then(|w| <[u8; 4]>::try_from(w).ok())
+            .map(u32::from_ne_bytes)
+    };
+    match n {
+        0 => true,
+        1..=3 => a == b,
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        _ => a == b,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +304,25 @@ mod tests {
             let mut want: Vec<&Labels> = labels.iter().collect();
             want.sort();
             proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn same_bytes_is_equality(
+            a in proptest::collection::vec(0u8..3, 0..40),
+            flip in proptest::option::of(0usize..40),
+            extra in proptest::option::of(0u8..3),
+        ) {
+            let mut b = a.clone();
+            if let Some(i) = flip && let Some(x) = b.get_mut(i) {
+                *x ^= 1;
+            }
+            if let Some(x) = extra {
+                b.push(x);
+            }
+            proptest::prop_assert_eq!(same_bytes(&a, &b), a == b);
+            proptest::prop_assert!(same_bytes(&a, &a));
         }
     }
 

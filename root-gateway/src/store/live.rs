@@ -103,8 +103,9 @@ impl MemoryBreakdown {
 }
 
 /// Where an append found its series, for the next append of the same label
-/// set to skip the lookup (the remote_write receiver keeps one beside each
-/// label set it caches). It is used only while it still names that series:
+/// set to skip the lookup (the remote_write receiver gets one from
+/// [`LiveStore::find_hint`] for each series of a request). It is used only
+/// while it still names that series:
 /// same store, and the series' slot not freed since (each free moves the
 /// slot's generation on). Only ever pass it back with the label set it was
 /// filled for.
@@ -607,6 +608,64 @@ impl LiveStore {
         }
     }
 
+    /// The hint of the held series whose (name, value) pairs, in order,
+    /// are `pairs` (as bytes), found through the store's own index with no
+    /// label set built: how the remote_write receiver maps a request's
+    /// label bytes to a series, so nothing outside the store keeps a copy
+    /// of its labels. Confirmed pair by pair against the series' interned
+    /// strings, so a hash collision is a miss. `None` when no such series
+    /// is held, or before the store gave its first hint (that needs `&mut`).
+    pub fn find_hint<'a, I>(&self, pairs: I) -> Option<SeriesHint>
+    where
+        I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    {
+        if self.instance == 0 {
+            return None;
+        }
+        let h = self.index.hash_pairs(pairs.clone());
+        let is_it = |i: u32| {
+            self.entries
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|e| self.strings.same_pairs(&e.labels, pairs.clone()))
+        };
+        let id = self.index.find(h, is_it)? as usize;
+        Some(SeriesHint {
+            store: self.instance,
+            id: u32::try_from(id).ok()?,
+            generation: self.generation(id),
+        })
+    }
+
+    /// Appends explicit samples (oldest first) to the series `hint` names,
+    /// each result to `f` with its index, and returns true; returns false
+    /// with nothing appended (and `f` not called) when the hint no longer
+    /// names a held series (it was removed since): the caller then appends
+    /// by label set.
+    pub fn append_samples_at(
+        &mut self,
+        hint: &SeriesHint,
+        samples: &[Sample],
+        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+    ) -> bool {
+        let Some(id) = self.hinted(hint) else {
+            return false;
+        };
+        for (i, smp) in samples.iter().enumerate() {
+            f(i, self.push_point(id, None, smp.ts_ms, smp.value));
+        }
+        true
+    }
+
+    /// The label set of the series `hint` names, if it still names one
+    /// (built from the interned strings: for the few callers that need a
+    /// series' labels by hint, such as forwarding what was written).
+    pub fn hinted_labels(&self, hint: &SeriesHint) -> Option<Labels> {
+        let id = self.hinted(hint)?;
+        let e = self.entries.get(id)?.as_ref()?;
+        Some(self.strings.labels(&e.labels))
+    }
+
     fn materialise(&self, e: &Entry, mint: i64, maxt: i64) -> Vec<Sample> {
         let mut out = Vec::new();
         self.materialise_into(e, mint, maxt, &mut out);
@@ -764,5 +823,7 @@ mod query;
 mod snapshot;
 pub use snapshot::SnapshotCut;
 
+#[cfg(test)]
+mod find_tests;
 #[cfg(test)]
 mod tests;

@@ -141,19 +141,15 @@ pub trait Journal: Send {
         self.log(ops)
     }
 
-    /// [`Journal::log_hinted`] for ops decoded from one remote_write v1
-    /// body (`body`, snappy-compressed protobuf, already validated): a
-    /// journal may record the body itself instead of the ops, if replaying
-    /// it yields exactly `ops` (the receiver's decoding is deterministic).
-    /// Same guarantees as `log`.
-    fn log_body(
-        &mut self,
-        body: &[u8],
-        ops: &[Op],
-        hints: &[SeriesHint],
-    ) -> Result<(), StoreError> {
+    /// Records the remote_write v1 `body` (snappy-compressed protobuf,
+    /// already validated) as it came, as one record that replays as what
+    /// the receiver's decoding makes of it, with no ops given: the receiver
+    /// then needs no label set of a series the store holds. Returns false,
+    /// recording nothing, when this journal does not record this body
+    /// (the default): the caller logs ops instead. Same guarantees as `log`.
+    fn log_raw_body(&mut self, body: &[u8]) -> Result<bool, StoreError> {
         let _ = body;
-        self.log_hinted(ops, hints)
+        Ok(false)
     }
 
     /// Once per tick, with the store read-locked: sync to disk per the

@@ -104,35 +104,51 @@ impl SharedStore {
         hints: &mut [SeriesHint],
         f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
-        self.apply_logged(None, ops, hints, f)
+        self.apply_logged(ops, hints, f)
     }
 
-    /// [`SharedStore::apply_each_hinted`] for ops decoded from the
-    /// remote_write v1 `body` (see [`Journal::log_body`]): the journal may
-    /// record the body as it came instead of encoding the ops again.
-    pub fn apply_body_hinted(
+    /// Logs the remote_write v1 `body` as one record (see
+    /// [`Journal::log_raw_body`]), then calls `apply` once per slice
+    /// (`0..slices`) with the write lock held, released between slices so
+    /// queries go on. The journal lock is held until the last slice has the
+    /// store, so nothing else is logged or applied between the slices and a
+    /// replay of the body sees the store as the live apply did. Returns
+    /// false, with nothing logged or applied, when the journal does not
+    /// record this body (the caller then applies ops through
+    /// [`SharedStore::apply_each_hinted`]); without a journal it applies.
+    pub fn apply_body_slices(
         &self,
         body: &[u8],
-        ops: &[Op],
-        hints: &mut [SeriesHint],
-        f: impl FnMut(usize, usize, Result<(), StoreError>),
-    ) -> Result<ApplyOutcome, StoreError> {
-        self.apply_logged(Some(body), ops, hints, f)
+        slices: usize,
+        mut apply: impl FnMut(&mut LiveStore, usize),
+    ) -> Result<bool, StoreError> {
+        let mut j = self.journal();
+        if let Some(j) = j.as_mut()
+            && !j.log_raw_body(body)?
+        {
+            return Ok(false);
+        }
+        for k in 0..slices {
+            let mut s = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+            if k + 1 == slices {
+                // The same hand-off as `apply_logged`: the next batch may be
+                // logged while the last slice applies.
+                drop(j.take());
+            }
+            apply(&mut s, k);
+        }
+        Ok(true)
     }
 
     fn apply_logged(
         &self,
-        body: Option<&[u8]>,
         ops: &[Op],
         hints: &mut [SeriesHint],
         mut f: impl FnMut(usize, usize, Result<(), StoreError>),
     ) -> Result<ApplyOutcome, StoreError> {
         let mut j = self.journal();
         if let Some(j) = j.as_mut() {
-            match body {
-                Some(b) => j.log_body(b, ops, hints)?,
-                None => j.log_hinted(ops, hints)?,
-            }
+            j.log_hinted(ops, hints)?;
         }
         // Lock hand-off: the store lock is taken before the journal lock is
         // released, so ops apply in the order they were logged, while the

@@ -29,7 +29,8 @@ use crate::store::{
     Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SeriesHint, SnapshotCut, StoreError,
 };
 
-use record::{Decoder, Encoder};
+use crate::remote_write::receiver::{ReplayScratch, replay_body};
+use record::{Decoder, Encoder, Item};
 
 /// Largest WAL record accepted when reading.
 const MAX_RECORD: usize = 256 << 20;
@@ -211,6 +212,7 @@ fn replay_segment(
     let f = File::open(path).map_err(io_err("opening", path))?;
     let mut r = BufReader::with_capacity(1 << 20, f);
     let mut dec = Decoder::default();
+    let mut bodies = ReplayScratch::default();
     let mut buf = Vec::new();
     let mut offset = 0u64;
     loop {
@@ -218,9 +220,15 @@ fn replay_segment(
             if !more {
                 return Ok(None);
             }
-            dec.decode(&buf, |op| {
-                // Refusals (limits, out of order) replay as they happened live.
-                let _ = op.apply(store);
+            // Refusals (limits, out of order) replay as they happened live.
+            dec.decode_items(&buf, |item| match item {
+                Item::Op(op) => {
+                    let _ = op.apply(store);
+                    Ok(1)
+                }
+                // Found in the store's index by its label bytes, as live.
+                Item::Body(body) => replay_body(store, body, &record::REPLAY_LIMITS, &mut bodies)
+                    .map_err(|_| CodecError::Malformed("unreadable remote_write body")),
             })
             .map(Some)
         });
@@ -470,22 +478,15 @@ impl Journal for Wal {
         self.write_record(|enc, frame| enc.encode_hinted(ops, hints, frame))
     }
 
-    fn log_body(
-        &mut self,
-        body: &[u8],
-        ops: &[Op],
-        hints: &[SeriesHint],
-    ) -> Result<(), StoreError> {
-        if ops.is_empty() {
-            return Ok(());
-        }
+    fn log_raw_body(&mut self, body: &[u8]) -> Result<bool, StoreError> {
         // Bodies past what replay decodes take the op encoding.
         if body.len() > record::MAX_LOGGED_BODY
             || snap::raw::decompress_len(body).map_or(true, |n| n > record::MAX_LOGGED_DECODED)
         {
-            return self.log_hinted(ops, hints);
+            return Ok(false);
         }
-        self.write_record(|enc, frame| enc.encode_body(body, frame))
+        self.write_record(|enc, frame| enc.encode_body(body, frame))?;
+        Ok(true)
     }
 
     fn tick(&mut self, store: &LiveStore) -> Result<Option<PendingCheckpoint>, StoreError> {

@@ -16,8 +16,10 @@
 //! 0x07 samples     series | n | (dts | value (u64 LE bits))*   (explicit samples of one series;
 //!                  after the first sample dts is a delta of deltas: 1 byte on a steady tick)
 //! 0x08 body        len | remote_write v1 body as received (snappy protobuf; replays as the
-//!                  `samples` ops the receiver made of it, in order; new with body logging:
-//!                  segments without it read as before)
+//!                  `samples` ops the receiver made of it, in order, each series found in the
+//!                  store's index by its label bytes as live; every body the receiver accepts
+//!                  up to MAX_LOGGED_BODY, whatever its sample count; segments without it read
+//!                  as before)
 //! dts: zigzag varint, ms since the previous op's time in this record (0 first)
 //! ```
 
@@ -27,7 +29,6 @@ use std::hash::BuildHasherDefault;
 use rustc_hash::FxHasher;
 
 use crate::remote_write::receiver::body_ops;
-use crate::remote_write::resolve::SeriesCache;
 use crate::remote_write::wire::WireLimits;
 use crate::store::codec::{CodecError, Cursor, put_labels, put_str, put_uvarint, put_varint};
 use crate::store::{Labels, Op, Sample, SeriesHint};
@@ -48,7 +49,7 @@ pub const MAX_LOGGED_BODY: usize = 128 << 20;
 pub const MAX_LOGGED_DECODED: usize = 1 << 30;
 /// Limits a logged body is decoded under at replay: it was accepted live
 /// (under the configured limits), so these only bound memory.
-const REPLAY_LIMITS: WireLimits = WireLimits {
+pub const REPLAY_LIMITS: WireLimits = WireLimits {
     max_body_bytes: MAX_LOGGED_BODY,
     max_decoded_bytes: MAX_LOGGED_DECODED,
 };
@@ -247,20 +248,62 @@ impl Encoder {
     }
 }
 
+/// One item of a record, as [`Decoder::decode_items`] hands it over.
+#[derive(Debug)]
+pub enum Item<'a> {
+    /// An op.
+    Op(Op),
+    /// A remote_write v1 body recorded as it came (`0x08`), to replay
+    /// through the receiver's decoding (see
+    /// [`crate::remote_write::receiver::replay_body`]).
+    Body(&'a [u8]),
+}
+
 /// Decodes the records of one segment (keeps the segment's dictionaries).
 #[derive(Debug, Default)]
 pub struct Decoder {
     series: Vec<Labels>,
     sources: Vec<String>,
-    /// Label sets of logged bodies, so a series is parsed once per replay.
-    bodies: SeriesCache,
-    /// Ops of the body being replayed (reused).
+    /// Ops of the body being decoded by [`Decoder::decode`] (reused).
     body_ops: Vec<Op>,
 }
 
 impl Decoder {
-    /// Decodes one record payload, calling `f` for each op in order.
+    /// Decodes one record payload, calling `f` for each op in order; a
+    /// body recorded as it came is decoded into the ops it stands for
+    /// (every label set parsed: for tools and tests; a replay into a store
+    /// takes [`Decoder::decode_items`]). Returns the ops decoded.
     pub fn decode(&mut self, payload: &[u8], mut f: impl FnMut(Op)) -> Result<usize, CodecError> {
+        let mut body_ops_buf = std::mem::take(&mut self.body_ops);
+        let res = self.decode_items(payload, |item| match item {
+            Item::Op(op) => {
+                f(op);
+                Ok(1)
+            }
+            Item::Body(body) => {
+                body_ops_buf.clear();
+                body_ops(body, &REPLAY_LIMITS, &mut body_ops_buf)
+                    .map_err(|_| CodecError::Malformed("unreadable remote_write body"))?;
+                let n = body_ops_buf.len();
+                for op in body_ops_buf.drain(..) {
+                    f(op);
+                }
+                Ok(n)
+            }
+        });
+        body_ops_buf.clear();
+        self.body_ops = body_ops_buf;
+        res
+    }
+
+    /// Decodes one record payload, handing each item to `f` in order;
+    /// `f` returns how many ops the item stood for (an error from it ends
+    /// the record). Returns the ops decoded.
+    pub fn decode_items(
+        &mut self,
+        payload: &[u8],
+        mut f: impl FnMut(Item<'_>) -> Result<usize, CodecError>,
+    ) -> Result<usize, CodecError> {
         let mut c = Cursor::new(payload);
         let mut prev = 0i64;
         let mut n_ops = 0;
@@ -277,34 +320,31 @@ impl Decoder {
                     };
                     prev = prev.wrapping_add(c.varint()?);
                     let value = f64::from_bits(c.u64_le()?);
-                    f(Op::Append {
+                    n_ops += f(Item::Op(Op::Append {
                         source,
                         labels,
                         ts_ms: prev,
                         value,
-                    });
-                    n_ops += 1;
+                    }))?;
                 }
                 HEARTBEAT => {
                     let source = self.source_ref(c.uvarint()?)?;
                     prev = prev.wrapping_add(c.varint()?);
                     let tick_ms = u32::try_from(c.uvarint()?)
                         .map_err(|_| CodecError::Malformed("tick out of range"))?;
-                    f(Op::Heartbeat {
+                    n_ops += f(Item::Op(Op::Heartbeat {
                         source,
                         ts_ms: prev,
                         tick_ms,
-                    });
-                    n_ops += 1;
+                    }))?;
                 }
                 RETIRE => {
                     let labels = self.series_ref(c.uvarint()?)?;
                     prev = prev.wrapping_add(c.varint()?);
-                    f(Op::Retire {
+                    n_ops += f(Item::Op(Op::Retire {
                         labels,
                         ts_ms: prev,
-                    });
-                    n_ops += 1;
+                    }))?;
                 }
                 SAMPLES => {
                     let labels = self.series_ref(c.uvarint()?)?;
@@ -318,24 +358,15 @@ impl Decoder {
                         let value = f64::from_bits(c.u64_le()?);
                         samples.push(Sample { ts_ms: prev, value });
                     }
-                    f(Op::Samples { labels, samples });
-                    n_ops += 1;
+                    n_ops += f(Item::Op(Op::Samples { labels, samples }))?;
                 }
                 BODY => {
                     let n = c.len(REPLAY_LIMITS.max_body_bytes)?;
-                    let body = c.bytes(n)?;
-                    self.body_ops.clear();
-                    body_ops(body, &REPLAY_LIMITS, &self.bodies, &mut self.body_ops)
-                        .map_err(|_| CodecError::Malformed("unreadable remote_write body"))?;
-                    for op in self.body_ops.drain(..) {
-                        f(op);
-                        n_ops += 1;
-                    }
+                    n_ops += f(Item::Body(c.bytes(n)?))?;
                 }
                 MAINTAIN => {
                     prev = prev.wrapping_add(c.varint()?);
-                    f(Op::Maintain { now_ms: prev });
-                    n_ops += 1;
+                    n_ops += f(Item::Op(Op::Maintain { now_ms: prev }))?;
                 }
                 _ => return Err(CodecError::Malformed("unknown op kind")),
             }

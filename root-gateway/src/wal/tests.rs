@@ -585,3 +585,45 @@ fn a_torn_body_record_is_cut_and_the_bodies_before_it_recover() {
     let got: Vec<i64> = points(&s, "rw_torn").iter().map(|p| p.0).collect();
     assert_eq!(got, vec![0, 1000, 2000]);
 }
+
+/// A body over one apply slice (64 k samples) is logged once, as it came,
+/// and replays to the same store; so do the bodies around it, with the
+/// series they share found by their bytes on replay as they were live.
+#[test]
+fn a_body_over_one_apply_slice_is_logged_once_and_replays_whole() {
+    use crate::remote_write::receiver::{ReceiverState, ingest};
+    use crate::remote_write::wire::{self, WireLimits};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (s, _) = open(cfg(dir.path()));
+    let st = ReceiverState::new(s.clone(), None, WireLimits::default());
+    let series: Vec<Labels> = (0..90)
+        .map(|i| Labels::metric("rw_big", [("node", format!("n{i}").as_str())]))
+        .collect();
+    let body_of = |from: i64, n: i64| {
+        let samples: Vec<(&Labels, i64, f64)> = series
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| (from..from + n).map(move |t| (l, t * 1000, (i as i64 + t) as f64)))
+            .collect();
+        wire::encode(&wire::request_of(samples)).expect("encode")
+    };
+    // 90 x 800 = 72,000 samples: two slices.
+    let bodies = [body_of(0, 2), body_of(2, 800), body_of(802, 2)];
+    for b in &bodies {
+        ingest(&st, b).expect("stored");
+    }
+    let before = points(&s, "rw_big");
+    assert_eq!(before.len(), 90 * 804);
+    let seg = fs::read(last_segment(dir.path())).expect("segment");
+    assert!(
+        bodies
+            .iter()
+            .all(|b| seg.windows(b.len()).any(|w| w == &b[..])),
+        "every body is in the log as it came"
+    );
+    drop((st, s));
+    let (s, rec) = open(cfg(dir.path()));
+    assert_eq!(rec.ops, 3 * 90, "each body replays as one op per series");
+    assert_eq!(rec.bad_records, 0);
+    assert_eq!(points(&s, "rw_big"), before);
+}
