@@ -304,7 +304,9 @@ impl LinkDecoder {
             };
             for s in &secs {
                 let mut rs = self.open_section(s.source, ts.wrapping_add(s.ts_offset_ms), 0)?;
-                if !s.packed.is_empty() {
+                if s.repeat {
+                    self.apply_repeat(s.packed, s.source, &mut rs)?;
+                } else if !s.packed.is_empty() {
                     self.apply_packed(s.packed, s.source, &mut rs)?;
                 }
                 out.sections.push(rs);
@@ -584,7 +586,12 @@ impl LinkDecoder {
             ts,
             cols.id_deltas.len() + cols.special_ids.len(),
         )?;
-        if !sec.packed.is_empty() {
+        if sec.repeat {
+            if keyframe {
+                return Err(CodecError::Malformed("repeat section in a keyframe".into()));
+            }
+            self.apply_repeat(sec.packed, sec.source, &mut rs)?;
+        } else if !sec.packed.is_empty() {
             self.apply_packed(sec.packed, sec.source, &mut rs)?;
         }
         let mut prev: i64 = -1;
@@ -619,6 +626,46 @@ impl LinkDecoder {
         Ok(rs)
     }
 
+    /// Applies a repeat section of `source` (format 3): the members of its
+    /// previous packed section change again by their last increments. No
+    /// bits to read: O(those members), no model touched. Refused when it
+    /// carries packed bytes, comes before any packed section of its source,
+    /// or names a member that is gone, moved or holds no value.
+    fn apply_repeat(
+        &mut self,
+        packed: &[u8],
+        source: u32,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let bad = |why: &str| CodecError::Malformed(format!("repeat section: {why}"));
+        if !packed.is_empty() {
+            return Err(bad("carries packed bytes"));
+        }
+        let coding = match self.coding.get_mut(&source) {
+            Some(c) if !c.last.is_empty() => c,
+            _ => return Err(bad("no earlier packed section of its source")),
+        };
+        coding.walks = coding.walks.wrapping_add(1);
+        let walk = coding.walks;
+        rs.updates.reserve(coding.last.len());
+        for &id in &coding.last {
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if s.source != source {
+                return Err(bad("a member moved to another source"));
+            }
+            if !s.wire.known {
+                return Err(bad("a member holds no value"));
+            }
+            let w = s.wire.repeat(walk, s.encoding.is_counter());
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+        }
+        Ok(())
+    }
+
     /// Decodes a packed section of `source`: its form, then its changes.
     fn apply_packed(
         &mut self,
@@ -647,6 +694,12 @@ impl LinkDecoder {
             let r = self.apply_dense(&mut d, &walk, rs);
             self.walk = walk;
             r?;
+            // What a repeat of this source changes next (the sparse form
+            // noted it already). `rs` held no update before this section.
+            if let Some(c) = self.coding.get_mut(&source) {
+                c.last.clear();
+                c.last.extend(rs.updates.iter().map(|u| u.0));
+            }
         }
         d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
@@ -759,6 +812,10 @@ impl Sparse<'_> {
                 break;
             }
         }
+        // What a repeat of this source changes next. `rs` held no update
+        // before this section.
+        self.coding.last.clear();
+        self.coding.last.extend(rs.updates.iter().map(|u| u.0));
         Ok(())
     }
 }
