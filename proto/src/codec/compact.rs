@@ -285,5 +285,18 @@ mod tests {
             vec![(5 << 3 | ONE | MODE_COMPACT) as u8, 0, 7 << 1, 1, 2, 3]
         );
         assert_eq!(read(u64::from(out[0]), &out[1..], 5, 1000).expect("one"), f);
+        // A repeat (format 3): the source's low bit, no packed bytes.
+        let f = frame(5, 1000, &[(7, 0, vec![])]);
+        assert!(f.sections[0].repeat);
+        let mut out = Vec::new();
+        write(&f, 1000, &mut out);
+        assert_eq!(
+            out,
+            vec![(5 << 3 | ONE | MODE_COMPACT) as u8, 0, 7 << 1 | 1]
+        );
+        assert_eq!(
+            read(u64::from(out[0]), &out[1..], 5, 1000).expect("repeat"),
+            f
+        );
     }
 }
