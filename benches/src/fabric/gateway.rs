@@ -127,6 +127,10 @@ pub struct GatewayOut {
     pub series: usize,
     /// Payload bytes received in the steady window, per second.
     pub steady_in_bps: f64,
+    /// Records received in the steady window.
+    pub steady_records: u64,
+    /// Of those, records in zstd mode (the payload tag's low bits are 0).
+    pub steady_zstd_records: u64,
 }
 
 /// Runs the gateway over every record routed to it.
@@ -148,6 +152,7 @@ pub fn run_gateway(
     let (lo, hi) = ctx.steady_window();
     let (mut rejected, mut next) = (0u64, 0usize);
     let (mut steady_cpu_ns, mut steady_bytes) = (0u64, 0u64);
+    let (mut steady_records, mut steady_zstd_records) = (0u64, 0u64);
     let (mut first_steady, mut last_steady) = (None, 0i64);
     let start = clock.now_ns();
     let mut mark = start;
@@ -160,7 +165,13 @@ pub fn run_gateway(
             next += 1;
             sink.now_ms = at;
             if at >= lo && at < hi {
-                steady_bytes += inputs[c as usize].recs[r as usize].payload.len() as u64;
+                let payload = &inputs[c as usize].recs[r as usize].payload;
+                steady_bytes += payload.len() as u64;
+                steady_records += 1;
+                // The payload's LEB128 tag: its low 2 bits are the mode.
+                if payload.first().is_some_and(|b| b & 3 == 0) {
+                    steady_zstd_records += 1;
+                }
             }
             if !feed(&mut merger, inputs, c, r, &mut sink)? {
                 rejected += 1;
@@ -191,6 +202,8 @@ pub fn run_gateway(
         accepted: st.updates_accepted,
         series: merger.table().len(),
         steady_in_bps: steady_bytes as f64 * 1000.0 / (hi - lo).max(1) as f64,
+        steady_records,
+        steady_zstd_records,
         sink,
     })
 }

@@ -101,6 +101,11 @@ pub struct GatewayFigures {
     pub samples_per_s: f64,
     /// Record bytes in per second (steady window).
     pub in_bytes_per_s: f64,
+    /// Records in per second (steady window).
+    pub records_per_s: f64,
+    /// Of those, records in zstd mode (a protobuf frame: a keyframe, or a
+    /// delta frame carrying a definition, retirement or column), per second.
+    pub zstd_records_per_s: f64,
     /// CPU of the whole run, s.
     pub total_cpu_s: f64,
     /// Updates accepted over the run.
@@ -315,6 +320,8 @@ pub fn build(
             },
             samples_per_s: steady_samples / steady_s.max(1e-9),
             in_bytes_per_s: gw.steady_in_bps,
+            records_per_s: gw.steady_records as f64 / steady_s.max(1e-9),
+            zstd_records_per_s: gw.steady_zstd_records as f64 / steady_s.max(1e-9),
             total_cpu_s: gw.cpu_ns as f64 / 1e9,
             accepted: gw.accepted,
             duplicates: gw.duplicates,

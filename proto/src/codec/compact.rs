@@ -15,7 +15,8 @@
 //!                    the sequence); then, not through zstd:
 //!       zigzag(ts_delta - previous ts_delta)   LEB128
 //!       number of sections                     LEB128 (absent for one)
-//!       per section: source                    LEB128
+//!       per section: source << 1 | repeat      LEB128 (repeat: format 3,
+//!                                              see `Section.repeat`)
 //!                    zigzag(ts_offset)         LEB128 (absent for one)
 //!                    packed length (not for the last section: it runs
 //!                    to the end of the payload), packed bytes
@@ -64,7 +65,7 @@ pub(crate) fn write(f: &pb::Frame, prev_delta: i64, out: &mut Vec<u8>) {
         put_uvarint(out, f.sections.len() as u64);
     }
     for (i, s) in f.sections.iter().enumerate() {
-        put_uvarint(out, u64::from(s.source));
+        put_uvarint(out, (u64::from(s.source) << 1) | u64::from(s.repeat));
         if !one {
             put_uvarint(out, zigzag(s.ts_offset_ms));
         }
@@ -89,6 +90,8 @@ pub(crate) struct CompactSection<'a> {
     pub(crate) ts_offset_ms: i64,
     /// The range-coded section.
     pub(crate) packed: &'a [u8],
+    /// The section repeats its source's previous changes (format 3).
+    pub(crate) repeat: bool,
 }
 
 /// Parses a compact payload body (after `tag`) into its timestamp delta,
@@ -111,7 +114,8 @@ pub(crate) fn parse<'a>(
     }
     sections.reserve(n as usize);
     for i in 0..n {
-        let source = u32::try_from(r.uvarint()?).map_err(|_| malformed("source id"))?;
+        let head = r.uvarint()?;
+        let source = u32::try_from(head >> 1).map_err(|_| malformed("source id"))?;
         let ts_offset_ms = if one { 0 } else { unzigzag(r.uvarint()?) };
         let len = if i + 1 < n {
             usize::try_from(r.uvarint()?).map_err(|_| malformed("packed length"))?
@@ -127,6 +131,7 @@ pub(crate) fn parse<'a>(
             source,
             ts_offset_ms,
             packed,
+            repeat: head & 1 == 1,
         });
     }
     if !r.buf.is_empty() {
@@ -154,6 +159,7 @@ pub(crate) fn read(
                 source: s.source,
                 ts_offset_ms: s.ts_offset_ms,
                 packed: s.packed.to_vec(),
+                repeat: s.repeat,
                 ..pb::Section::default()
             })
             .collect(),
@@ -200,6 +206,8 @@ mod tests {
                     source: *source,
                     ts_offset_ms: *off,
                     packed: packed.clone(),
+                    // A repeat carries no packed bytes (the encoder's rule).
+                    repeat: packed.is_empty() && source % 3 == 1,
                     ..pb::Section::default()
                 })
                 .collect(),
@@ -274,8 +282,21 @@ mod tests {
         write(&f, 1000, &mut out);
         assert_eq!(
             out,
-            vec![(5 << 3 | ONE | MODE_COMPACT) as u8, 0, 7, 1, 2, 3]
+            vec![(5 << 3 | ONE | MODE_COMPACT) as u8, 0, 7 << 1, 1, 2, 3]
         );
         assert_eq!(read(u64::from(out[0]), &out[1..], 5, 1000).expect("one"), f);
+        // A repeat (format 3): the source's low bit, no packed bytes.
+        let f = frame(5, 1000, &[(7, 0, vec![])]);
+        assert!(f.sections[0].repeat);
+        let mut out = Vec::new();
+        write(&f, 1000, &mut out);
+        assert_eq!(
+            out,
+            vec![(5 << 3 | ONE | MODE_COMPACT) as u8, 0, 7 << 1 | 1]
+        );
+        assert_eq!(
+            read(u64::from(out[0]), &out[1..], 5, 1000).expect("repeat"),
+            f
+        );
     }
 }

@@ -62,6 +62,9 @@ pub struct RxSource {
     pub tick_ms: u32,
     /// Timestamp of the latest section seen for it, ms.
     pub last_ts_ms: i64,
+    /// Its packed-section state, which both ends keep alike (beside the
+    /// source: a section finds both in one lookup, one cache line).
+    coding: SourceCoding,
 }
 
 /// One source's updates at one timestamp, decoded.
@@ -119,8 +122,6 @@ pub struct LinkDecoder {
     sources: HashMap<u32, RxSource, IdHashState>,
     /// Live series ids by source, ascending: the order packed sections walk.
     members: HashMap<u32, BTreeSet<u32>, IdHashState>,
-    /// Per source, the packed-section state both ends keep alike.
-    coding: HashMap<u32, SourceCoding, IdHashState>,
     model: LinkModel,
     raw: Vec<u8>,
     walk: Vec<u32>,
@@ -155,7 +156,6 @@ impl LinkDecoder {
             series: HashMap::default(),
             sources: HashMap::default(),
             members: HashMap::default(),
-            coding: HashMap::default(),
             model: LinkModel::default(),
             raw: Vec::new(),
             walk: Vec::new(),
@@ -304,7 +304,9 @@ impl LinkDecoder {
             };
             for s in &secs {
                 let mut rs = self.open_section(s.source, ts.wrapping_add(s.ts_offset_ms), 0)?;
-                if !s.packed.is_empty() {
+                if s.repeat {
+                    self.apply_repeat(s.packed, s.source, &mut rs)?;
+                } else if !s.packed.is_empty() {
                     self.apply_packed(s.packed, s.source, &mut rs)?;
                 }
                 out.sections.push(rs);
@@ -422,7 +424,6 @@ impl LinkDecoder {
                 .sources
                 .remove(&id)
                 .ok_or(CodecError::UnknownSource { id })?;
-            self.coding.remove(&id);
             out.retired_sources.push((id, s));
         }
         self.last_delta = if self.started { f.ts_delta_ms } else { 0 };
@@ -455,15 +456,24 @@ impl LinkDecoder {
                 max: self.cfg.max_sources,
             });
         }
-        let last = self.sources.get(&s.id).map_or(0, |x| x.last_ts_ms);
-        self.sources.insert(
-            s.id,
-            RxSource {
-                name: s.name,
-                tick_ms: s.tick_ms,
-                last_ts_ms: last,
-            },
-        );
+        // A redefinition keeps the source's latest timestamp and coding.
+        match self.sources.get_mut(&s.id) {
+            Some(x) => {
+                x.name = s.name;
+                x.tick_ms = s.tick_ms;
+            }
+            None => {
+                self.sources.insert(
+                    s.id,
+                    RxSource {
+                        name: s.name,
+                        tick_ms: s.tick_ms,
+                        last_ts_ms: 0,
+                        coding: SourceCoding::default(),
+                    },
+                );
+            }
+        }
         Ok(())
     }
 
@@ -506,7 +516,7 @@ impl LinkDecoder {
             Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
         };
         let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
-        let walks = self.coding.get(&d.source).map_or(0, |c| c.walks);
+        let walks = self.sources.get(&d.source).map_or(0, |c| c.coding.walks);
         if let Some(old) = self.series.get(&id).map(|s| s.source)
             && let Some(m) = self.members.get_mut(&old)
         {
@@ -584,7 +594,12 @@ impl LinkDecoder {
             ts,
             cols.id_deltas.len() + cols.special_ids.len(),
         )?;
-        if !sec.packed.is_empty() {
+        if sec.repeat {
+            if keyframe {
+                return Err(CodecError::Malformed("repeat section in a keyframe".into()));
+            }
+            self.apply_repeat(sec.packed, sec.source, &mut rs)?;
+        } else if !sec.packed.is_empty() {
             self.apply_packed(sec.packed, sec.source, &mut rs)?;
         }
         let mut prev: i64 = -1;
@@ -619,6 +634,47 @@ impl LinkDecoder {
         Ok(rs)
     }
 
+    /// Applies a repeat section of `source` (format 3): the members of its
+    /// previous packed section change again by their last increments. No
+    /// bits to read: O(those members), no model touched. Refused when it
+    /// carries packed bytes, comes before any packed section of its source,
+    /// or names a member that is gone, moved or holds no value.
+    fn apply_repeat(
+        &mut self,
+        packed: &[u8],
+        source: u32,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let bad = |why: &str| CodecError::Malformed(format!("repeat section: {why}"));
+        if !packed.is_empty() {
+            return Err(bad("carries packed bytes"));
+        }
+        let coding = match self.sources.get_mut(&source) {
+            Some(c) if !c.coding.last.is_empty() => &mut c.coding,
+            Some(_) => return Err(bad("no earlier packed section of its source")),
+            None => return Err(CodecError::UnknownSource { id: source }),
+        };
+        coding.walks = coding.walks.wrapping_add(1);
+        let walk = coding.walks;
+        rs.updates.reserve(coding.last.len());
+        for &id in &coding.last {
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if s.source != source {
+                return Err(bad("a member moved to another source"));
+            }
+            if !s.wire.known {
+                return Err(bad("a member holds no value"));
+            }
+            let w = s.wire.repeat(walk, s.encoding.is_counter());
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+        }
+        Ok(())
+    }
+
     /// Decodes a packed section of `source`: its form, then its changes.
     fn apply_packed(
         &mut self,
@@ -627,7 +683,11 @@ impl LinkDecoder {
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let mut d = RangeDecoder::new(packed);
-        let coding = self.coding.entry(source).or_default();
+        let coding = &mut self
+            .sources
+            .get_mut(&source)
+            .ok_or(CodecError::UnknownSource { id: source })?
+            .coding;
         coding.walks = coding.walks.wrapping_add(1);
         self.model.start_section(coding.walks);
         if self.model.get_sparse(&mut d) {
@@ -647,6 +707,12 @@ impl LinkDecoder {
             let r = self.apply_dense(&mut d, &walk, rs);
             self.walk = walk;
             r?;
+            // What a repeat of this source changes next (the sparse form
+            // noted it already). `rs` held no update before this section.
+            if let Some(c) = self.sources.get_mut(&source) {
+                c.coding.last.clear();
+                c.coding.last.extend(rs.updates.iter().map(|u| u.0));
+            }
         }
         d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
@@ -759,6 +825,10 @@ impl Sparse<'_> {
                 break;
             }
         }
+        // What a repeat of this source changes next. `rs` held no update
+        // before this section.
+        self.coding.last.clear();
+        self.coding.last.extend(rs.updates.iter().map(|u| u.0));
         Ok(())
     }
 }

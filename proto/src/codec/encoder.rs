@@ -56,6 +56,8 @@ pub struct LinkEncoder {
     coding: HashMap<u32, SourceCoding, IdHashState>,
     /// Packed sections coded so far, (dense, sparse).
     forms: (u64, u64),
+    /// Repeat sections sent so far (format 3: no range-coded bits).
+    repeats: u64,
     /// Scratch of a delta frame's sections (reused: no allocation per
     /// section): updates sorted by id, those in columns, those packed.
     sorted: Vec<(u32, f64)>,
@@ -101,6 +103,7 @@ impl LinkEncoder {
             labels_sent: Vec::new(),
             coding: HashMap::default(),
             forms: (0, 0),
+            repeats: 0,
             sorted: Vec::new(),
             rest: Vec::new(),
             coded: Vec::new(),
@@ -117,6 +120,13 @@ impl LinkEncoder {
     /// the encoder picked (self-telemetry, tests).
     pub fn packed_forms(&self) -> (u64, u64) {
         self.forms
+    }
+
+    /// Sections this link sent as repeats (the same members as the
+    /// source's previous packed section, each by its last increment):
+    /// self-telemetry, tests.
+    pub fn repeat_sections(&self) -> u64 {
+        self.repeats
     }
 
     /// Sequence number the next frame will carry.
@@ -420,11 +430,31 @@ impl LinkEncoder {
         if coded.is_empty() {
             return Ok(s);
         }
-        let members = self.members.get(&source).map_or(0, Vec::len);
-        let sparse = coded.len() * SPARSE_RATIO <= members;
         let coding = self.coding.entry(source).or_default();
         coding.walks = coding.walks.wrapping_add(1);
         let walk = coding.walks;
+        // Format 3: the members of the source's previous packed section,
+        // each changed by its last increment again (a quiet node's tick
+        // counter), go as a bare repeat: no range-coded bits, and every
+        // receiver applies it without reading a model.
+        let state = &self.state;
+        let repeat = coding.last.len() == coded.len()
+            && coded
+                .iter()
+                .zip(&coding.last)
+                .all(|(&(h, w, _), &l)| h == l && state[h as usize].repeats(w));
+        if repeat {
+            self.repeats += 1;
+            for &(h, _, counter) in coded.iter() {
+                self.state[h as usize].repeat(walk, counter);
+            }
+            s.repeat = true;
+            return Ok(s);
+        }
+        coding.last.clear();
+        coding.last.extend(coded.iter().map(|c| c.0));
+        let members = self.members.get(&source).map_or(0, Vec::len);
+        let sparse = coded.len() * SPARSE_RATIO <= members;
         let buf = self.spare_packed.pop().unwrap_or_default();
         let mut e = RangeEncoder::new(buf);
         self.model.start_section(walk);

@@ -24,6 +24,9 @@
 //!     per change ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )
 //!   specials (NaN, inf, stale) stay in their columns, exact;
 //!   retired: series that ended at the section's ts, after its updates.
+//! Section, repeat (format 3): source | ts offset | repeat flag, no packed
+//!   bytes: the members of the source's previous packed section changed
+//!   again, each by its last increment (a quiet node's tick counter)
 //! A relay may send one source in several sections (several ticks of it);
 //! each is applied in order, so samples and retirements keep their place.
 //! ```
@@ -54,10 +57,12 @@ pub mod zstream;
 #[cfg(test)]
 mod tests;
 
-/// Codec format a keyframe announces (`Frame.format`): 2 since packed
-/// sections may list their changed members sparsely (format 1, unannounced,
-/// flagged every member). A receiver refuses keyframes of another format.
-pub const FORMAT: u32 = 2;
+/// Codec format a keyframe announces (`Frame.format`): 3 since a section
+/// may repeat its source's previous changes with no coded bits
+/// (`Section.repeat`); 2 let packed sections list their changed members
+/// sparsely (format 1, unannounced, flagged every member). A receiver
+/// refuses keyframes of another format.
+pub const FORMAT: u32 = 3;
 
 /// Largest scratch buffer a link keeps between frames. A link's first frame
 /// (every definition) can be hundreds of KiB raw; keeping a buffer that size

@@ -88,12 +88,15 @@ const SPARSE_TREES: usize = 3;
 
 /// Per-source state of packed sections, identical on both ends of a link
 /// (kept while the source lives, across keyframes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SourceCoding {
     /// Packed sections coded so far (wrapping): the walk count.
     pub walks: u32,
     /// First changed id of the latest sparse section (0: none yet).
     pub first: u32,
+    /// Ids whose values the source's latest packed section carried,
+    /// ascending (a repeat section changes exactly these again).
+    pub last: Vec<u32>,
 }
 
 /// Per-series coding state, identical on both ends of a link.
@@ -170,6 +173,29 @@ impl WireState {
             },
             peer.unwrap_or(self.last),
         ]
+    }
+
+    /// True when `w` is what a repeat section gives this series: the value
+    /// held plus its last increment (a counter at its steady rate).
+    #[inline]
+    pub fn repeats(&self, w: i64) -> bool {
+        self.known && w == self.last.wrapping_add(self.inc)
+    }
+
+    /// Applies a repeat section to this series (known) in walk `walk`: it
+    /// changes by its last increment again. No range-coded bits and no
+    /// predictor costs move (both ends skip them alike); the running means
+    /// follow. Returns the new wire value.
+    #[inline]
+    pub fn repeat(&mut self, walk: u32, counter: bool) -> i64 {
+        let w = self.last.wrapping_add(self.inc);
+        if counter {
+            self.mean_inc = running_mean(self.mean_inc, self.inc);
+        }
+        self.mean = running_mean(self.mean, w);
+        self.last = w;
+        self.mark = walk;
+        w
     }
 
     /// The twin this series predicts from, if any.

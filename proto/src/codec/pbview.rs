@@ -36,6 +36,8 @@ pub(crate) struct SectionView<'a> {
     pub(crate) ts_offset_ms: i64,
     /// `Section.packed`.
     pub(crate) packed: &'a [u8],
+    /// `Section.repeat` (codec format 3).
+    pub(crate) repeat: bool,
 }
 
 /// A section's columns, in vectors reused from section to section.
@@ -233,6 +235,11 @@ pub(crate) fn read_section<'a>(
                 s.packed = len_bytes(&mut buf)?;
             }
             8 => repeated(&mut buf, wire, VARINT, &mut cols.retired, uint32)?,
+            9 => {
+                need(wire, VARINT)?;
+                // As prost reads a bool: any non-zero varint is true.
+                s.repeat = varint(&mut buf)? != 0;
+            }
             _ => skip(&mut buf, wire)?,
         }
     }
@@ -254,9 +261,10 @@ mod tests {
             prop::collection::vec((any::<u32>(), any::<u64>()), 0..3),
             prop::collection::vec(any::<u8>(), 0..12),
             prop::collection::vec(any::<u32>(), 0..3),
+            any::<bool>(),
         )
-            .prop_map(
-                |(source, off, cols, specials, packed, retired)| pb::Section {
+            .prop_map(|(source, off, cols, specials, packed, retired, repeat)| {
+                pb::Section {
                     source,
                     ts_offset_ms: off,
                     id_deltas: cols.iter().map(|c| c.0).collect(),
@@ -265,8 +273,9 @@ mod tests {
                     special_bits: specials.iter().map(|c| c.1).collect(),
                     packed,
                     retired,
-                },
-            )
+                    repeat,
+                }
+            })
     }
 
     fn frame() -> impl Strategy<Value = pb::Frame> {
@@ -293,7 +302,7 @@ mod tests {
                             tick_ms: 1000,
                         })
                         .collect(),
-                    format: 2,
+                    format: super::super::FORMAT,
                     ..pb::Frame::default()
                 },
             )
@@ -312,6 +321,7 @@ mod tests {
             special_bits: cols.special_bits,
             packed: v.packed.to_vec(),
             retired: cols.retired,
+            repeat: v.repeat,
         })
     }
 

@@ -6,6 +6,7 @@ use super::*;
 use crate::model::{Labels, MetricKind, stale_nan};
 
 mod keys;
+mod repeat;
 mod sparse;
 
 /// A sender plus one link, and a receiver, wired back to back.
