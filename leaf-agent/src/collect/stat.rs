@@ -55,8 +55,14 @@ pub fn parse_stat(text: &str) -> Result<ProcStat, LeafError> {
         let Some(key) = it.next() else { continue };
         match key {
             "cpu" => {
-                let cols: Vec<&str> = it.collect();
-                if cols.len() < 4 {
+                let mut cols = [""; 8];
+                let count = it.fold(0, |i, c| {
+                    if let Some(slot) = cols.get_mut(i) {
+                        *slot = c;
+                    }
+                    i + 1
+                });
+                if count < 4 {
                     return Err(LeafError::parse(
                         FORMAT,
                         n,
@@ -64,7 +70,7 @@ pub fn parse_stat(text: &str) -> Result<ProcStat, LeafError> {
                     ));
                 }
                 for (i, (slot, mode)) in st.cpu_ticks.iter_mut().zip(CPU_MODES).enumerate() {
-                    *slot = match cols.get(i) {
+                    *slot = match cols.get(i).filter(|_| i < count) {
                         Some(c) => field(FORMAT, n, mode, Some(c))?,
                         None => 0,
                     };
