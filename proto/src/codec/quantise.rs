@@ -383,6 +383,37 @@ impl Quantiser {
     /// `None` when the held value still satisfies the bound (nothing to send).
     #[inline]
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
+        // The two common cases inline (a leaf observes every series every
+        // tick): an integer counter, and a gauge within its deadband.
+        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
+            let w = v as i64;
+            if w as f64 == v {
+                let q = w as f64;
+                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
+                    return None;
+                }
+                self.held = Some(q);
+                return Some(Emit {
+                    value: q,
+                    redefined: false,
+                });
+            }
+        }
+        if !self.encoding.is_counter()
+            && let Some(h) = self.held
+            && h.is_finite()
+            && v.is_finite()
+            && (v - h).abs() <= self.epsilon * v.abs()
+        {
+            return None;
+        }
+        self.observe_general(v)
+    }
+
+    /// [`Quantiser::observe`] for every case: out of line, so the common
+    /// cases above stay small where they are inlined.
+    #[inline(never)]
+    fn observe_general(&mut self, v: f64) -> Option<Emit> {
         if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
             // The common counter, in one step: what the general path below
             // does for an integer below 2^52 (its wire value is exact, the
