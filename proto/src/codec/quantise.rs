@@ -75,7 +75,22 @@ impl Encoding {
     ///
     /// For a value already on this encoding's grid the result is exact, so a
     /// relay can decode and re-encode without drifting.
+    #[inline]
     pub fn to_wire(self, v: f64) -> Option<i64> {
+        match self {
+            // The common case (an encoder asks it of every changed integer
+            // counter), inline; `is_integral` is false for NaN and the
+            // infinities.
+            Encoding::GaugeInt | Encoding::CounterInt => {
+                (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
+            }
+            _ => self.to_wire_grid(v),
+        }
+    }
+
+    /// [`Encoding::to_wire`] of the grid encodings, out of line.
+    #[inline(never)]
+    fn to_wire_grid(self, v: f64) -> Option<i64> {
         if !v.is_finite() {
             return None;
         }
