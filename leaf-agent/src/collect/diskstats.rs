@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field, split_cols};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/diskstats";
@@ -40,18 +40,20 @@ pub fn parse_diskstats(text: &str) -> Result<Vec<DiskStats>, LeafError> {
     let mut disks = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
-        let cols: Vec<&str> = line.split_ascii_whitespace().collect();
-        if cols.is_empty() {
+        let mut cols = [""; 13];
+        let count = split_cols(line, &mut cols);
+        if count == 0 {
             continue;
         }
-        if cols.len() < 10 {
+        if count < 10 {
             return Err(LeafError::parse(
                 FORMAT,
                 n,
-                format!("{} columns, want at least 10", cols.len()),
+                format!("{count} columns, want at least 10"),
             ));
         }
-        let col = |i: usize, what: &str| field::<u64>(FORMAT, n, what, cols.get(i).copied());
+        let col =
+            |i: usize, what: &str| field::<u64>(FORMAT, n, what, (i < count).then(|| cols[i]));
         col(0, "major")?;
         col(1, "minor")?;
         disks.push(DiskStats {
@@ -60,7 +62,7 @@ pub fn parse_diskstats(text: &str) -> Result<Vec<DiskStats>, LeafError> {
             sectors_read: col(5, "sectors read")?,
             writes_completed: col(7, "writes completed")?,
             sectors_written: col(9, "sectors written")?,
-            io_time_ms: cols.get(12).map(|_| col(12, "io time")).transpose()?,
+            io_time_ms: (count > 12).then(|| col(12, "io time")).transpose()?,
         });
     }
     Ok(disks)

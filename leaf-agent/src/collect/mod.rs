@@ -287,6 +287,20 @@ pub(crate) fn read_text(path: &Path) -> Result<String, LeafError> {
     std::fs::read_to_string(path).map_err(|e| LeafError::io(path, e))
 }
 
+/// Splits `line` at ASCII whitespace into `cols` (the first `N` columns)
+/// and returns how many columns the line has (possibly more than `N`): the
+/// per-line column split of the `/proc` parsers without a `Vec` per line.
+pub(crate) fn split_cols<'a, const N: usize>(line: &'a str, cols: &mut [&'a str; N]) -> usize {
+    let mut n = 0;
+    for c in line.split_ascii_whitespace() {
+        if let Some(slot) = cols.get_mut(n) {
+            *slot = c;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// Parses one whitespace-separated field as a number, with a precise error.
 pub(crate) fn field<T: FromStr>(
     format: &'static str,

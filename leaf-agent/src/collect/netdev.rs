@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::hot_file::HotFile;
-use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
+use super::{Collector, Emit, Observation, SeriesCache, Sink, field, split_cols};
 use crate::error::LeafError;
 
 const FORMAT: &str = "/proc/net/dev";
@@ -46,12 +46,13 @@ pub fn parse_net_dev(text: &str) -> Result<Vec<NetDevStats>, LeafError> {
                 "no ':' after the interface name",
             ));
         };
-        let cols: Vec<&str> = rest.split_ascii_whitespace().collect();
-        if cols.len() < 10 {
+        let mut cols = [""; 10];
+        let count = split_cols(rest, &mut cols);
+        if count < 10 {
             return Err(LeafError::parse(
                 FORMAT,
                 n,
-                format!("{} columns, want at least 10", cols.len()),
+                format!("{count} columns, want at least 10"),
             ));
         }
         let col = |i: usize, what: &str| field::<u64>(FORMAT, n, what, cols.get(i).copied());

@@ -75,7 +75,22 @@ impl Encoding {
     ///
     /// For a value already on this encoding's grid the result is exact, so a
     /// relay can decode and re-encode without drifting.
+    #[inline]
     pub fn to_wire(self, v: f64) -> Option<i64> {
+        match self {
+            // The common case (an encoder asks it of every changed integer
+            // counter), inline; `is_integral` is false for NaN and the
+            // infinities.
+            Encoding::GaugeInt | Encoding::CounterInt => {
+                (is_integral(v) && v.abs() <= MAX_EXACT).then_some(v as i64)
+            }
+            _ => self.to_wire_grid(v),
+        }
+    }
+
+    /// [`Encoding::to_wire`] of the grid encodings, out of line.
+    #[inline(never)]
+    fn to_wire_grid(self, v: f64) -> Option<i64> {
         if !v.is_finite() {
             return None;
         }
@@ -383,6 +398,37 @@ impl Quantiser {
     /// `None` when the held value still satisfies the bound (nothing to send).
     #[inline]
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
+        // The two common cases inline (a leaf observes every series every
+        // tick): an integer counter, and a gauge within its deadband.
+        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
+            let w = v as i64;
+            if w as f64 == v {
+                let q = w as f64;
+                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
+                    return None;
+                }
+                self.held = Some(q);
+                return Some(Emit {
+                    value: q,
+                    redefined: false,
+                });
+            }
+        }
+        if !self.encoding.is_counter()
+            && let Some(h) = self.held
+            && h.is_finite()
+            && v.is_finite()
+            && (v - h).abs() <= self.epsilon * v.abs()
+        {
+            return None;
+        }
+        self.observe_general(v)
+    }
+
+    /// [`Quantiser::observe`] for every case: out of line, so the common
+    /// cases above stay small where they are inlined.
+    #[inline(never)]
+    fn observe_general(&mut self, v: f64) -> Option<Emit> {
         if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
             // The common counter, in one step: what the general path below
             // does for an integer below 2^52 (its wire value is exact, the

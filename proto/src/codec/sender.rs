@@ -17,7 +17,7 @@ use rustc_hash::FxHasher;
 
 use crate::model::{Labels, MetricKind};
 
-use super::quantise::{Bounds, Quantiser};
+use super::quantise::{Bounds, Encoding, Quantiser};
 use super::table::{ChangeSection, Changeset, SeriesEntry, SeriesTable};
 
 /// Per-metric error bounds: a default and overrides by metric name.
@@ -45,6 +45,22 @@ pub struct SeriesKey {
     generation: u32,
 }
 
+/// What every observation of one handle touches, kept together: one
+/// dense array instead of three (the generation, the tick last seen, the
+/// quantiser), so a tick over 2,000 series walks one run of memory.
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    /// Bumped each time the handle is given to a new series.
+    key_gen: u32,
+    /// The tick generation (low 32 bits) in which the series was last
+    /// observed: equal to the current one's only if observed in this tick
+    /// (a handle unobserved for 2^32 ticks was retired long before).
+    seen: u32,
+    /// The series' quantiser while the handle is live (set in `observe`,
+    /// cleared when `finish_tick` retires it).
+    quant: Option<Quantiser>,
+}
+
 /// Turns observations into changesets against a [`SeriesTable`].
 #[derive(Debug, Default)]
 pub struct Sender {
@@ -53,11 +69,10 @@ pub struct Sender {
     /// Labels -> handle. Fx rather than SipHash: the keys come from this
     /// node's own collectors, not from the network.
     index: HashMap<Labels, u32, BuildHasherDefault<FxHasher>>,
-    quant: Vec<Option<Quantiser>>,
-    /// Per handle: bumped each time the handle is given to a new series.
-    gens: Vec<u32>,
-    seen: Vec<u64>,
-    generation: u64,
+    /// Per handle.
+    slots: Vec<Slot>,
+    /// The tick generation (see [`Slot::seen`]).
+    generation: u32,
     /// Distinct live series observed in this tick: when it is every live
     /// series, nothing can be retired and `finish_tick` skips its scan.
     seen_now: usize,
@@ -97,7 +112,7 @@ impl Sender {
 
     /// Starts a tick at `ts_ms`. Any previous tick must have been finished.
     pub fn begin_tick(&mut self, ts_ms: i64) {
-        self.generation += 1;
+        self.generation = self.generation.wrapping_add(1);
         self.seen_now = 0;
         // Reuse the previous tick's vectors (and each section's) instead of
         // allocating them again every tick.
@@ -148,13 +163,14 @@ impl Sender {
                     value: f64::NAN,
                 });
                 let i = h as usize;
-                if self.quant.len() <= i {
-                    self.quant.resize(i + 1, None);
-                    self.seen.resize(i + 1, 0);
-                    self.gens.resize(i + 1, 0);
+                if self.slots.len() <= i {
+                    self.slots.resize(i + 1, Slot::default());
                 }
-                self.quant[i] = Some(q);
-                self.gens[i] = self.gens[i].wrapping_add(1);
+                let slot = &mut self.slots[i];
+                slot.quant = Some(q);
+                slot.key_gen = slot.key_gen.wrapping_add(1);
+                // Not seen in this tick yet (`update` counts it).
+                slot.seen = self.generation.wrapping_sub(1);
                 self.index.insert(labels.clone(), h);
                 self.cs.defs.push(h);
                 h
@@ -163,7 +179,7 @@ impl Sender {
         self.update(h, src, value);
         SeriesKey {
             handle: h,
-            generation: self.gens[h as usize],
+            generation: self.slots[h as usize].key_gen,
         }
     }
 
@@ -171,40 +187,44 @@ impl Sender {
     /// [`Sender::observe`]) without hashing its labels. False when the key
     /// no longer names a live series (it was retired, e.g. after a tick
     /// without it): then observe by labels again.
+    #[inline]
     pub fn observe_key(&mut self, key: SeriesKey, value: f64) -> bool {
-        let i = key.handle as usize;
+        let h = key.handle;
+        let generation = self.generation;
         // A handle has a quantiser exactly while its series is in the
         // table (both are set in `observe` and cleared in `finish_tick`).
-        if self.gens.get(i) != Some(&key.generation)
-            || self.quant.get(i).is_none_or(Option::is_none)
-        {
+        let Some(slot) = self.slots.get_mut(h as usize) else {
+            return false;
+        };
+        if slot.key_gen != key.generation {
             return false;
         }
-        self.update_live(key.handle, value);
+        let Some(q) = slot.quant.as_mut() else {
+            return false;
+        };
+        if slot.seen != generation {
+            slot.seen = generation;
+            self.seen_now += 1;
+        }
+        // The source is looked up only when the value changed (most
+        // observations change nothing).
+        if let Some(e) = q.observe(value) {
+            let encoding = q.encoding();
+            self.apply_change(h, e, encoding);
+        }
         true
     }
 
-    /// [`Sender::update`] for a live handle, its source looked up only
-    /// when the value changed (most observations change nothing).
-    fn update_live(&mut self, h: u32, value: f64) {
-        let i = h as usize;
-        if self.seen[i] != self.generation {
-            self.seen[i] = self.generation;
-            self.seen_now += 1;
-        }
-        let Some(q) = self.quant[i].as_mut() else {
-            return;
+    /// Writes an emitted change of live handle `h` to its table entry and
+    /// the tick's changeset.
+    fn apply_change(&mut self, h: u32, e: super::quantise::Emit, encoding: Encoding) {
+        let Some(entry) = self.table.get_mut(h) else {
+            return; // invariant: a handle with a quantiser is live
         };
-        if let Some(e) = q.observe(value) {
-            let encoding = q.encoding();
-            let Some(entry) = self.table.get_mut(h) else {
-                return; // invariant: a handle with a quantiser is live
-            };
-            entry.value = e.value;
-            entry.encoding = encoding;
-            let src = entry.source;
-            self.record_change(h, src, e);
-        }
+        entry.value = e.value;
+        entry.encoding = encoding;
+        let src = entry.source;
+        self.record_change(h, src, e);
     }
 
     /// Puts an emitted change of series `h` (of source `src`) in the tick's
@@ -221,12 +241,15 @@ impl Sender {
     /// Quantises `value` for live handle `h` of source `src` and records
     /// the change, if any, in the tick's section of `src`.
     fn update(&mut self, h: u32, src: u32, value: f64) {
-        let i = h as usize;
-        if self.seen[i] != self.generation {
-            self.seen[i] = self.generation;
+        let generation = self.generation;
+        let Some(slot) = self.slots.get_mut(h as usize) else {
+            return; // invariant: every indexed handle has a slot
+        };
+        if slot.seen != generation {
+            slot.seen = generation;
             self.seen_now += 1;
         }
-        let Some(q) = self.quant[i].as_mut() else {
+        let Some(q) = slot.quant.as_mut() else {
             return; // invariant: every indexed handle has a quantiser
         };
         if let Some(e) = q.observe(value) {
@@ -254,7 +277,8 @@ impl Sender {
                 self.table
                     .iter()
                     .filter(|(h, s)| {
-                        self.ticked.contains(&s.source) && self.seen[*h as usize] != generation
+                        self.ticked.contains(&s.source)
+                            && self.slots.get(*h as usize).map(|s| s.seen) != Some(generation)
                     })
                     .map(|(h, _)| h),
             );
@@ -262,7 +286,9 @@ impl Sender {
         for &h in &gone {
             if let Some(e) = self.table.remove(h) {
                 self.index.remove(&e.labels);
-                self.quant[h as usize] = None;
+                if let Some(slot) = self.slots.get_mut(h as usize) {
+                    slot.quant = None;
+                }
                 // The source ticked, so its section exists: the series
                 // ended at this tick.
                 if let Some(sec) = self.cs.sections.iter_mut().find(|s| s.source == e.source) {
