@@ -1,0 +1,326 @@
+//! Applying one section of a frame: a source's columns from a keyframe, a
+//! packed delta section (dense flags or sparse gaps, range-coded), or a
+//! repeat section (codec format 3: every last changed member again by its
+//! last increment, no coded bits).
+
+use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
+use super::super::pbview::SectionView;
+use super::super::rangecoder::RangeDecoder;
+use super::*;
+
+impl LinkDecoder {
+    /// A section of `source` at `ts`, with room for `updates` (the source
+    /// must be known; its latest timestamp moves up to `ts`).
+    pub(super) fn open_section(
+        &mut self,
+        source: u32,
+        ts: i64,
+        updates: usize,
+    ) -> Result<RxSection, CodecError> {
+        let src = self
+            .sources
+            .get_mut(&source)
+            .ok_or(CodecError::UnknownSource { id: source })?;
+        src.last_ts_ms = src.last_ts_ms.max(ts);
+        let mut v = self.spare.pop().unwrap_or_default();
+        v.reserve(updates);
+        Ok(RxSection {
+            source,
+            ts_ms: ts,
+            updates: v,
+            retired: Vec::new(),
+        })
+    }
+
+    /// Reads and applies one section's protobuf bytes.
+    pub(super) fn apply_section(
+        &mut self,
+        bytes: &[u8],
+        frame_ts: i64,
+        keyframe: bool,
+    ) -> Result<RxSection, CodecError> {
+        let mut cols = std::mem::take(&mut self.cols);
+        let r = pbview::read_section(bytes, &mut cols)
+            .and_then(|sec| self.apply_section_cols(sec, &cols, frame_ts, keyframe));
+        self.cols = cols;
+        r
+    }
+
+    pub(super) fn apply_section_cols(
+        &mut self,
+        sec: SectionView<'_>,
+        cols: &Columns,
+        frame_ts: i64,
+        keyframe: bool,
+    ) -> Result<RxSection, CodecError> {
+        if cols.id_deltas.len() != cols.value_deltas.len()
+            || cols.special_ids.len() != cols.special_bits.len()
+        {
+            return Err(CodecError::Malformed(
+                "section column lengths differ".into(),
+            ));
+        }
+        let ts = frame_ts.wrapping_add(sec.ts_offset_ms);
+        let mut rs = self.open_section(
+            sec.source,
+            ts,
+            cols.id_deltas.len() + cols.special_ids.len(),
+        )?;
+        if sec.repeat {
+            if keyframe {
+                return Err(CodecError::Malformed("repeat section in a keyframe".into()));
+            }
+            self.apply_repeat(sec.packed, sec.source, &mut rs)?;
+        } else if !sec.packed.is_empty() {
+            self.apply_packed(sec.packed, sec.source, &mut rs)?;
+        }
+        let mut prev: i64 = -1;
+        for (gap, d) in cols.id_deltas.iter().zip(&cols.value_deltas) {
+            let id64 = prev + 1 + i64::from(*gap);
+            let id = u32::try_from(id64)
+                .map_err(|_| CodecError::Malformed("series id out of range".into()))?;
+            prev = id64;
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            let w = s.wire.apply_column(*d, s.encoding.is_counter(), keyframe);
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+        }
+        for (id, bits) in cols.special_ids.iter().zip(&cols.special_bits) {
+            let s = self
+                .series
+                .get_mut(id)
+                .ok_or(CodecError::UnknownSeries { id: *id })?;
+            s.wire.known = false;
+            s.value = f64::from_bits(*bits);
+            rs.updates.push((*id, s.value));
+        }
+        for &id in &cols.retired {
+            let s = self
+                .remove_series(id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            rs.retired.push((id, s));
+        }
+        Ok(rs)
+    }
+
+    /// Applies a repeat section of `source` (format 3): the members of its
+    /// previous packed section change again by their last increments. No
+    /// bits to read: O(those members), no model touched. Refused when it
+    /// carries packed bytes, comes before any packed section of its source,
+    /// or names a member that is gone, moved or holds no value.
+    pub(super) fn apply_repeat(
+        &mut self,
+        packed: &[u8],
+        source: u32,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let bad = |why: &str| CodecError::Malformed(format!("repeat section: {why}"));
+        if !packed.is_empty() {
+            return Err(bad("carries packed bytes"));
+        }
+        let coding = match self.sources.get_mut(&source) {
+            Some(c) if !c.coding.last.is_empty() => &mut c.coding,
+            Some(_) => return Err(bad("no earlier packed section of its source")),
+            None => return Err(CodecError::UnknownSource { id: source }),
+        };
+        coding.walks = coding.walks.wrapping_add(1);
+        let walk = coding.walks;
+        rs.updates.reserve(coding.last.len());
+        for &id in &coding.last {
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if s.source != source {
+                return Err(bad("a member moved to another source"));
+            }
+            if !s.wire.known {
+                return Err(bad("a member holds no value"));
+            }
+            let w = s.wire.repeat(walk, s.encoding.is_counter());
+            s.value = s.encoding.from_wire(w);
+            rs.updates.push((id, s.value));
+        }
+        Ok(())
+    }
+
+    /// Decodes a packed section of `source`: its form, then its changes.
+    pub(super) fn apply_packed(
+        &mut self,
+        packed: &[u8],
+        source: u32,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let mut d = RangeDecoder::new(packed);
+        let coding = &mut self
+            .sources
+            .get_mut(&source)
+            .ok_or(CodecError::UnknownSource { id: source })?
+            .coding;
+        coding.walks = coding.walks.wrapping_add(1);
+        self.model.start_section(coding.walks);
+        if self.model.get_sparse(&mut d) {
+            let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
+            let mut sp = Sparse {
+                model: &mut self.model,
+                series: &mut self.series,
+                coding,
+            };
+            sp.apply(&mut d, source, members, rs)?;
+        } else {
+            let mut walk = std::mem::take(&mut self.walk);
+            walk.clear();
+            if let Some(m) = self.members.get(&source) {
+                walk.extend(m.iter().copied());
+            }
+            let r = self.apply_dense(&mut d, &walk, rs);
+            self.walk = walk;
+            r?;
+            // What a repeat of this source changes next (the sparse form
+            // noted it already). `rs` held no update before this section.
+            if let Some(c) = self.sources.get_mut(&source) {
+                c.coding.last.clear();
+                c.coding.last.extend(rs.updates.iter().map(|u| u.0));
+            }
+        }
+        d.finish().map_err(|why| CodecError::Malformed(why.into()))
+    }
+
+    /// The twin of series `id`, as [`WireState::as_peer`] sees it.
+    pub(super) fn peer(&self, id: u32) -> Option<(i64, bool)> {
+        self.series
+            .get(&id)
+            .and_then(|s| s.wire.twin())
+            .and_then(|t| self.series.get(&t))
+            .and_then(|t| t.wire.as_peer(self.model.walk()))
+    }
+
+    /// A dense packed section: a flag for every series of the `walk`.
+    pub(super) fn apply_dense(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        walk: &[u32],
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        for &id in walk {
+            let peer = self.peer(id);
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
+                read_value(&mut self.model, d, id, s, peer, rs)?;
+            }
+            if d.overrun() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A sparse packed section being read: the decoder's parts it touches,
+/// borrowed apart so the source's coding state is looked up once per
+/// section and a changed member once (twice when it has a twin).
+struct Sparse<'a> {
+    model: &'a mut LinkModel,
+    series: &'a mut HashMap<u32, RxSeries, IdHashState>,
+    coding: &'a mut SourceCoding,
+}
+
+impl Sparse<'_> {
+    /// The changed members' ids and values only, O(changes). The ids must
+    /// be live series of `source`, strictly ascending (the gaps cannot say
+    /// otherwise), at most `members`, as many as it has.
+    fn apply(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        source: u32,
+        members: u64,
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        let bad = |why: &str| CodecError::Malformed(format!("sparse section: {why}"));
+        let k = self
+            .model
+            .get_sparse_u(d, SPARSE_COUNT)
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| bad("bad count"))?;
+        if k > members {
+            return Err(bad("lists more members than its source has"));
+        }
+        let first = self
+            .model
+            .get_sparse_u(d, SPARSE_FIRST)
+            .ok_or_else(|| bad("bad first id"))?;
+        let id = i64::from(self.coding.first) + unzigzag(first);
+        let mut id = u32::try_from(id).map_err(|_| bad("id out of range"))?;
+        self.coding.first = id;
+        let walk = self.model.walk();
+        for i in 0..k {
+            if i > 0 {
+                let gap = self
+                    .model
+                    .get_sparse_u(d, SPARSE_GAP)
+                    .ok_or_else(|| bad("bad id gap"))?;
+                id = u64::from(id)
+                    .checked_add(gap)
+                    .and_then(|x| x.checked_add(1))
+                    .and_then(|x| u32::try_from(x).ok())
+                    .ok_or_else(|| bad("id out of range"))?;
+            }
+            let s = self
+                .series
+                .get_mut(&id)
+                .ok_or(CodecError::UnknownSeries { id })?;
+            if s.source != source {
+                return Err(bad("id of another source"));
+            }
+            match s.wire.twin() {
+                None => {
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, None, rs)?;
+                }
+                Some(t) => {
+                    let peer = self.series.get(&t).and_then(|t| t.wire.as_peer(walk));
+                    let s = self
+                        .series
+                        .get_mut(&id)
+                        .ok_or(CodecError::UnknownSeries { id })?;
+                    self.model.mark_changed(&mut s.wire);
+                    read_value(self.model, d, id, s, peer, rs)?;
+                }
+            }
+            if d.overrun() {
+                break;
+            }
+        }
+        // What a repeat of this source changes next. `rs` held no update
+        // before this section.
+        self.coding.last.clear();
+        self.coding.last.extend(rs.updates.iter().map(|u| u.0));
+        Ok(())
+    }
+}
+
+/// Reads changed series `id`'s value (its twin `peer` as
+/// [`LinkDecoder::peer`] gives it) into `s` and the section's updates: the
+/// same for a dense and a sparse section.
+fn read_value(
+    model: &mut LinkModel,
+    d: &mut RangeDecoder<'_>,
+    id: u32,
+    s: &mut RxSeries,
+    peer: Option<(i64, bool)>,
+    rs: &mut RxSection,
+) -> Result<(), CodecError> {
+    let counter = s.encoding.is_counter();
+    let w = model
+        .get_value(d, (id, &mut s.wire), counter, peer.map(|p| p.0))
+        .ok_or_else(|| CodecError::Malformed("bad packed value length".into()))?;
+    s.value = s.encoding.from_wire(w);
+    rs.updates.push((id, s.value));
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! Snapshots: round trips, cuts that share sealed chunks, upgrades from
+//! the v1, v2 and v3 formats (fixtures under `tests/data/`), damaged v4
+//! records.
+
+#![allow(clippy::unwrap_used)]
+
+use super::tests::{m, pts};
+use super::*;
+use crate::store::{Appender, Querier};
+
+#[test]
+fn snapshot_round_trip_keeps_every_answer() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("cpu", [("node", "n1")]);
+    let x = Labels::metric("job_cpu", [("job_id", "7")]);
+    for t in 0..=20 {
+        let ts = t * 1000;
+        s.append(Some("n1"), &l, ts, if t < 8 { 1.0 } else { 2.0 })
+            .unwrap();
+        s.heartbeat("n1", ts, 1000);
+        s.append(None, &x, ts, t as f64).unwrap();
+    }
+    s.retire(&x, 20_500);
+    s.maintain(30_000);
+    let mut bytes = Vec::new();
+    let n = s.write_snapshot(&mut bytes).unwrap();
+    assert_eq!(n as usize, bytes.len());
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    for name in ["cpu", "job_cpu", "up"] {
+        let a = pts(&s, name, 0, 60_000);
+        assert!(!a.is_empty(), "{name}");
+        let b = pts(&r, name, 0, 60_000);
+        assert_eq!(
+            a.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+            b.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+            "{name}"
+        );
+    }
+    assert_eq!(s.stats(), r.stats());
+    // The rebuilt store keeps accepting data, with its indexes intact.
+    let mut r = r;
+    r.append(Some("n1"), &l, 21_000, 3.0).unwrap();
+    assert_eq!(pts(&r, "cpu", 21_000, 21_000), vec![(21_000, 3.0)]);
+    // Every truncation of the stream is an error, never a panic.
+    for cut in [0, 5, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+}
+
+/// A metric name, whether it has a source, and its samples.
+type V1Series = (&'static str, bool, Vec<(i64, f64)>);
+
+/// The samples of `tests/data/snapshot_v1.bin`, as `gen_snapshot_v1.rs`
+/// (next to it) generated them: (metric, has a source, samples).
+fn v1_series() -> Vec<V1Series> {
+    let counter = (0..300i64)
+        .map(|i| {
+            let ts = i * 1000 + (i % 3) + if i >= 200 { 5_000 } else { 0 };
+            (ts, (i * 40_960 + i % 7) as f64)
+        })
+        .collect();
+    let odd = [
+        1.5,
+        f64::NAN,
+        -0.0,
+        0.0,
+        1e300,
+        f64::from_bits(0x7ff0_0000_0000_0002),
+        f64::INFINITY,
+        -3.0,
+        9e15,
+        -9e15,
+        0.1 + 0.2,
+        f64::MIN_POSITIVE,
+    ];
+    let mixed = (0..60i64)
+        .map(|i| {
+            let v = match i {
+                0..12 => odd[i as usize],
+                12..36 => i as f64 * 0.01,
+                _ => (i as f64).sqrt(),
+            };
+            (1_000 + i * 500, v)
+        })
+        .collect();
+    let steady = (0..10i64).map(|i| (i * 1000, 5.0)).collect();
+    vec![
+        ("v1_counter", true, counter),
+        ("v1_mixed", false, mixed),
+        ("v1_steady", false, steady),
+    ]
+}
+
+#[test]
+fn upgrade_reads_v1_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v1.bin");
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    assert_eq!(s.now_ms(), 310_000);
+    let st = s.stats();
+    assert_eq!(
+        (st.rejected_series, st.out_of_order, st.sources_died),
+        (2, 3, 1)
+    );
+    // Converted chunks keep the v1 chunk boundaries (240 samples).
+    assert_series(&s, &v1_series());
+    // A series without a source answers queries with its samples as stored.
+    let p = pts(&s, "v1_steady", 0, 9_000);
+    assert_eq!(p.len(), 10);
+    assert!(p.iter().all(|x| x.1 == 5.0));
+    // The loaded store keeps accepting data and writes a v4 snapshot that
+    // reads back the same.
+    let mut s = s;
+    let l = Labels::metric("v1_steady", [("node", "n1")]);
+    s.append(None, &l, 10_000, 6.0).unwrap();
+    let mut v2 = Vec::new();
+    s.write_snapshot(&mut v2).unwrap();
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
+    assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
+    // Every truncation of the v1 stream is an error, never a panic.
+    for cut in [20, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+}
+#[test]
+fn snapshot_cut_shares_sealed_chunks_only_and_reads_back_whole() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    // a: sealed + open; b: exactly one full chunk; c: one open chunk;
+    // d: a change-only series of a source.
+    let sizes = [
+        ("a", 300usize),
+        ("b", crate::store::chunk::CHUNK_SAMPLES),
+        ("c", 5),
+    ];
+    for (name, n) in sizes {
+        let l = Labels::metric("cut", [("s", name)]);
+        for k in 0..n as i64 {
+            s.append(None, &l, k * 1000, (k * k) as f64 * 0.5).unwrap();
+        }
+    }
+    let d = Labels::metric("cut", [("s", "d")]);
+    for t in 0..20i64 {
+        s.append(Some("n1"), &d, t * 1000, (t / 4) as f64).unwrap();
+        s.heartbeat("n1", t * 1000, 1000);
+    }
+    let cut = s.snapshot_cut();
+    // The cut shares the sealed buffers (only `a` has one); the open
+    // chunks live in the entries, copied into the cut's flat buffer.
+    for e in s.entries.iter().flatten() {
+        let want = if e.sealed.is_empty() { 0 } else { 2 };
+        assert_eq!(e.sealed.holders(), want);
+    }
+    let mut bytes = Vec::new();
+    cut.write(&mut bytes).unwrap();
+    let mut direct = Vec::new();
+    s.write_snapshot(&mut direct).unwrap();
+    assert_eq!(bytes, direct);
+    // Later appends change neither the cut nor what it reads back as,
+    // also one that seals `b`'s full chunk.
+    for k in 300..310 {
+        s.append(None, &Labels::metric("cut", [("s", "a")]), k * 1000, 1.0)
+            .unwrap();
+    }
+    let all = |st: &LiveStore| st.select(&m("cut"), 0, 299_000, 100).unwrap();
+    let want = all(&s);
+    s.append(None, &Labels::metric("cut", [("s", "b")]), 240_000, 1.0)
+        .unwrap();
+    assert_eq!(
+        s.entries
+            .iter()
+            .flatten()
+            .filter(|e| !e.sealed.is_empty())
+            .count(),
+        2
+    );
+    let mut again = Vec::new();
+    cut.write(&mut again).unwrap();
+    assert_eq!(again, bytes);
+    let back = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    let got = all(&back);
+    assert_eq!(got.len(), 4);
+    assert_eq!(got, want);
+}
+
+/// The samples of `tests/data/snapshot_v2.bin`: those of `snapshot_v1.bin`
+/// plus `v2_cpu` (a sum of ms-rounded increments, drifting a few ulps off
+/// its decimals), as `LiveStore::write_snapshot` wrote them at commit
+/// 1c63ebd (v2 chunks) after loading `snapshot_v1.bin` and appending them.
+fn v2_series() -> Vec<V1Series> {
+    let mut all = v1_series();
+    let mut v = 0.0f64;
+    let cpu = (0..260i64)
+        .map(|i| {
+            v += ((i * 7919) % 3000 + 9000) as f64 / 1e3;
+            (400_000 + i * 15_000, v)
+        })
+        .collect();
+    all.push(("v2_cpu", false, cpu));
+    all
+}
+
+/// Every sample of every series of `s`, bit for bit, as `want` lists them.
+fn assert_series(s: &LiveStore, want: &[V1Series]) {
+    assert_eq!(s.entries.iter().flatten().count(), want.len());
+    for (name, sourced, samples) in want {
+        let e = s
+            .entries
+            .iter()
+            .flatten()
+            .find(|e| s.strings.labels(&e.labels).name() == *name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(e.source.is_some(), *sourced, "{name}");
+        assert_eq!(
+            e.chunk_count(),
+            samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
+            "{name}"
+        );
+        let mut got = Vec::new();
+        for c in e.chunks() {
+            c.decode(&mut got);
+        }
+        let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
+        let want: Vec<_> = samples.iter().map(|p| (p.0, p.1.to_bits())).collect();
+        assert_eq!(got, want, "{name}: every sample, bit for bit");
+    }
+}
+
+#[test]
+fn upgrade_reads_v2_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v2.bin");
+    assert!(bytes.windows(18).any(|w| w == b"canopy-snapshot-v2"));
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    let want = v2_series();
+    assert_series(&s, &want);
+    // Converted chunks are in today's format: smaller than the v2 ones,
+    // and a v4 snapshot of them reads back the same samples.
+    let mut v4 = Vec::new();
+    s.write_snapshot(&mut v4).unwrap();
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
+    assert_series(&r, &want);
+    // Every truncation of the v2 stream is an error, never a panic.
+    for cut in [20, bytes.len() / 2, bytes.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
+}
+
+/// `tests/data/snapshot_v3.bin` is `snapshot_v2.bin` loaded and written
+/// again by the v3 store (main at daaa385): every chunk with its encoder
+/// state. A load keeps the last chunk of each series open and only the
+/// bits of the others; appends continue the open chunk's encoder.
+#[test]
+fn upgrade_reads_v3_snapshot_with_every_sample() {
+    let bytes = include_bytes!("../../../tests/data/snapshot_v3.bin");
+    assert!(bytes.windows(18).any(|w| w == b"canopy-snapshot-v3"));
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
+    let want = v2_series();
+    assert_series(&s, &want);
+    // v2_cpu has 260 samples: a sealed chunk and an open one.
+    let cpu = s
+        .entries
+        .iter()
+        .flatten()
+        .find(|e| s.strings.labels(&e.labels).name() == "v2_cpu")
+        .unwrap();
+    assert_eq!((cpu.sealed.len(), cpu.head.len()), (1, 20));
+    // A v4 snapshot of it is smaller (no encoder state for sealed chunks)
+    // and reads back the same samples.
+    let mut v4 = Vec::new();
+    s.write_snapshot(&mut v4).unwrap();
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
+    let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
+    assert_series(&r, &want);
+    // The open chunk's encoder state came through: appends continue it
+    // and read back, sealing it at 240 samples.
+    let l = s.strings.labels(&cpu.labels);
+    let last = want.iter().find(|w| w.0 == "v2_cpu").unwrap().2.clone();
+    let (t0, v0) = *last.last().unwrap();
+    let more: Vec<(i64, f64)> = (1..=230i64)
+        .map(|i| (t0 + i * 15_000, v0 + i as f64 * 9.5))
+        .collect();
+    for &(t, v) in &more {
+        r.append(None, &l, t, v).unwrap();
+    }
+    let got = pts(&r, "v2_cpu", 0, i64::MAX);
+    let mut all = last.clone();
+    all.extend_from_slice(&more);
+    assert_eq!(
+        got.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+        all.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>()
+    );
+    // Every truncation of either stream is an error, never a panic.
+    for b in [&bytes[..], &v4[..]] {
+        for cut in [20, b.len() / 2, b.len() - 1] {
+            assert!(
+                LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &b[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+}
+
+/// A v4 snapshot whose series record is damaged (sealed runs' counts,
+/// lengths and order, the open chunk's flag and state), with valid
+/// checksums, is refused or loads something queries read without a panic.
+#[test]
+fn damaged_v4_series_records_never_panic() {
+    use crate::store::codec::{read_frame, write_frame};
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("dmg", [("node", "n1")]);
+    for t in 0..500i64 {
+        s.append(None, &l, t * 1000, (t % 7) as f64).unwrap();
+    }
+    let mut good = Vec::new();
+    s.write_snapshot(&mut good).unwrap();
+    let mut frames = Vec::new();
+    let mut r = &good[..];
+    let mut buf = Vec::new();
+    while read_frame(&mut r, &mut buf, 1 << 20).unwrap() {
+        frames.push(buf.clone());
+    }
+    // magic, header, the series, end.
+    assert_eq!(frames.len(), 4);
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..frames[2].len() {
+        for x in [0x01u8, 0x10, 0x80, 0xff] {
+            let mut bad = Vec::new();
+            for (k, f) in frames.iter().enumerate() {
+                let mut f = f.clone();
+                if k == 2 {
+                    f[i] ^= x;
+                }
+                write_frame(&mut bad, &f).unwrap();
+            }
+            match LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bad[..]) {
+                Ok(r) => {
+                    loaded += 1;
+                    let _ = r.select(&m("dmg"), 0, i64::MAX, 10);
+                }
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    assert!(
+        refused > 0 && loaded > 0,
+        "{refused} refused, {loaded} loaded"
+    );
+}
