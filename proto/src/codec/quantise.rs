@@ -399,7 +399,9 @@ impl Quantiser {
     #[inline]
     pub fn observe(&mut self, v: f64) -> Option<Emit> {
         // The two common cases inline (a leaf observes every series every
-        // tick): an integer counter, and a gauge within its deadband.
+        // tick). An integer counter below 2^52, in one step: its wire value
+        // is exact, the value sent is that integer, sent when its bits
+        // differ from the held one's; anything else takes the general path.
         if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
             let w = v as i64;
             if w as f64 == v {
@@ -420,43 +422,18 @@ impl Quantiser {
             && v.is_finite()
             && (v - h).abs() <= self.epsilon * v.abs()
         {
+            // A gauge within its deadband, before any grid arithmetic: the
+            // held value still satisfies the bound.
             return None;
         }
         self.observe_general(v)
     }
 
-    /// [`Quantiser::observe`] for every case: out of line, so the common
-    /// cases above stay small where they are inlined.
+    /// [`Quantiser::observe`] past its two inlined cases (an integer counter
+    /// below 2^52, a gauge within its deadband, both already answered):
+    /// out of line, so what is inlined stays small.
     #[inline(never)]
     fn observe_general(&mut self, v: f64) -> Option<Emit> {
-        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
-            // The common counter, in one step: what the general path below
-            // does for an integer below 2^52 (its wire value is exact, the
-            // value sent is that integer, sent when it differs from the
-            // held one in its bits); anything else takes that path.
-            let w = v as i64;
-            if w as f64 == v {
-                let q = w as f64;
-                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
-                    return None;
-                }
-                self.held = Some(q);
-                return Some(Emit {
-                    value: q,
-                    redefined: false,
-                });
-            }
-        }
-        if !self.encoding.is_counter()
-            && let Some(h) = self.held
-            && h.is_finite()
-            && v.is_finite()
-            && (v - h).abs() <= self.epsilon * v.abs()
-        {
-            // Gauge deadband, before any grid arithmetic: the held value
-            // still satisfies the bound.
-            return None;
-        }
         let mut redefined = false;
         if self.encoding == Encoding::GaugeInt
             && v.is_finite()
