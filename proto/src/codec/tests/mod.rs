@@ -701,3 +701,45 @@ fn quiet_delta_frames_cost_a_few_bytes() {
         }
     }
 }
+
+/// An integer counter `m<id>` of `source`, as a keyframe defines it.
+fn counter_def(id: u32, source: u32) -> crate::schema::frame::SeriesDef {
+    use crate::schema::frame as pb;
+    pb::SeriesDef {
+        id,
+        source,
+        labels: vec![pb::Label {
+            name: "__name__".into(),
+            value: format!("m{id}"),
+        }],
+        encoding: pb::Encoding::CounterInt as i32,
+        ..Default::default()
+    }
+}
+
+/// A keyframe of sources 0 (series 0..5) and 1 (5..8), integer counters
+/// holding no value (specials).
+pub(super) fn two_source_keyframe() -> crate::schema::frame::Frame {
+    use crate::schema::frame as pb;
+    let specials = |ids: std::ops::Range<u32>, source: u32| pb::Section {
+        source,
+        special_bits: ids.clone().map(|_| f64::NAN.to_bits()).collect(),
+        special_ids: ids.collect(),
+        ..Default::default()
+    };
+    pb::Frame {
+        keyframe: true,
+        sources: (0..2)
+            .map(|id| pb::SourceDef {
+                id,
+                name: format!("n{id}"),
+                tick_ms: 1000,
+            })
+            .collect(),
+        series: (0..8)
+            .map(|id| counter_def(id, u32::from(id >= 5)))
+            .collect(),
+        sections: vec![specials(0..5, 0), specials(5..8, 1)],
+        ..Default::default()
+    }
+}

@@ -123,45 +123,6 @@ fn decode_frames(mut frames: Vec<pb::Frame>) -> Result<RxFrame, CodecError> {
     last
 }
 
-fn counter_def(id: u32, source: u32) -> pb::SeriesDef {
-    pb::SeriesDef {
-        id,
-        source,
-        labels: vec![pb::Label {
-            name: "__name__".into(),
-            value: format!("m{id}"),
-        }],
-        encoding: pb::Encoding::CounterInt as i32,
-        ..Default::default()
-    }
-}
-
-/// A keyframe of sources 0 (series 0..5) and 1 (5..8), integer counters
-/// holding no value (specials).
-fn keyframe() -> pb::Frame {
-    let specials = |ids: std::ops::Range<u32>, source: u32| pb::Section {
-        source,
-        special_bits: ids.clone().map(|_| f64::NAN.to_bits()).collect(),
-        special_ids: ids.collect(),
-        ..Default::default()
-    };
-    pb::Frame {
-        keyframe: true,
-        sources: (0..2)
-            .map(|id| pb::SourceDef {
-                id,
-                name: format!("n{id}"),
-                tick_ms: 1000,
-            })
-            .collect(),
-        series: (0..8)
-            .map(|id| counter_def(id, u32::from(id >= 5)))
-            .collect(),
-        sections: vec![specials(0..5, 0), specials(5..8, 1)],
-        ..Default::default()
-    }
-}
-
 /// A delta frame whose section of source 0 packs series 1 and 3 at 40 and
 /// 7, sparsely (the first packed section of the source: walk 1).
 fn coded_frame() -> pb::Frame {
@@ -207,43 +168,48 @@ fn assert_malformed(r: Result<RxFrame, CodecError>, what: &str) {
 #[test]
 fn a_hand_made_repeat_applies_the_previous_members_again() {
     // Known absolute values hold no increment yet: the repeat gives them again.
-    let f = decode_frames(vec![keyframe(), coded_frame(), repeat_of(0)]).expect("valid");
+    let f = decode_frames(vec![two_source_keyframe(), coded_frame(), repeat_of(0)]).expect("valid");
     assert_eq!(f.sections[0].updates, vec![(1, 40.0), (3, 7.0)]);
 }
 
 #[test]
 fn hostile_repeats_are_typed_errors() {
     // A repeat of a source the link never defined.
-    let r = decode_frames(vec![keyframe(), repeat_of(9)]);
+    let r = decode_frames(vec![two_source_keyframe(), repeat_of(9)]);
     assert!(
         matches!(r, Err(CodecError::UnknownSource { id: 9 })),
         "{r:?}"
     );
     // Before any packed section of its source.
     assert_malformed(
-        decode_frames(vec![keyframe(), repeat_of(0)]),
+        decode_frames(vec![two_source_keyframe(), repeat_of(0)]),
         "no earlier packed section",
     );
     assert_malformed(
-        decode_frames(vec![keyframe(), coded_frame(), repeat_of(1)]),
+        decode_frames(vec![two_source_keyframe(), coded_frame(), repeat_of(1)]),
         "no earlier packed section",
     );
     // With packed bytes.
     let mut f = repeat_of(0);
     f.sections[0].packed = vec![1, 2, 3];
     assert_malformed(
-        decode_frames(vec![keyframe(), coded_frame(), f]),
+        decode_frames(vec![two_source_keyframe(), coded_frame(), f]),
         "carries packed bytes",
     );
     // In a keyframe.
-    let mut k = keyframe();
+    let mut k = two_source_keyframe();
     k.sections[0].repeat = true;
     assert_malformed(decode_frames(vec![k]), "in a keyframe");
     // A member retired since: unknown.
     let mut gone = repeat_of(0);
     gone.sections[0].repeat = false;
     gone.sections[0].retired = vec![3];
-    let r = decode_frames(vec![keyframe(), coded_frame(), gone, repeat_of(0)]);
+    let r = decode_frames(vec![
+        two_source_keyframe(),
+        coded_frame(),
+        gone,
+        repeat_of(0),
+    ]);
     assert!(
         matches!(r, Err(CodecError::UnknownSeries { id: 3 })),
         "{r:?}"
@@ -254,7 +220,12 @@ fn hostile_repeats_are_typed_errors() {
     special.sections[0].special_ids = vec![1];
     special.sections[0].special_bits = vec![f64::NAN.to_bits()];
     assert_malformed(
-        decode_frames(vec![keyframe(), coded_frame(), special, repeat_of(0)]),
+        decode_frames(vec![
+            two_source_keyframe(),
+            coded_frame(),
+            special,
+            repeat_of(0),
+        ]),
         "holds no value",
     );
     // A member redefined into another source.
@@ -263,7 +234,12 @@ fn hostile_repeats_are_typed_errors() {
         ..Default::default()
     };
     assert_malformed(
-        decode_frames(vec![keyframe(), coded_frame(), moved, repeat_of(0)]),
+        decode_frames(vec![
+            two_source_keyframe(),
+            coded_frame(),
+            moved,
+            repeat_of(0),
+        ]),
         "another source",
     );
 }

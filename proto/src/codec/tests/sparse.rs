@@ -115,35 +115,7 @@ proptest! {
 /// section of source 0 packs what `script` codes, against a model in the
 /// state the receiver's is (walk 1).
 fn attack(script: impl FnOnce(&mut LinkModel, &mut RangeEncoder)) -> Result<RxFrame, CodecError> {
-    let def = |id: u32, source: u32| pb::SeriesDef {
-        id,
-        source,
-        labels: vec![pb::Label {
-            name: "__name__".into(),
-            value: format!("m{id}"),
-        }],
-        encoding: pb::Encoding::CounterInt as i32,
-        ..Default::default()
-    };
-    let specials = |ids: std::ops::Range<u32>, source: u32| pb::Section {
-        source,
-        special_bits: ids.clone().map(|_| f64::NAN.to_bits()).collect(),
-        special_ids: ids.collect(),
-        ..Default::default()
-    };
-    let key = pb::Frame {
-        keyframe: true,
-        sources: (0..2)
-            .map(|id| pb::SourceDef {
-                id,
-                name: format!("n{id}"),
-                tick_ms: 1000,
-            })
-            .collect(),
-        series: (0..8).map(|id| def(id, u32::from(id >= 5))).collect(),
-        sections: vec![specials(0..5, 0), specials(5..8, 1)],
-        ..Default::default()
-    };
+    let key = two_source_keyframe();
     let mut model = LinkModel::default();
     let mut e = RangeEncoder::new(Vec::new());
     model.start_section(1);
