@@ -287,6 +287,12 @@ impl WireState {
     /// [`WireState::learn`] with the predictions already made (a coded
     /// value made them to pick its predictor: they are not made twice).
     fn learn_from(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
+        self.learn_inlined(w, counter, preds);
+    }
+
+    /// [`WireState::learn_from`], inlined where a value is coded.
+    #[inline(always)]
+    fn learn_inlined(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
         let grid = self.grid_units(w, counter);
         for (i, &p) in preds.iter().enumerate() {
             let r = match grid {
@@ -599,20 +605,19 @@ impl LinkModel {
                 self.put_r(e, class, ctx, w.wrapping_sub(pred));
                 self.hists.after_plain(id, st.mean, ctx);
             }
-            st.learn_from(w, counter, &preds);
-            return;
+        } else {
+            // On the step grid: the residual in units of the step.
+            let u = if st.step > 1 {
+                let u = st.stepped(w, pred, counter);
+                e.bit(&mut st.on_grid, u.is_some());
+                u
+            } else {
+                None
+            };
+            self.put_r(e, class, ctx, u.unwrap_or(w.wrapping_sub(pred)));
         }
-        if counter && st.step > 1 {
-            let u = st.stepped(w, pred, counter);
-            e.bit(&mut st.on_grid, u.is_some());
-            if let Some(u) = u {
-                self.put_r(e, class, ctx, u);
-                st.learn_from(w, counter, &preds);
-                return;
-            }
-        }
-        self.put_r(e, class, ctx, w.wrapping_sub(pred));
-        st.learn_from(w, counter, &preds);
+        // One call site, inlined (its call cost ~20 instructions a value).
+        st.learn_inlined(w, counter, &preds);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when
@@ -669,6 +674,9 @@ impl LinkModel {
 
     /// Codes a signed residual: magnitude (below), then its sign, modelled
     /// per bit length (noise is often skewed: a hard floor, a long tail).
+    // Inlined: called for nearly every value, its call cost more than the
+    // sign it codes (callgrind, tick_cost).
+    #[inline(always)]
     fn put_r(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, r: i64) {
         let m = r.unsigned_abs();
         self.put_u(e, class, ctx, m);
