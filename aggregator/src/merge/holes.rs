@@ -43,7 +43,10 @@ impl Merger {
             return false;
         }
         let wait = self.cfg.hole_wait_ms;
-        let p = self.paths.entry(src).or_default();
+        let Some(m) = self.srcmeta.get_mut(src as usize) else {
+            return false; // invariant: `src` was just resolved
+        };
+        let p = &mut m.paths;
         match p.iter_mut().find(|(c, _)| *c == child) {
             Some(e) => e.1 = e.1.max(ts),
             None => p.push((child, ts)),
@@ -55,9 +58,9 @@ impl Merger {
 
     /// True when every path of `src` but `from` has delivered it up to `ts`.
     fn others_passed(&self, src: u32, from: ChildId, ts: i64) -> bool {
-        self.paths
-            .get(&src)
-            .is_some_and(|p| p.iter().filter(|e| e.0 != from).all(|e| e.1 >= ts))
+        self.srcmeta
+            .get(src as usize)
+            .is_some_and(|m| m.paths.iter().filter(|e| e.0 != from).all(|e| e.1 >= ts))
     }
 
     /// True when a section of `src` at `ts` leaves a hole behind the newest

@@ -47,6 +47,8 @@ mod tests;
 
 use std::collections::HashMap;
 
+use smallvec::SmallVec;
+
 use canopy_proto::Labels;
 use canopy_proto::codec::{
     ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSeries, RxSource,
@@ -99,6 +101,18 @@ struct Meta {
     dying: bool,
 }
 
+/// Per global source handle: its epoch and the paths that deliver it, in
+/// one record (a section reads both), the paths inline (R of them, no
+/// pointer to follow).
+#[derive(Clone, Debug, Default)]
+struct SourceMeta {
+    /// Grows on every removal of the handle, so stale caches miss.
+    epoch: u64,
+    /// The children (paths) that delivered it lately, with the newest
+    /// timestamp each delivered (see `holes`).
+    paths: SmallVec<[(ChildId, i64); 2]>,
+}
+
 /// Maps keyed by ids (the child's or global handles) looked up per update:
 /// keyed fast hashing instead of SipHash.
 type IdMap<K, V> = HashMap<K, V, IdHashState>;
@@ -108,7 +122,6 @@ struct Child {
     /// Its decoder; each of its series' tag caches the global handle
     /// ([`Slot::tag`]).
     dec: LinkDecoder,
-    sources: IdMap<u32, Slot>,
     /// Global series -> the child id that last resolved to it: a retirement
     /// of an older id of the same series (re-defined since) is not global.
     owner: IdMap<u32, Slot>,
@@ -144,7 +157,7 @@ pub struct Merger {
     series_index: HashMap<(u32, Labels), u32>,
     source_index: HashMap<String, u32>,
     smeta: Vec<Meta>,
-    srcmeta: Vec<Meta>,
+    srcmeta: Vec<SourceMeta>,
     series_tombs: HashMap<(String, Labels), i64>,
     source_tombs: HashMap<String, i64>,
     /// Tick number, starting at 1 (0 means "never" in `Meta`).
@@ -159,9 +172,6 @@ pub struct Merger {
     stats: MergeStats,
     /// Sections waiting for a hole before them to fill (see `holes`).
     held: IdMap<u32, Vec<holes::Held>>,
-    /// Per source, the children (paths) that delivered it lately, with the
-    /// newest timestamp each delivered (see `holes`).
-    paths: IdMap<u32, Vec<(ChildId, i64)>>,
     /// Sections of earlier changesets, emptied, for the next ticks: a relay
     /// allocates no update vector per source per tick. At most as many as
     /// one tick had, each small (see `recycle`).
@@ -203,7 +213,6 @@ impl Merger {
             cap_warned: false,
             stats: MergeStats::default(),
             held: IdMap::default(),
-            paths: IdMap::default(),
             spare: Vec::new(),
         }
     }
@@ -215,7 +224,6 @@ impl Merger {
             .map_err(|source| AggregatorError::Codec { child, source })?;
         let c = Child {
             dec,
-            sources: IdMap::default(),
             owner: IdMap::default(),
             gone_series: HashMap::new(),
             gone_sources: HashMap::new(),
@@ -237,8 +245,8 @@ impl Merger {
     pub fn child_gone(&mut self, child: ChildId) {
         self.children.remove(&child);
         // A path that is gone can fill no hole.
-        for p in self.paths.values_mut() {
-            p.retain(|e| e.0 != child);
+        for m in &mut self.srcmeta {
+            m.paths.retain(|e| e.0 != child);
         }
         self.stats.children = self.children.len();
     }
@@ -409,11 +417,9 @@ impl Merger {
             keyframe: frame.keyframe,
             ..FrameSummary::default()
         };
-        // (Re)definitions may change what an id means: resolve them afresh.
-        // (A (re)defined series' decoder tag is already cleared.)
-        for id in &frame.new_sources {
-            c.sources.remove(id);
-        }
+        // (Re)definitions may change what an id means: a (re)defined
+        // source's or series' decoder tag is already cleared, so it is
+        // resolved afresh.
         // Per-series dedup keeps the newest ts: apply older sections first.
         frame.sections.sort_by_key(|s| s.ts_ms);
         c.gone_series.clear();
@@ -488,8 +494,7 @@ impl Merger {
             self.child_retire(c, *id, rx, r, sink, &mut sum);
         }
         let mut dead = Vec::new();
-        for (id, rx) in &frame.retired_sources {
-            c.sources.remove(id);
+        for (_, rx) in &frame.retired_sources {
             if let Some(&h) = self.source_index.get(&rx.name)
                 && let Some(s) = self.table.source(h)
                 && rx.last_ts_ms >= s.last_ts_ms
@@ -544,8 +549,13 @@ impl Merger {
     /// Global handle of a child's source, creating the source if new.
     /// `None`: the source was forgotten after data newer than `ts`.
     fn resolve_source(&mut self, c: &mut Child, id: u32, ts: i64) -> Option<u32> {
-        if let Some(s) = c.sources.get(&id)
-            && self.srcmeta[s.h as usize].epoch == s.epoch
+        // The handle cached in the decoder's record of the source, which
+        // decoding this section just touched: no map of the merger's own.
+        if let Some(s) = c.dec.source(id).and_then(|rx| Slot::from_tag(rx.tag()))
+            && self
+                .srcmeta
+                .get(s.h as usize)
+                .is_some_and(|m| m.epoch & u64::from(u32::MAX) == s.epoch)
         {
             return Some(s.h);
         }
@@ -561,8 +571,10 @@ impl Merger {
                 if let Some(s) = self.table.source_mut(h) {
                     s.last_ts_ms = i64::MIN;
                 }
-                let m = meta_at(&mut self.srcmeta, h);
-                m.born_tick = self.tick;
+                let i = h as usize;
+                if self.srcmeta.len() <= i {
+                    self.srcmeta.resize(i + 1, SourceMeta::default());
+                }
                 self.source_index.insert(rx.name.clone(), h);
                 if self.cfg.forward {
                     self.pending.new_sources.push(h);
@@ -571,7 +583,7 @@ impl Merger {
             }
         };
         let epoch = self.srcmeta[h as usize].epoch;
-        c.sources.insert(id, Slot { h, epoch });
+        c.dec.set_source_tag(id, Slot { h, epoch }.tag());
         Some(h)
     }
 

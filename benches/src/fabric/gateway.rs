@@ -38,6 +38,10 @@ pub struct NodeTicks {
 pub struct GatewaySink {
     now_ms: i64,
     window: (i64, i64),
+    /// Plan index by the number in a `host_name` (`cnNNNNNN`): the check
+    /// reads the number off the source name, no hashing, no table miss.
+    by_number: Vec<Option<usize>>,
+    /// Plan index by name, for names `host_number` does not read.
     index: HashMap<String, usize>,
     /// Per node, in plan order.
     pub nodes: Vec<NodeTicks>,
@@ -53,16 +57,21 @@ pub struct GatewaySink {
 
 impl GatewaySink {
     fn new(ctx: &Ctx) -> Result<Self, FabricError> {
-        let index = ctx
-            .plan
-            .hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.name.clone(), i))
-            .collect();
+        let hosts = ctx.plan.hosts();
+        let mut by_number = vec![None; hosts.len()];
+        let mut index = HashMap::new();
+        for (i, h) in hosts.iter().enumerate() {
+            match host_number(&h.name).filter(|&j| j < by_number.len()) {
+                Some(j) => by_number[j] = Some(i),
+                None => {
+                    index.insert(h.name.clone(), i);
+                }
+            }
+        }
         Ok(Self {
             now_ms: 0,
             window: ctx.steady_window(),
+            by_number,
             index,
             nodes: vec![NodeTicks::default(); ctx.plan.hosts().len()],
             freshness: Histogram::new_with_bounds(1, 24 * 3_600_000, 3)
@@ -72,6 +81,31 @@ impl GatewaySink {
             retired: 0,
         })
     }
+}
+
+impl GatewaySink {
+    /// Plan index of node `source`, if it is one.
+    fn node_of(&self, source: &str) -> Option<usize> {
+        match host_number(source) {
+            // `host_number` reads only exact `host_name` strings, one per
+            // number: a number found here is this very name.
+            Some(j) => self.by_number.get(j).copied().flatten(),
+            None => self.index.get(source).copied(),
+        }
+    }
+}
+
+/// The `i` of `host_name(i)` when `name` is exactly such a name (`cn` and
+/// six digits, at least `cn000001`), else `None`.
+fn host_number(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("cn")?.as_bytes();
+    if digits.len() != 6 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0usize, |n, d| n * 10 + usize::from(d - b'0'));
+    n.checked_sub(1)
 }
 
 impl Sink for GatewaySink {
@@ -87,7 +121,7 @@ impl Sink for GatewaySink {
                 .saturating_record(age.clamp(1, FRESHNESS_MAX_MS));
         }
         if labels.name() == TICKS_METRIC
-            && let Some(&i) = self.index.get(source)
+            && let Some(i) = self.node_of(source)
         {
             let n = &mut self.nodes[i];
             let v = value as u32;
@@ -206,4 +240,27 @@ pub fn run_gateway(
         steady_zstd_records,
         sink,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{super::host_name, host_number};
+
+    #[test]
+    fn host_number_reads_exactly_host_names() {
+        for i in [0, 1, 9, 41, 999, 9_999, 99_999, 999_998] {
+            assert_eq!(host_number(&host_name(i)), Some(i));
+        }
+        for bad in [
+            "cn000000",
+            "cn00001",
+            "cn0000011",
+            "cn00000a",
+            "xn000001",
+            "cn-00001",
+            "",
+        ] {
+            assert_eq!(host_number(bad), None, "{bad}");
+        }
+    }
 }

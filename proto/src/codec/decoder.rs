@@ -62,6 +62,17 @@ pub struct RxSource {
     /// Its packed-section state, which both ends keep alike (beside the
     /// source: a section finds both in one lookup, one cache line).
     coding: SourceCoding,
+    /// The receiver's own word about this source (see
+    /// [`LinkDecoder::set_source_tag`]); 0 until set, and again after a
+    /// redefinition.
+    tag: u64,
+}
+
+impl RxSource {
+    /// The tag [`LinkDecoder::set_source_tag`] gave this source (0: none).
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
 }
 
 /// One source's updates at one timestamp, decoded.
@@ -204,6 +215,16 @@ impl LinkDecoder {
     /// The source with id `id` on this link.
     pub fn source(&self, id: u32) -> Option<&RxSource> {
         self.sources.get(&id)
+    }
+
+    /// Stores `tag` with source `id` (no-op when the link has no such
+    /// source): a merger keeps its global handle there, found with the
+    /// source the decoder just touched instead of in a map of its own.
+    /// A redefinition of `id` clears it.
+    pub fn set_source_tag(&mut self, id: u32, tag: u64) {
+        if let Some(s) = self.sources.get_mut(&id) {
+            s.tag = tag;
+        }
     }
 
     /// Every live source on this link (unordered).
@@ -458,6 +479,7 @@ impl LinkDecoder {
             Some(x) => {
                 x.name = s.name;
                 x.tick_ms = s.tick_ms;
+                x.tag = 0;
             }
             None => {
                 self.sources.insert(
@@ -467,6 +489,7 @@ impl LinkDecoder {
                         tick_ms: s.tick_ms,
                         last_ts_ms: 0,
                         coding: SourceCoding::default(),
+                        tag: 0,
                     },
                 );
             }

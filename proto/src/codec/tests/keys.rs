@@ -133,3 +133,65 @@ fn series_keys_update_by_handle_and_go_stale_when_the_series_is_retired() {
     let (table, _) = tx.finish_tick();
     assert_eq!(table.len(), 3);
 }
+
+#[test]
+fn a_source_tag_stays_until_the_source_is_redefined() {
+    // A merger caches its global handle of a source in the decoder's record
+    // of it: the tag must survive ordinary frames and go with a
+    // redefinition (the id may mean another source now).
+    let cfg = CodecConfig::default();
+    let mut table = SeriesTable::new();
+    let src = table.add_source("n1", 1000);
+    let h = table.insert(SeriesEntry {
+        labels: Labels::metric("ticks_total", [("node", "n1")]),
+        source: src,
+        encoding: Encoding::CounterInt,
+        value: 1.0,
+    });
+    let mut enc = LinkEncoder::new(&cfg).expect("encoder");
+    let mut dec = LinkDecoder::new(&cfg).expect("decoder");
+    let mut send = |table: &SeriesTable, cs: &Changeset, dec: &mut LinkDecoder| {
+        let mut rec = Vec::new();
+        enc.encode(table, cs, &mut rec).expect("encode");
+        let (len, pre) = record::read_prefix(&rec, 1 << 20)
+            .expect("prefix")
+            .expect("complete");
+        dec.decode(&rec[pre..pre + len]).expect("decode")
+    };
+    for t in 1..6_i64 {
+        if let Some(e) = table.get_mut(h) {
+            e.value = t as f64;
+        }
+        let mut cs = Changeset::new(t * 1000);
+        if t == 1 {
+            cs.new_sources.push(src);
+            cs.defs.push(h);
+        }
+        if t == 4 {
+            // Redefined: the same id, another name.
+            if let Some(s) = table.source_mut(src) {
+                s.name = "n2".into();
+            }
+            cs.new_sources.push(src);
+        }
+        cs.sections.push(ChangeSection {
+            source: src,
+            ts_ms: t * 1000,
+            updates: vec![(h, t as f64)],
+            retired: Vec::new(),
+        });
+        let f = send(&table, &cs, &mut dec);
+        let tag = dec.source(src).map(RxSource::tag);
+        match t {
+            1 => assert_eq!(tag, Some(0), "no tag before one is set"),
+            2 | 3 | 5 => assert_eq!(tag, Some(77), "frame {t} keeps the tag"),
+            _ => {
+                assert_eq!(f.new_sources, vec![src]);
+                assert_eq!(tag, Some(0), "a redefinition clears the tag");
+            }
+        }
+        dec.set_source_tag(src, 77);
+    }
+    dec.set_source_tag(src + 1, 5); // no such source: no-op
+    assert!(dec.source(src + 1).is_none());
+}
