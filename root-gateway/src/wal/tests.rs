@@ -545,19 +545,31 @@ fn remote_write_bodies_are_logged_as_they_came_and_replay_to_the_same_store() {
     }
     let before = points(&s, "rw_logged");
     assert_eq!(before.len(), 20 * 18);
-    // The segment holds the bodies themselves, not ops made of them.
-    let seg = fs::read(last_segment(dir.path())).expect("segment");
+    drop((st, s));
+    assert_bodies_logged_and_replayed(dir.path(), &bodies, "rw_logged", 6 * 20, &before);
+}
+
+/// The last segment under `dir` holds each of `bodies` as it came (not ops
+/// made of them), and reopening the log replays `ops` ops (one per series
+/// a body) to the points of `metric` that were there before (`before`).
+fn assert_bodies_logged_and_replayed(
+    dir: &Path,
+    bodies: &[Vec<u8>],
+    metric: &str,
+    ops: u64,
+    before: &[(i64, u64)],
+) {
+    let seg = fs::read(last_segment(dir)).expect("segment");
     assert!(
         bodies
             .iter()
             .all(|b| seg.windows(b.len()).any(|w| w == &b[..])),
         "every body is in the log as it came"
     );
-    drop((st, s));
-    let (s, rec) = open(cfg(dir.path()));
-    assert_eq!(rec.ops, 6 * 20, "each body replays as one op per series");
+    let (s, rec) = open(cfg(dir));
+    assert_eq!(rec.ops, ops, "each body replays as one op per series");
     assert_eq!(rec.bad_records, 0);
-    assert_eq!(points(&s, "rw_logged"), before);
+    assert_eq!(points(&s, metric), before);
 }
 
 #[test]
@@ -614,16 +626,6 @@ fn a_body_over_one_apply_slice_is_logged_once_and_replays_whole() {
     }
     let before = points(&s, "rw_big");
     assert_eq!(before.len(), 90 * 804);
-    let seg = fs::read(last_segment(dir.path())).expect("segment");
-    assert!(
-        bodies
-            .iter()
-            .all(|b| seg.windows(b.len()).any(|w| w == &b[..])),
-        "every body is in the log as it came"
-    );
     drop((st, s));
-    let (s, rec) = open(cfg(dir.path()));
-    assert_eq!(rec.ops, 3 * 90, "each body replays as one op per series");
-    assert_eq!(rec.bad_records, 0);
-    assert_eq!(points(&s, "rw_big"), before);
+    assert_bodies_logged_and_replayed(dir.path(), &bodies, "rw_big", 3 * 90, &before);
 }
