@@ -6,15 +6,33 @@
 //! (issue 3: the leaf's RSS; 3.2 -> 1.6 MB of resident text). A name the
 //! build no longer has is skipped: a stale list costs memory, never
 //! correctness. Only where Rust links with its own LLD by default
-//! (x86_64 Linux); GNU ld has no such option.
+//! (x86_64 Linux from Rust 1.90; the workspace builds from 1.88, whose
+//! default GNU ld has no such option and would fail the link), and not
+//! when `CANOPY_NO_SYMBOL_ORDER` is set (e.g. for another linker).
 
 use std::path::Path;
+use std::process::Command;
+
+/// The minor version of the compiler building this crate (`rustc 1.95.0
+/// (...)` gives 95), or `None` when it cannot be told.
+fn rustc_minor() -> Option<u32> {
+    let rustc = std::env::var_os("RUSTC")?;
+    let out = Command::new(rustc).arg("--version").output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let version = text.split_whitespace().nth(1)?;
+    let mut parts = version.split('.');
+    (parts.next()? == "1").then_some(())?;
+    parts.next()?.parse().ok()
+}
 
 fn main() {
     let order = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/canopy-node.order");
     println!("cargo:rerun-if-changed={}", order.display());
-    let lld_default = std::env::var("TARGET").is_ok_and(|t| t == "x86_64-unknown-linux-gnu");
-    if lld_default && order.is_file() {
+    println!("cargo:rerun-if-env-changed=CANOPY_NO_SYMBOL_ORDER");
+    let lld_default = std::env::var("TARGET").is_ok_and(|t| t == "x86_64-unknown-linux-gnu")
+        && rustc_minor().is_some_and(|minor| minor >= 90);
+    let opted_out = std::env::var_os("CANOPY_NO_SYMBOL_ORDER").is_some();
+    if lld_default && !opted_out && order.is_file() {
         println!(
             "cargo:rustc-link-arg-bin=canopy-node=-Wl,--symbol-ordering-file={}",
             order.display()
