@@ -47,18 +47,22 @@ fn now_ms() -> i64 {
         .expect("clock after 1970")
 }
 
-fn gateway_args(cfg: &Path, http: u16, data: &Path) -> Vec<String> {
-    vec![
-        "gateway".into(),
-        "--config".into(),
-        cfg.to_str().expect("utf-8").into(),
+/// `canopy gateway` serving HTTP on `http` with its log under `data`, from
+/// the config `cfg` or standalone (no tree) without one.
+fn gateway_args(cfg: Option<&Path>, http: u16, data: &Path) -> Vec<String> {
+    let mut args = vec!["gateway".to_string()];
+    if let Some(cfg) = cfg {
+        args.extend(["--config".into(), cfg.to_str().expect("utf-8").into()]);
+    }
+    args.extend([
         "--http".into(),
         format!("127.0.0.1:{http}"),
         "--grpc".into(),
         format!("127.0.0.1:{}", free_port()),
         "--data-dir".into(),
         data.to_str().expect("utf-8").into(),
-    ]
+    ]);
+    args
 }
 
 #[test]
@@ -90,7 +94,7 @@ fn kill_9_then_restart_loses_no_queryable_tick() {
     );
     let data = d.join("data");
     let http = free_port();
-    let gw_args = gateway_args(&d.join("gateway.toml"), http, &data);
+    let gw_args = gateway_args(Some(&d.join("gateway.toml")), http, &data);
     let gw_args: Vec<&str> = gw_args.iter().map(String::as_str).collect();
     let mut procs = Procs::default();
     let gw = procs.spawn(&gw_args);
@@ -283,15 +287,7 @@ fn remote_write_acknowledged_before_kill_9_is_there_after_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let http = free_port();
-    let args = [
-        "gateway".to_string(),
-        "--http".into(),
-        format!("127.0.0.1:{http}"),
-        "--grpc".into(),
-        format!("127.0.0.1:{}", free_port()),
-        "--data-dir".into(),
-        data.to_str().expect("utf-8").into(),
-    ];
+    let args = gateway_args(None, http, &data);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut procs = Procs::default();
     let gw = procs.spawn(&args);
