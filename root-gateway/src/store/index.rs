@@ -154,7 +154,7 @@ impl SeriesIndex {
 
     /// Removes the series `dead` (id and labels), in one pass per
     /// posting list they touch.
-    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, Box<[u32]>)], strings: &Interner) {
+    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, &[u32])], strings: &Interner) {
         dead.sort_unstable_by_key(|d| d.0);
         let mut touched = Vec::new();
         for (id, syms) in dead.iter() {
@@ -311,7 +311,7 @@ mod tests {
             idx.candidates(&[m("x", MatchOp::NotEqual("1".into()))], &strings),
             None
         );
-        let mut dead = vec![(12, held[12].clone()), (0, held[0].clone())];
+        let mut dead = vec![(12, &held[12][..]), (0, &held[0][..])];
         idx.remove_all(&mut dead, &strings);
         assert_eq!(idx.candidates(&q, &strings), Some(vec![2, 10]));
         assert_eq!(find(&idx, &held[0]), None);
