@@ -12,6 +12,10 @@
 //! With a `data-dir` (emptied first) the store is journaled as under
 //! `canopy gateway --data-dir` (write-ahead log, `fsync` once a tick, the
 //! tick driven once per 100 requests), so the durable path's cost shows.
+//!
+//! `SBS_THREADS=4` sends each sender's bodies from a thread of its own (as
+//! the gateway's blocking pool stores concurrent requests on several
+//! threads), so allocator effects of multi-threaded ingest show in the RSS.
 #![allow(clippy::print_stdout)]
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -62,10 +66,33 @@ fn main() -> anyhow::Result<()> {
     let st = ReceiverState::new(store.clone(), None, WireLimits::default());
     let base = status_kib("VmRSS:");
     let (c0, t0) = (cpu_secs(), Instant::now());
-    for (i, b) in data::interleaved(&bodies).enumerate() {
-        ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
-        if dir.is_some() && i % 100 == 99 {
-            store.tick(now_ms)?;
+    let threads: usize = std::env::var("SBS_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    if threads > 1 {
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = bodies
+                .iter()
+                .map(|list| {
+                    let st = &st;
+                    sc.spawn(move || {
+                        for b in list {
+                            ingest(st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a sender panicked"))?)
+        })?;
+    } else {
+        for (i, b) in data::interleaved(&bodies).enumerate() {
+            ingest(&st, &b.bytes).map_err(|(s, m)| anyhow::anyhow!("{s}: {m}"))?;
+            if dir.is_some() && i % 100 == 99 {
+                store.tick(now_ms)?;
+            }
         }
     }
     let (cpu, wall) = (cpu_secs() - c0, t0.elapsed().as_secs_f64());

@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::mpsc::{SendError, SyncSender, sync_channel};
 
 use axum::Router;
 use axum::body::Body;
@@ -13,6 +14,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use bytes::Bytes;
 
 use canopy_proto::model::Labels;
 
@@ -33,22 +35,86 @@ pub struct ReceiverState {
     pub tap: Option<Tap>,
     /// Body size limits.
     pub limits: WireLimits,
+    /// The thread that stores decoded requests (see [`Applier`]); none:
+    /// each request is stored on the thread that decoded it.
+    applier: Option<Applier>,
 }
 
 impl ReceiverState {
     /// A receiver storing into `store`, forwarding to `tap`, within `limits`.
     pub fn new(store: SharedStore, tap: Option<Tap>, limits: WireLimits) -> Self {
-        ReceiverState { store, tap, limits }
+        ReceiverState {
+            store,
+            tap,
+            limits,
+            applier: None,
+        }
+    }
+
+    /// This receiver with its own [`Applier`] thread for
+    /// [`ingest_bytes`] (unchanged if the thread cannot be started).
+    pub fn with_applier(mut self) -> Self {
+        if self.applier.is_none() {
+            self.applier = Applier::spawn();
+        }
+        self
     }
 }
 
-/// The router holding `POST /api/v1/write`; merge it into the API.
+/// Decoded requests waiting for the applier, at most (their senders block
+/// beyond; each request waits for its own answer anyway).
+const APPLIER_QUEUE: usize = 16;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// One thread that makes every store write of the receiver, while requests
+/// are decompressed, decoded and looked up in parallel on the blocking pool.
+/// Writes were one at a time already (the store's write lock); what this
+/// changes is where the store's memory comes from: glibc gives each thread
+/// an arena of its own, and a store grown from whichever pool thread held
+/// the lock spread its chunks over every arena, each keeping its own free
+/// space (~80 B a series of RSS at 100,000 series, 4 senders). Stops when
+/// the last [`ReceiverState`] holding it is dropped.
+#[derive(Clone, Debug)]
+struct Applier {
+    jobs: SyncSender<Job>,
+}
+
+impl Applier {
+    fn spawn() -> Option<Applier> {
+        let (jobs, rx) = sync_channel::<Job>(APPLIER_QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name("canopy-rw-apply".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
+        match spawned {
+            Ok(_) => Some(Applier { jobs }),
+            Err(e) => {
+                tracing::warn!(error = %e, "no remote_write applier thread; requests store on their own threads");
+                None
+            }
+        }
+    }
+
+    /// Runs `job` on the applier thread, or here if that thread is gone.
+    fn run(&self, job: Job) {
+        if let Err(SendError(job)) = self.jobs.send(job) {
+            job();
+        }
+    }
+}
+
+/// The router holding `POST /api/v1/write`; merge it into the API. Requests
+/// are stored through an [`Applier`] thread of its own.
 pub fn router(state: ReceiverState) -> Router {
     Router::new()
         .route("/api/v1/write", post(write))
         // The handler enforces its own limit with a clear message.
         .layer(DefaultBodyLimit::disable())
-        .with_state(Arc::new(state))
+        .with_state(Arc::new(state.with_applier()))
 }
 
 fn bad(status: StatusCode, msg: String) -> Response {
@@ -98,7 +164,7 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
     };
     let st2 = Arc::clone(&st);
     // Storing may write the journal: blocking I/O, off the async threads.
-    match tokio::task::spawn_blocking(move || ingest(&st2, &bytes)).await {
+    match tokio::task::spawn_blocking(move || ingest_bytes(&st2, bytes)).await {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err((status, msg))) => bad(status, msg),
         Err(e) => bad(
@@ -166,6 +232,52 @@ pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String
         }
         res
     })
+}
+
+/// [`ingest`], the request decoded on this thread and stored on the
+/// receiver's [`Applier`] thread if it has one (this thread waits for it).
+pub fn ingest_bytes(st: &Arc<ReceiverState>, body: Bytes) -> Result<(), (StatusCode, String)> {
+    let Some(applier) = &st.applier else {
+        return ingest(st, &body);
+    };
+    let mut sc = SCRATCH.with(|cell| {
+        cell.try_borrow_mut()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default()
+    });
+    let res = match decode(st, &body, &mut sc) {
+        Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+        Ok(()) if sc.series.is_empty() => Ok(()),
+        Ok(()) => {
+            let (reply, answer) = sync_channel(1);
+            let st2 = Arc::clone(st);
+            applier.run(Box::new(move || {
+                let r = store(&st2, &body, &mut sc);
+                let _ = reply.send((sc, r));
+            }));
+            match answer.recv() {
+                Ok((back, r)) => {
+                    sc = back;
+                    r
+                }
+                Err(_) => {
+                    return Err((
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "remote_write ingest failed: the store's applier stopped".to_string(),
+                    ));
+                }
+            }
+        }
+    };
+    sc.series.clear();
+    if sc.raw.capacity() <= KEEP_BUFFER_BYTES && sc.batch.sample_count() <= KEEP_SAMPLES {
+        SCRATCH.with(|cell| {
+            if let Ok(mut g) = cell.try_borrow_mut() {
+                *g = sc;
+            }
+        });
+    }
+    res
 }
 
 /// Decodes `body` into `sc`: every series found in the store by its label

@@ -213,7 +213,10 @@ impl Form {
 /// A sealed or open chunk of change points.
 #[derive(Clone, Debug, Default)]
 pub struct Chunk {
-    bytes: Vec<u8>,
+    /// The encoded stream in its first `bit_len.div_ceil(8)` bytes, then
+    /// zeroed growth room: a boxed slice is 16 bytes in the series entry
+    /// where a `Vec` took 24 (its length is the capacity).
+    bytes: Box<[u8]>,
     bit_len: u32,
     count: u16,
     /// Encoder only (snapshots drop it): changed values still to write
@@ -262,25 +265,39 @@ impl Chunk {
 
     /// Encoded size in bytes.
     pub fn byte_len(&self) -> usize {
-        self.bytes.len()
+        (self.bit_len.div_ceil(8) as usize).min(self.bytes.len())
     }
 
     /// Allocated but unused encoded bytes.
     pub fn slack_bytes(&self) -> usize {
-        self.bytes.capacity() - self.bytes.len()
+        self.bytes.len() - self.byte_len()
+    }
+
+    /// The encoded bytes in use.
+    fn used(&self) -> &[u8] {
+        self.bytes.get(..self.byte_len()).unwrap_or_default()
     }
 
     /// Appends a sample; the caller guarantees `ts >= last_ts`.
     pub fn push(&mut self, ts: i64, v: f64) {
         // The sample's codes are gathered in a word and written to the
-        // buffer in one or two steps (the buffer is lent to the writer).
-        let mut w = Writer::new(std::mem::take(&mut self.bytes), self.bit_len);
+        // buffer in one or two steps (the buffer is lent to the writer,
+        // as a `Vec` of the bytes in use with the growth room as capacity).
+        let used = self.byte_len();
+        let mut buf = std::mem::take(&mut self.bytes).into_vec();
+        buf.truncate(used);
+        let mut w = Writer::new(buf, self.bit_len);
         self.push_to(&mut w, ts, v);
-        (self.bytes, self.bit_len) = w.finish();
+        let (mut buf, bit_len) = w.finish();
+        self.bit_len = bit_len;
         if self.is_full() {
             // Sealed: give back the growth slack.
-            self.bytes.shrink_to_fit();
+            buf.shrink_to_fit();
+        } else {
+            // Zeroed room (the writer ORs into the last byte it used).
+            buf.resize(buf.capacity(), 0);
         }
+        self.bytes = buf.into_boxed_slice();
     }
 
     fn push_to(&mut self, w: &mut Writer, ts: i64, v: f64) {
@@ -477,7 +494,7 @@ impl Chunk {
         out.extend_from_slice(&self.st.mag.to_le_bytes());
         out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig, self.st.last]);
         put_uvarint(out, u64::from(self.bit_len));
-        out.extend_from_slice(&self.bytes);
+        out.extend_from_slice(self.used());
     }
 
     /// Reads a chunk written by [`Chunk::write_state`].
@@ -499,7 +516,7 @@ impl Chunk {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
         let bit_len = c.len(MAX_SEALED_BITS as usize)? as u32;
-        let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.to_vec();
+        let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.into();
         Ok(Chunk {
             bytes,
             bit_len,
@@ -525,7 +542,7 @@ impl Chunk {
     /// The chunk as a read-only [`ChunkView`] (what sealed chunks are).
     pub fn view(&self) -> ChunkView<'_> {
         ChunkView {
-            bytes: &self.bytes,
+            bytes: self.used(),
             bit_len: self.bit_len,
             count: self.count,
             first_ts: self.first_ts,

@@ -6,14 +6,15 @@
 //! of a fast seeded hash over the label set's buffer, so a lookup from the
 //! ingest path needs no string-by-string interning), confirmed against the
 //! held series' labels; the index does not hold a second copy of every
-//! label set, and the rare second label set with the same hash goes to a
-//! small overflow list. The hash key is random per store (foldhash, seeded
+//! label set, only 32 bits of its key beside its id (8 bytes a series,
+//! in a `hashbrown` table that takes equal keys side by side). The hash key is random per store (foldhash, seeded
 //! per process and per instance), so crafted label sets cannot force
 //! collisions.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
+use hashbrown::HashTable;
 
 use foldhash::quality::RandomState;
 
@@ -44,6 +45,18 @@ impl Hasher for PassThrough {
 
 type U64Map<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
+/// The 32 bits of a label-set key the index keeps, and the table hash
+/// made from them alone (so the table can grow without the labels).
+fn short_key(h: u64) -> (u32, u64) {
+    let k = (h >> 32) as u32 ^ h as u32;
+    (k, short_key_hash(k))
+}
+
+/// [`short_key`]'s table hash of a kept short key.
+fn short_key_hash(k: u32) -> u64 {
+    u64::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 fn pair(name: u32, value: u32) -> u64 {
     (u64::from(name) << 32) | u64::from(value)
 }
@@ -52,9 +65,10 @@ fn pair(name: u32, value: u32) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct SeriesIndex {
     hasher: RandomState,
-    by_hash: U64Map<u32>,
-    /// Series whose label-set hash is already taken by another series.
-    overflow: U64Map<Vec<u32>>,
+    /// (series id, 32 bits of its label-set key), placed by those 32 bits
+    /// (see [`short_key`]): 9 bytes a slot, where a map from the whole
+    /// 64-bit key took 17 and a list for keys held twice.
+    by_hash: HashTable<(u32, u32)>,
     /// (name id, value id) to sorted series ids.
     postings: U64Map<Vec<u32>>,
     /// Name id to the value ids it has postings for.
@@ -65,15 +79,9 @@ impl SeriesIndex {
     /// Approximate heap bytes (tables at capacity, postings lists).
     pub(crate) fn heap_bytes(&self) -> usize {
         let table = |cap: usize, item: usize| cap * (item + 1);
-        let mut n = table(self.by_hash.capacity(), 16)
-            + table(self.overflow.capacity(), 32)
+        let mut n = table(self.by_hash.capacity(), 8)
             + table(self.postings.capacity(), 32)
             + table(self.values.capacity(), 32);
-        n += self
-            .overflow
-            .values()
-            .map(|v| v.capacity() * 4)
-            .sum::<usize>();
         n += self
             .postings
             .values()
@@ -120,21 +128,19 @@ impl SeriesIndex {
     /// The id of the series whose label-set key is `h` (from
     /// [`Self::hash`]) and that `is_it` confirms.
     pub(crate) fn find(&self, h: u64, is_it: impl Fn(u32) -> bool) -> Option<u32> {
-        let id = *self.by_hash.get(&h)?;
-        if is_it(id) {
-            return Some(id);
-        }
-        self.overflow.get(&h)?.iter().copied().find(|&i| is_it(i))
+        let (k, th) = short_key(h);
+        // Equal short keys sit side by side: the first the labels confirm.
+        self.by_hash
+            .iter_hash(th)
+            .find(|&&(id, kk)| kk == k && is_it(id))
+            .map(|&(id, _)| id)
     }
 
     /// Adds series `id` with labels `syms` whose key is `h` (not already held).
     pub(crate) fn insert(&mut self, h: u64, syms: &[u32], id: u32) {
-        match self.by_hash.entry(h) {
-            Entry::Occupied(_) => self.overflow.entry(h).or_default().push(id),
-            Entry::Vacant(v) => {
-                v.insert(id);
-            }
-        }
+        let (k, th) = short_key(h);
+        self.by_hash
+            .insert_unique(th, (id, k), |&(_, kk)| short_key_hash(kk));
         for p in syms.chunks_exact(2) {
             let list = self.postings.entry(pair(p[0], p[1])).or_default();
             if list.is_empty() {
@@ -154,23 +160,13 @@ impl SeriesIndex {
 
     /// Removes the series `dead` (id and labels), in one pass per
     /// posting list they touch.
-    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, Box<[u32]>)], strings: &Interner) {
+    pub(crate) fn remove_all(&mut self, dead: &mut [(u32, &[u32])], strings: &Interner) {
         dead.sort_unstable_by_key(|d| d.0);
         let mut touched = Vec::new();
         for (id, syms) in dead.iter() {
-            let h = self.hash_syms(syms, strings);
-            if self.by_hash.get(&h) == Some(id) {
-                self.by_hash.remove(&h);
-                if let Some(more) = self.overflow.get_mut(&h)
-                    && let Some(next) = more.pop()
-                {
-                    self.by_hash.insert(h, next);
-                }
-            } else if let Some(more) = self.overflow.get_mut(&h) {
-                more.retain(|i| i != id);
-            }
-            if self.overflow.get(&h).is_some_and(Vec::is_empty) {
-                self.overflow.remove(&h);
+            let (_, th) = short_key(self.hash_syms(syms, strings));
+            if let Ok(e) = self.by_hash.find_entry(th, |&(i, _)| i == *id) {
+                e.remove();
             }
             touched.extend(syms.chunks_exact(2).map(|p| pair(p[0], p[1])));
         }
@@ -311,7 +307,7 @@ mod tests {
             idx.candidates(&[m("x", MatchOp::NotEqual("1".into()))], &strings),
             None
         );
-        let mut dead = vec![(12, held[12].clone()), (0, held[0].clone())];
+        let mut dead = vec![(12, &held[12][..]), (0, &held[0][..])];
         idx.remove_all(&mut dead, &strings);
         assert_eq!(idx.candidates(&q, &strings), Some(vec![2, 10]));
         assert_eq!(find(&idx, &held[0]), None);

@@ -12,7 +12,80 @@ use super::{Labels, Matcher};
 
 /// A series' labels as interned ids: name, value, name, value, ... in the
 /// order of [`Labels`] (sorted by name).
+#[cfg(test)]
 pub(crate) type SymLabels = Box<[u32]>;
+
+/// Every held series' label ids, end to end in one buffer: at a series'
+/// offset the number of ids, then the ids. An entry keeps a 4-byte offset
+/// where a boxed slice took 16 bytes in the entry and an allocation of its
+/// own (8 bytes of malloc header and rounding to 16). Sets of removed
+/// series leave holes until [`LabelArena::compact`] rewrites the buffer.
+#[derive(Debug, Default)]
+pub(crate) struct LabelArena {
+    ids: Vec<u32>,
+    /// Words of `ids` no series uses any more.
+    dead: usize,
+}
+
+impl LabelArena {
+    /// The label ids at offset `at` (empty for an offset not from `push`).
+    #[inline]
+    pub(crate) fn get(&self, at: u32) -> &[u32] {
+        let at = at as usize;
+        let n = self.ids.get(at).copied().unwrap_or(0) as usize;
+        self.ids
+            .get(at.saturating_add(1)..at.saturating_add(1).saturating_add(n))
+            .unwrap_or_default()
+    }
+
+    /// Adds `labels` interned in `strings`; its offset, or `None` when the
+    /// buffer would pass 2^32 words (offsets are `u32`).
+    pub(crate) fn intern(&mut self, strings: &mut Interner, labels: &Labels) -> Option<u32> {
+        let at = u32::try_from(self.ids.len()).ok()?;
+        let n = labels.len().checked_mul(2)?;
+        let end = self.ids.len().checked_add(n)?.checked_add(1)?;
+        if end > u32::MAX as usize {
+            return None;
+        }
+        self.ids.push(u32::try_from(n).ok()?);
+        for (name, value) in labels.iter() {
+            let a = strings.id(name);
+            let b = strings.id(value);
+            self.ids.extend([a, b]);
+        }
+        Some(at)
+    }
+
+    /// Marks the set at `at` unused (its words are reclaimed by `compact`).
+    pub(crate) fn free(&mut self, at: u32) {
+        self.dead += 1 + self.get(at).len();
+    }
+
+    /// Heap bytes (capacity).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.ids.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// True when freed sets are more than half the buffer (and not a few,
+    /// unless they are all of it).
+    pub(crate) fn wants_compaction(&self) -> bool {
+        self.dead * 2 > self.ids.len() && (self.dead > 4096 || self.dead == self.ids.len())
+    }
+
+    /// Copies the sets still in use to a fresh buffer, moving each offset
+    /// `offsets` yields (every live series' offset, once) to its new place.
+    pub(crate) fn compact<'a>(&mut self, offsets: impl Iterator<Item = &'a mut u32>) {
+        let mut ids = Vec::with_capacity(self.ids.len().saturating_sub(self.dead));
+        for at in offsets {
+            let set = self.get(*at);
+            *at = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            ids.push(u32::try_from(set.len()).unwrap_or(0));
+            ids.extend_from_slice(set);
+        }
+        self.ids = ids;
+        self.dead = 0;
+    }
+}
 
 /// The table of interned strings.
 #[derive(Debug, Default)]
@@ -50,7 +123,7 @@ impl Interner {
         self.ids.get(s).copied()
     }
 
-    fn id(&mut self, s: &str) -> u32 {
+    pub(crate) fn id(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.ids.get(s) {
             return i;
         }
@@ -94,7 +167,8 @@ impl Interner {
         }
     }
 
-    /// Interns `labels`.
+    /// Interns `labels` (the store interns into its [`LabelArena`]).
+    #[cfg(test)]
     pub(crate) fn intern(&mut self, labels: &Labels) -> SymLabels {
         let mut out = Vec::with_capacity(labels.len() * 2);
         for (n, v) in labels.iter() {
@@ -323,6 +397,40 @@ mod tests {
             }
             proptest::prop_assert_eq!(same_bytes(&a, &b), a == b);
             proptest::prop_assert!(same_bytes(&a, &a));
+        }
+    }
+
+    #[test]
+    fn arena_sets_round_trip_and_survive_compaction() {
+        let mut strings = Interner::default();
+        let mut arena = LabelArena::default();
+        let sets: Vec<Labels> = (0..3000)
+            .map(|i| Labels::metric("m", [("node", format!("n{i}")), ("job", "j".into())]))
+            .collect();
+        let mut at: Vec<u32> = sets
+            .iter()
+            .map(|l| arena.intern(&mut strings, l).expect("fits"))
+            .collect();
+        for (l, &a) in sets.iter().zip(&at) {
+            assert!(strings.same(arena.get(a), l));
+        }
+        assert_eq!(arena.get(u32::MAX), &[] as &[u32]);
+        // Free two thirds: past half the buffer, so compaction is due.
+        let mut kept = Vec::new();
+        for (i, a) in at.drain(..).enumerate() {
+            if i % 3 == 0 {
+                kept.push((i, a));
+            } else {
+                arena.free(a);
+            }
+        }
+        assert!(arena.wants_compaction());
+        let before = arena.ids.len();
+        arena.compact(kept.iter_mut().map(|(_, a)| a));
+        assert!(!arena.wants_compaction());
+        assert_eq!(arena.ids.len(), before / 3);
+        for (i, a) in &kept {
+            assert_eq!(strings.labels(arena.get(*a)), sets[*i]);
         }
     }
 

@@ -16,7 +16,7 @@ use canopy_proto::model::{is_stale_nan, stale_nan};
 
 use super::chunk::{Chunk, ChunkView, Runs, Sealed};
 use super::index::SeriesIndex;
-use super::intern::{Interner, SymLabels};
+use super::intern::{Interner, LabelArena};
 use super::{Appender, Labels, Sample, StoreError};
 
 /// Typed settings of a [`LiveStore`].
@@ -157,10 +157,11 @@ impl Source {
 
 #[derive(Debug)]
 struct Entry {
-    /// Interned labels (see [`Interner`]).
-    labels: SymLabels,
-    /// Index into `sources` (u32: series outnumber sources by far).
-    source: Option<u32>,
+    /// Offset of the interned labels in the store's [`LabelArena`].
+    labels: u32,
+    /// Index into `sources` plus one, 0 for none (u32: series outnumber
+    /// sources by far; 4 bytes where an `Option<u32>` takes 8).
+    source_plus_one: u32,
     /// The sealed chunks, in one buffer a snapshot cut can share while
     /// the store moves on (sealed chunks are never written again).
     sealed: Sealed,
@@ -170,13 +171,18 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(labels: SymLabels, source: Option<u32>) -> Self {
+    fn new(labels: u32, source: Option<u32>) -> Self {
         Entry {
             labels,
-            source,
+            source_plus_one: source.and_then(|s| s.checked_add(1)).unwrap_or(0),
             sealed: Sealed::default(),
             head: Chunk::default(),
         }
+    }
+
+    /// The series' source (an index into `sources`), if any.
+    fn source(&self) -> Option<u32> {
+        self.source_plus_one.checked_sub(1)
     }
 
     fn last(&self) -> Option<(i64, f64)> {
@@ -246,6 +252,8 @@ pub struct LiveStore {
     /// Label sets and postings of the held series.
     index: SeriesIndex,
     strings: Interner,
+    /// Every series' interned label ids (an [`Entry`] keeps its offset).
+    label_ids: LabelArena,
     sources: Vec<Source>,
     source_ids: HashMap<String, usize, foldhash::fast::RandomState>,
     now_ms: i64,
@@ -303,10 +311,10 @@ impl LiveStore {
             entries: self.entries.capacity() * std::mem::size_of::<Option<Entry>>(),
             index: self.index.heap_bytes(),
             strings: self.strings.heap_bytes(),
+            labels: self.label_ids.heap_bytes(),
             ..MemoryBreakdown::default()
         };
         for e in self.entries.iter().flatten() {
-            m.labels += e.labels.len() * std::mem::size_of::<u32>();
             let (fixed, index, runs) = e.sealed.heap_bytes();
             m.chunk_lists += fixed;
             m.chunk_headers += index;
@@ -379,7 +387,7 @@ impl LiveStore {
             let live_until = if is_stale_nan(last_v) {
                 last_ts
             } else {
-                match e.source.and_then(|s| self.sources.get(s as usize)) {
+                match e.source().and_then(|s| self.sources.get(s as usize)) {
                     Some(src) => match src.alive.last() {
                         Some(a) if !a.closed => i64::MAX,
                         Some(a) => a.end.max(last_ts),
@@ -403,8 +411,25 @@ impl LiveStore {
             }
         }
         if !gone.is_empty() {
-            self.index.remove_all(&mut gone, &self.strings);
+            let mut sets: Vec<(u32, &[u32])> = gone
+                .iter()
+                .map(|&(id, at)| (id, self.label_ids.get(at)))
+                .collect();
+            self.index.remove_all(&mut sets, &self.strings);
+            for (_, at) in gone {
+                self.label_ids.free(at);
+            }
+            if self.label_ids.wants_compaction() {
+                self.label_ids
+                    .compact(self.entries.iter_mut().flatten().map(|e| &mut e.labels));
+            }
         }
+    }
+
+    /// The interned label ids of `e`.
+    #[inline]
+    fn syms(&self, e: &Entry) -> &[u32] {
+        self.label_ids.get(e.labels)
     }
 
     /// Voids every [`SeriesHint`] naming slot `id` (it was freed).
@@ -454,7 +479,7 @@ impl LiveStore {
             self.entries
                 .get(i as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|e| self.strings.same(&e.labels, labels))
+                .is_some_and(|e| self.strings.same(self.syms(e), labels))
         };
         self.index.find(h, is_it).map(|i| i as usize)
     }
@@ -485,7 +510,13 @@ impl LiveStore {
                 labels: labels.to_string(),
             });
         }
-        let syms = self.strings.intern(labels);
+        let Some(syms) = self.label_ids.intern(&mut self.strings, labels) else {
+            self.stats.rejected_series += 1;
+            return Err(StoreError::TooManySeries {
+                limit: self.live,
+                labels: labels.to_string(),
+            });
+        };
         let e = Entry::new(syms, None);
         let id = match self.free.pop() {
             Some(id) => {
@@ -500,7 +531,8 @@ impl LiveStore {
         self.live += 1;
         self.series_epoch += 1;
         if let Some(e) = &self.entries[id] {
-            self.index.insert(h, &e.labels, id as u32);
+            self.index
+                .insert(h, self.label_ids.get(e.labels), id as u32);
         }
         Ok(Some(id))
     }
@@ -521,14 +553,20 @@ impl LiveStore {
             return Ok(());
         };
         if src.is_some() {
-            e.source = src.and_then(|s| u32::try_from(s).ok());
+            e.source_plus_one = src
+                .and_then(|s| u32::try_from(s).ok())
+                .and_then(|s| s.checked_add(1))
+                .unwrap_or(0);
         }
         if let Some((last_ts, last_v)) = e.last() {
             let same = last_v.to_bits() == v.to_bits();
             if ts < last_ts || (ts == last_ts && !same) {
                 self.stats.out_of_order += 1;
                 return Err(StoreError::OutOfOrder {
-                    labels: self.strings.labels(&e.labels).to_string(),
+                    labels: self
+                        .strings
+                        .labels(self.label_ids.get(e.labels))
+                        .to_string(),
                     ts_ms: ts,
                     newest_ms: last_ts,
                 });
@@ -584,7 +622,7 @@ impl LiveStore {
                     self.entries
                         .get(id)
                         .and_then(Option::as_ref)
-                        .is_some_and(|e| self.strings.same(&e.labels, labels)),
+                        .is_some_and(|e| self.strings.same(self.syms(e), labels)),
                     "a series hint passed with another label set"
                 );
                 id
@@ -627,7 +665,7 @@ impl LiveStore {
             self.entries
                 .get(i as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|e| self.strings.same_pairs(&e.labels, pairs.clone()))
+                .is_some_and(|e| self.strings.same_pairs(self.syms(e), pairs.clone()))
         };
         let id = self.index.find(h, is_it)? as usize;
         Some(SeriesHint {
@@ -663,7 +701,7 @@ impl LiveStore {
     pub fn hinted_labels(&self, hint: &SeriesHint) -> Option<Labels> {
         let id = self.hinted(hint)?;
         let e = self.entries.get(id)?.as_ref()?;
-        Some(self.strings.labels(&e.labels))
+        Some(self.strings.labels(self.syms(e)))
     }
 }
 

@@ -70,7 +70,7 @@ fn a_hash_collision_is_a_miss_never_another_series() {
     s.append_samples_hinted(&a, &smp(1000, 1.0), &mut ha, &mut |_, r| r.unwrap());
     // Stage a collision: b's key names a's series in the index.
     let hb_key = s.index.hash(&b);
-    let syms_a = s.entries[ha.id as usize].as_ref().unwrap().labels.clone();
+    let syms_a = s.syms(s.entries[ha.id as usize].as_ref().unwrap()).to_vec();
     s.index.insert(hb_key, &syms_a, ha.id);
     assert_eq!(find(&s, &pairs(&b)), None, "a's series under b's key");
     // b is then made by its labels, beside a under the same key.

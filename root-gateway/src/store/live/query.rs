@@ -53,7 +53,7 @@ impl Querier for LiveStore {
         // Every matching series in label order (those without samples in
         // the window are skipped below: the same order as `select`'s).
         let entries = self.entries_of(&self.selection(matchers));
-        Self::preload_chunks(&entries, mint, maxt);
+        self.preload_chunks(&entries, mint, maxt);
         let mut labels = KeptLabels::new(keep);
         // One buffer for every series' samples.
         let mut cur = Series {
@@ -73,7 +73,7 @@ impl Querier for LiveStore {
                 return Err(StoreError::SelectLimit { limit });
             }
             n += 1;
-            cur.labels = labels.of(&self.strings, &e.labels);
+            cur.labels = labels.of(&self.strings, self.syms(e));
             if !f(&cur, i) {
                 break;
             }
@@ -81,7 +81,7 @@ impl Querier for LiveStore {
         done(&|i| {
             entries
                 .get(i)
-                .map(|e| self.strings.labels(&e.labels))
+                .map(|e| self.strings.labels(self.syms(e)))
                 .unwrap_or_default()
         });
         Ok(())
@@ -250,11 +250,7 @@ impl LiveStore {
         let ids: Vec<u32> = self.matching(matchers).map(|(id, _)| id).collect();
         let mut order: Vec<u32> = (0..ids.len() as u32).collect();
         {
-            let sets: Vec<&[u32]> = self
-                .entries_of(&ids)
-                .iter()
-                .map(|e| &e.labels[..])
-                .collect();
+            let sets: Vec<&[u32]> = self.entries_of(&ids).iter().map(|e| self.syms(e)).collect();
             self.strings.sort_sets(&sets, &mut order);
         }
         let sorted: Arc<[u32]> = order.iter().map(|&i| ids[i as usize]).collect();
@@ -292,7 +288,7 @@ impl LiveStore {
                     .filter_map(|(id, e)| Some((id as u32, e.as_ref()?))),
             ),
         };
-        Box::new(all.filter(move |(_, e)| self.strings.all_match(matchers, &e.labels)))
+        Box::new(all.filter(move |(_, e)| self.strings.all_match(matchers, self.syms(e))))
     }
 
     /// Loads the entries `ids` name and their label ids into the cache,
@@ -302,10 +298,10 @@ impl LiveStore {
         let entry = |id: &u32| self.entries.get(*id as usize).and_then(Option::as_ref);
         let mut acc = 0usize;
         for e in ids.iter().filter_map(entry) {
-            acc ^= e.labels.as_ptr() as usize;
+            acc ^= e.labels as usize;
         }
         for e in ids.iter().filter_map(entry) {
-            acc ^= e.labels.first().copied().unwrap_or(0) as usize;
+            acc ^= self.syms(e).first().copied().unwrap_or(0) as usize;
         }
         std::hint::black_box(acc);
     }
@@ -319,10 +315,10 @@ impl LiveStore {
     /// of one series come one after another (each address is read from the
     /// last), while a loop over many series at one level has no such chain
     /// and the CPU overlaps its misses.
-    fn preload_chunks(entries: &[&Entry], mint: i64, maxt: i64) {
+    fn preload_chunks(&self, entries: &[&Entry], mint: i64, maxt: i64) {
         let mut acc = 0usize;
         for e in entries {
-            acc ^= e.labels.first().copied().unwrap_or(0) as usize;
+            acc ^= self.syms(e).first().copied().unwrap_or(0) as usize;
             if !e.sealed.is_empty() && (e.head.len() == 0 || e.head.first_ts() > mint) {
                 acc ^= usize::from(e.sealed.touch());
             }
@@ -359,7 +355,7 @@ impl LiveStore {
         // In label order (see `selection`); label sets are built only for
         // the series returned.
         let matching = self.entries_of(&self.selection(matchers));
-        Self::preload_chunks(&matching, mint, maxt);
+        self.preload_chunks(&matching, mint, maxt);
         // Sized once: growing it by doubling means large reallocations,
         // each a walk of the allocator's free lists on a fragmented heap.
         let mut hits = Vec::with_capacity(matching.len().min(limit));
@@ -377,7 +373,7 @@ impl LiveStore {
             None => hits
                 .into_iter()
                 .map(|(e, samples)| Series {
-                    labels: self.strings.labels(&e.labels),
+                    labels: self.strings.labels(self.syms(e)),
                     samples,
                     start_ms: None,
                 })
@@ -386,7 +382,7 @@ impl LiveStore {
                 let mut labels = KeptLabels::new(keep);
                 hits.into_iter()
                     .map(|(e, samples)| Series {
-                        labels: labels.of(&self.strings, &e.labels),
+                        labels: labels.of(&self.strings, self.syms(e)),
                         samples,
                         start_ms: None,
                     })

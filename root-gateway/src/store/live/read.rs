@@ -16,7 +16,7 @@ impl LiveStore {
     /// The samples of `e` in `[mint, maxt]`, explicit and implied, appended
     /// to `out` (empty on entry).
     pub(super) fn materialise_into(&self, e: &Entry, mint: i64, maxt: i64, out: &mut Vec<Sample>) {
-        let src = e.source.and_then(|s| self.sources.get(s as usize));
+        let src = e.source().and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
             let chunks = e.chunks_at(mint);

@@ -155,12 +155,12 @@ impl LiveStore {
             open: Vec::new(),
         };
         for e in self.entries.iter().flatten() {
-            cut.label_ids.extend_from_slice(&e.labels);
+            cut.label_ids.extend_from_slice(self.syms(e));
             if e.head.len() > 0 {
                 e.head.write_state(&mut cut.open);
             }
             cut.series.push(CutSeries {
-                source: e.source,
+                source: e.source(),
                 sealed: e.sealed.clone(),
                 labels_end: cut.label_ids.len(),
                 open_end: cut.open.len(),
@@ -285,8 +285,11 @@ impl LiveStore {
             if s.find(h, &labels).is_some() {
                 return Err(CodecError::Malformed("a series appears twice"));
             }
-            let syms = s.strings.intern(&labels);
-            s.index.insert(h, &syms, id);
+            let syms = s
+                .label_ids
+                .intern(&mut s.strings, &labels)
+                .ok_or(CodecError::Malformed("too many label ids"))?;
+            s.index.insert(h, s.label_ids.get(syms), id);
             s.live += 1;
             s.series_epoch += 1;
             let mut e = Entry::new(syms, source);

@@ -213,9 +213,9 @@ fn assert_series(s: &LiveStore, want: &[V1Series]) {
             .entries
             .iter()
             .flatten()
-            .find(|e| s.strings.labels(&e.labels).name() == *name)
+            .find(|e| s.strings.labels(s.syms(e)).name() == *name)
             .unwrap_or_else(|| panic!("{name} missing"));
-        assert_eq!(e.source.is_some(), *sourced, "{name}");
+        assert_eq!(e.source().is_some(), *sourced, "{name}");
         assert_eq!(
             e.chunk_count(),
             samples.len().div_ceil(crate::store::chunk::CHUNK_SAMPLES),
@@ -271,7 +271,7 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
         .entries
         .iter()
         .flatten()
-        .find(|e| s.strings.labels(&e.labels).name() == "v2_cpu")
+        .find(|e| s.strings.labels(s.syms(e)).name() == "v2_cpu")
         .unwrap();
     assert_eq!((cpu.sealed.len(), cpu.head.len()), (1, 20));
     // A v4 snapshot of it is smaller (no encoder state for sealed chunks)
@@ -284,7 +284,7 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     assert_series(&r, &want);
     // The open chunk's encoder state came through: appends continue it
     // and read back, sealing it at 240 samples.
-    let l = s.strings.labels(&cpu.labels);
+    let l = s.strings.labels(s.syms(cpu));
     let last = want.iter().find(|w| w.0 == "v2_cpu").unwrap().2.clone();
     let (t0, v0) = *last.last().unwrap();
     let more: Vec<(i64, f64)> = (1..=230i64)
