@@ -6,6 +6,7 @@ use std::time::Duration;
 use quinn::{Connection, Endpoint};
 use tokio::sync::Mutex;
 
+use super::quic_runtime::LinkRuntime;
 use super::stream::{RecordReader, RecordWriter, read_magic, write_magic};
 use super::{CloseCode, Identity, LinkError, LinkTuning, Result, runtime, tls};
 
@@ -29,10 +30,21 @@ impl Dialer {
         let config = tls::client_config(identity, &tuning)?;
         let endpoint = {
             let _guard = rt.enter();
-            Endpoint::client(local_bind).map_err(|source| LinkError::Bind {
+            // `Endpoint::client` with quinn's tokio runtime, but our timer
+            // (see `quic_runtime`). An IPv6 wildcard is dual-stack by Linux's
+            // default (`net.ipv6.bindv6only` = 0).
+            let bind = |source| LinkError::Bind {
                 addr: local_bind,
                 source,
-            })?
+            };
+            let socket = std::net::UdpSocket::bind(local_bind).map_err(bind)?;
+            Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                socket,
+                LinkRuntime::shared(),
+            )
+            .map_err(bind)?
         };
         Ok(Dialer {
             endpoint,

@@ -10,6 +10,7 @@ use quinn::{Connection, Endpoint, Incoming};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
+use super::quic_runtime::LinkRuntime;
 use super::stream::{RecordReader, RecordWriter, read_magic, write_magic};
 use super::{CloseCode, Identity, LinkError, LinkTuning, Result, WarnLimiter, runtime, tls};
 
@@ -75,7 +76,16 @@ impl Listener {
         let config = tls::server_config(identity, &tuning)?;
         let endpoint = {
             let _guard = rt.enter();
-            Endpoint::server(config, addr).map_err(|source| LinkError::Bind { addr, source })?
+            // `Endpoint::server` with our timer (see `quic_runtime`).
+            let bind = |source| LinkError::Bind { addr, source };
+            let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+            Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(config),
+                socket,
+                LinkRuntime::shared(),
+            )
+            .map_err(bind)?
         };
         let local_addr = endpoint
             .local_addr()

@@ -60,6 +60,7 @@ pub mod certs;
 mod control;
 mod dialer;
 mod listener;
+mod quic_runtime;
 mod stream;
 pub mod tls;
 mod uplink;

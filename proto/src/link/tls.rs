@@ -96,6 +96,17 @@ pub fn transport_config(tuning: &LinkTuning, role: Role) -> Result<TransportConf
         let mut af = quinn::AckFrequencyConfig::default();
         af.ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD));
         t.ack_frequency_config(Some(af));
+    } else {
+        // The parent sends one acknowledgement record per child record,
+        // and the child would QUIC-ACK it after its max_ack_delay (25 ms):
+        // a wake-up of its own on every child, every tick. Asked to ACK
+        // every ack-eliciting packet at once, the child answers in the
+        // wake-up that reads the record (which quinn lets no child delay
+        // past the next tick: a requested delay is capped at the RTT or
+        // 25 ms).
+        let mut af = quinn::AckFrequencyConfig::default();
+        af.ack_eliciting_threshold(VarInt::from_u32(0));
+        t.ack_frequency_config(Some(af));
     }
     Ok(t)
 }
