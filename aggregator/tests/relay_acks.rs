@@ -65,16 +65,31 @@ fn relay_cfg(tick: Duration) -> RelayConfig {
 
 /// A gateway (a relay without uplinks, acking on receipt) on `name`.
 fn gateway(ca: &Ca, name: &str, sd: &watch::Receiver<bool>) -> (Relay<Seen>, UplinkTarget) {
+    let (target, start) = gateway_later(ca, name, sd);
+    (start(), target)
+}
+
+/// A gateway bound on `name` that reads (and acks) nothing until `start`
+/// is called: peers complete their handshake and queue their records.
+fn gateway_later(
+    ca: &Ca,
+    name: &str,
+    sd: &watch::Receiver<bool>,
+) -> (UplinkTarget, impl FnOnce() -> Relay<Seen>) {
     let id = ca.identity(name).expect("cert");
     let l = Listener::bind(loopback(), &id, LinkTuning::default()).expect("bind");
     let target = UplinkTarget {
         name: name.into(),
         addr: l.local_addr(),
     };
-    let r = Relay::new(relay_cfg(Duration::from_secs(1)), Seen::default());
-    r.spawn_listener(l, sd.clone());
-    r.spawn_ticker(Vec::new(), sd.clone());
-    (r, target)
+    let sd = sd.clone();
+    let start = move || {
+        let r = Relay::new(relay_cfg(Duration::from_secs(1)), Seen::default());
+        r.spawn_listener(l, sd.clone());
+        r.spawn_ticker(Vec::new(), sd);
+        r
+    };
+    (target, start)
 }
 
 /// A parent that takes every record and never acknowledges one.
@@ -207,36 +222,29 @@ async fn a_relay_forwards_its_parents_ack_without_waiting_for_its_next_tick() {
 async fn a_subtree_top_acks_only_what_every_live_gateway_holds() {
     let ca = Ca::generate("test cluster CA").expect("ca");
     let (_sd_tx, sd) = watch::channel(false);
-    let (gw_a, a_at) = gateway(&ca, "gw-a", &sd);
+    let (a_at, start_a) = gateway_later(&ca, "gw-a", &sd);
     let b_at = mute_gateway(&ca, "gw-b");
     // The rule counts *live* gateways, and one that was out rejoins only
-    // once it caught up with what the others acked. If A acks a tick of the
-    // top before the top reaches B, B (which never acks) stays out for good
-    // and A alone decides: by design, but not this test's premise. So a top
-    // whose B came up after A's first ack is shut down and a new one made.
-    let mut attempts = Vec::new();
-    let (ups, top_at) = loop {
-        let (top_sd_tx, top_sd) = watch::channel(false);
-        let (top, ups, top_at) = relay(
-            &ca,
-            "top",
-            Duration::from_millis(300),
-            &[a_at.clone(), b_at.clone()],
-            Duration::from_secs(8),
-            &top_sd,
-        );
-        until("the top reaches both gateways", || {
-            ups.iter().all(|u| u.is_live())
-        })
-        .await;
-        if ups[0].acked_tag() == 0 {
-            attempts.push((top, top_sd_tx));
-            break (ups, top_at);
-        }
-        let _ = top_sd_tx.send(true);
-        attempts.push((top, top_sd_tx));
-        assert!(attempts.len() < 10, "B never came up before A's first ack");
-    };
+    // once it caught up with what the others acked. If A acked a tick of
+    // the top before the top reached B, B (which never acks) would stay out
+    // for good and A alone would decide: by design, but not this test's
+    // premise. So A reads nothing until the top has reached B.
+    let (_top_sd_tx, top_sd) = watch::channel(false);
+    let (_top, ups, top_at) = relay(
+        &ca,
+        "top",
+        Duration::from_millis(300),
+        &[a_at, b_at],
+        Duration::from_secs(8),
+        &top_sd,
+    );
+    until("the top reaches B", || ups[1].is_live()).await;
+    assert_eq!(ups[0].acked_tag(), 0, "A acked before it was started");
+    let gw_a = start_a();
+    until("the top reaches both gateways", || {
+        ups.iter().all(|u| u.is_live())
+    })
+    .await;
     let leaf = leaf_sends_one_tick(&ca, &top_at).await;
     until("gateway A stores the leaf's sample", || {
         gw_a.with_sink(|s| !s.0.is_empty())
