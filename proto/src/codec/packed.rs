@@ -59,7 +59,7 @@
 
 use super::hist::Hists;
 use super::idhash::FirstSeen;
-use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
+use super::rangecoder::{Freqs, Prob, RangeDecoder, RangeEncoder};
 
 const PREDICTORS: usize = 4;
 /// Fixed-point scale of the predictor costs (1/16 bit).
@@ -424,8 +424,11 @@ fn bit_len(u: u64) -> u32 {
 /// Statistics shared by every series of a link, identical on both ends.
 #[derive(Clone, Debug)]
 pub(crate) struct LinkModel {
-    /// Bit-length trees, `[class][context]`, 7 levels (lengths 0..=64).
-    len: Vec<[Prob; 128]>,
+    /// Bit-length distributions, `[class][context]` (see [`LenWindow`]).
+    len: Vec<Freqs<LEN_SYMS>>,
+    /// Bit lengths outside their context's window, `[class]`: 7-level
+    /// binary trees (lengths 0..=64).
+    len_esc: Vec<[Prob; 128]>,
     /// The two bits below the leading one, `[class][length]`: 3 nodes.
     top: Vec<[Prob; 3]>,
     /// Sign of a residual, `[class][bit length of its magnitude]`.
@@ -439,7 +442,9 @@ pub(crate) struct LinkModel {
     /// Sparse sections: length trees of the number of changed members, of
     /// the first one's distance from the previous section's first, and of
     /// the gaps between the next ones.
-    sparse_len: Vec<[Prob; 128]>,
+    sparse_len: Vec<Freqs<LEN_SYMS>>,
+    /// Their lengths outside the window, `[tree]`.
+    sparse_esc: Vec<[Prob; 128]>,
     /// The two bits below the leading one of those, `[tree][length]`.
     sparse_top: Vec<[Prob; 3]>,
     /// Values taken in the current section, by the first series to take
@@ -452,13 +457,15 @@ pub(crate) struct LinkModel {
 impl Default for LinkModel {
     fn default() -> Self {
         Self {
-            len: vec![[Prob::default(); 128]; CLASSES * LEN_CTX],
+            len: vec![Freqs::default(); CLASSES * LEN_CTX],
+            len_esc: vec![[Prob::default(); 128]; CLASSES],
             top: vec![[Prob::default(); 3]; CLASSES * 65],
             sign: vec![Prob::default(); CLASSES * 65],
             prev_changed: false,
             walk: 0,
             sparse: Prob::default(),
-            sparse_len: vec![[Prob::default(); 128]; SPARSE_TREES],
+            sparse_len: vec![Freqs::default(); SPARSE_TREES],
+            sparse_esc: vec![[Prob::default(); 128]; SPARSE_TREES],
             sparse_top: vec![[Prob::default(); 3]; SPARSE_TREES * 65],
             seen: FirstSeen::default(),
             hists: Hists::default(),
@@ -496,7 +503,11 @@ impl LinkModel {
     pub fn put_sparse_u(&mut self, e: &mut RangeEncoder, tree: usize, u: u64) {
         put_len_coded(
             e,
-            &mut self.sparse_len[tree],
+            LenModel {
+                freqs: &mut self.sparse_len[tree],
+                esc: &mut self.sparse_esc[tree],
+                base: 1,
+            },
             &mut self.sparse_top[tree * 65..tree * 65 + 65],
             u,
         );
@@ -506,7 +517,11 @@ impl LinkModel {
     pub fn get_sparse_u(&mut self, d: &mut RangeDecoder<'_>, tree: usize) -> Option<u64> {
         get_len_coded(
             d,
-            &mut self.sparse_len[tree],
+            LenModel {
+                freqs: &mut self.sparse_len[tree],
+                esc: &mut self.sparse_esc[tree],
+                base: 1,
+            },
             &mut self.sparse_top[tree * 65..tree * 65 + 65],
         )
     }
@@ -703,7 +718,11 @@ impl LinkModel {
     fn put_u(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, u: u64) {
         put_len_coded(
             e,
-            &mut self.len[class * LEN_CTX + ctx],
+            LenModel {
+                freqs: &mut self.len[class * LEN_CTX + ctx],
+                esc: &mut self.len_esc[class],
+                base: window_base(ctx),
+            },
             &mut self.top[class * 65..class * 65 + 65],
             u,
         );
@@ -712,17 +731,61 @@ impl LinkModel {
     fn get_u(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<u64> {
         get_len_coded(
             d,
-            &mut self.len[class * LEN_CTX + ctx],
+            LenModel {
+                freqs: &mut self.len[class * LEN_CTX + ctx],
+                esc: &mut self.len_esc[class],
+                base: window_base(ctx),
+            },
             &mut self.top[class * 65..class * 65 + 65],
         )
     }
 }
 
-/// Codes `u` as its bit length (7-bit adaptive `tree`), the two bits below
-/// its leading one (adaptive, `top[length]`), then the rest raw.
-fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob; 3]], u: u64) {
+/// Symbols of a bit-length distribution: 0 (length 0), the window of
+/// lengths `base..base + LEN_SYMS - 2`, and the escape (another length, in
+/// the escape tree).
+pub(crate) const LEN_SYMS: usize = 16;
+const LEN_ESC: usize = LEN_SYMS - 1;
+/// Lengths below the expected one that a context's window holds.
+const LEN_BELOW: usize = 6;
+
+/// First length of context `ctx`'s window: a few below the expected
+/// length (residuals fall short of their typical size far more often than
+/// they exceed it), at least 1; absolute values start at 1.
+#[inline]
+fn window_base(ctx: usize) -> u32 {
+    if ctx == ABS_CTX {
+        1
+    } else {
+        ctx.saturating_sub(LEN_BELOW).max(1) as u32
+    }
+}
+
+/// Where a number's bit length is coded: one step of `freqs` for lengths
+/// in its window, else the escape symbol and the `esc` tree.
+pub(crate) struct LenModel<'a> {
+    freqs: &'a mut Freqs<LEN_SYMS>,
+    esc: &'a mut [Prob; 128],
+    base: u32,
+}
+
+/// Codes `u` as its bit length (one multi-symbol step, see [`LenModel`]),
+/// the two bits below its leading one (adaptive, `top[length]`), then the
+/// rest raw.
+#[inline(always)]
+fn put_len_coded(e: &mut RangeEncoder, m: LenModel<'_>, top: &mut [[Prob; 3]], u: u64) {
     let n = bit_len(u);
-    e.tree(tree, n);
+    if n == 0 {
+        e.symbol(m.freqs, 0);
+        return;
+    }
+    let i = n.wrapping_sub(m.base) as usize;
+    if i < LEN_SYMS - 2 {
+        e.symbol(m.freqs, i + 1);
+    } else {
+        e.symbol(m.freqs, LEN_ESC);
+        e.tree(m.esc, n);
+    }
     if n < 2 {
         return; // 0 and 1 are fully described by their length
     }
@@ -737,17 +800,26 @@ fn put_len_coded(e: &mut RangeEncoder, tree: &mut [Prob; 128], top: &mut [[Prob;
     }
 }
 
-/// Decodes a number coded by [`put_len_coded`]; `None`: a length over 64.
-fn get_len_coded(
-    d: &mut RangeDecoder<'_>,
-    tree: &mut [Prob; 128],
-    top: &mut [[Prob; 3]],
-) -> Option<u64> {
-    let mut node = 1usize;
-    for _ in 0..7 {
-        node = node * 2 + usize::from(d.bit(&mut tree[node]));
-    }
-    let n = (node - 128) as u32;
+/// Decodes a number coded by [`put_len_coded`]; `None`: a length over 64
+/// (or an escape naming a length the window holds: hostile bits).
+#[inline(always)]
+fn get_len_coded(d: &mut RangeDecoder<'_>, m: LenModel<'_>, top: &mut [[Prob; 3]]) -> Option<u64> {
+    let s = d.symbol(m.freqs);
+    let n = match s {
+        0 => return Some(0),
+        LEN_ESC => {
+            let mut node = 1usize;
+            for _ in 0..7 {
+                node = node * 2 + usize::from(d.bit(&mut m.esc[node]));
+            }
+            let n = (node - 128) as u32;
+            if n == 0 || (n.wrapping_sub(m.base) as usize) < LEN_SYMS - 2 {
+                return None;
+            }
+            n
+        }
+        s => m.base + s as u32 - 1,
+    };
     if n > 64 {
         return None;
     }
