@@ -424,14 +424,13 @@ fn bit_len(u: u64) -> u32 {
 /// Statistics shared by every series of a link, identical on both ends.
 #[derive(Clone, Debug)]
 pub(crate) struct LinkModel {
-    /// Bit-length distributions, `[class][context]` (see [`LenWindow`]).
-    len: Vec<Freqs<LEN_SYMS>>,
+    /// Residual distributions (bit length and sign), `[class][context]`
+    /// (see [`RES_SYMS`]).
+    len: Vec<Freqs<RES_SYMS>>,
     /// Bit lengths outside their context's window, `[class]`: 7-level
     /// binary trees (lengths 0..=64).
     len_esc: Vec<[Prob; 128]>,
-    /// The two bits below the leading one, `[class][length]`: 3 nodes.
-    top: Vec<[Prob; 3]>,
-    /// Sign of a residual, `[class][bit length of its magnitude]`.
+    /// Sign of an escaped residual, `[class]`.
     sign: Vec<Prob>,
     /// The previous series of the walk changed.
     prev_changed: bool,
@@ -445,8 +444,6 @@ pub(crate) struct LinkModel {
     sparse_len: Vec<Freqs<LEN_SYMS>>,
     /// Their lengths outside the window, `[tree]`.
     sparse_esc: Vec<[Prob; 128]>,
-    /// The two bits below the leading one of those, `[tree][length]`.
-    sparse_top: Vec<[Prob; 3]>,
     /// Values taken in the current section, by the first series to take
     /// them (twin finding).
     seen: FirstSeen,
@@ -459,14 +456,12 @@ impl Default for LinkModel {
         Self {
             len: vec![Freqs::default(); CLASSES * LEN_CTX],
             len_esc: vec![[Prob::default(); 128]; CLASSES],
-            top: vec![[Prob::default(); 3]; CLASSES * 65],
-            sign: vec![Prob::default(); CLASSES * 65],
+            sign: vec![Prob::default(); CLASSES],
             prev_changed: false,
             walk: 0,
             sparse: Prob::default(),
             sparse_len: vec![Freqs::default(); SPARSE_TREES],
             sparse_esc: vec![[Prob::default(); 128]; SPARSE_TREES],
-            sparse_top: vec![[Prob::default(); 3]; SPARSE_TREES * 65],
             seen: FirstSeen::default(),
             hists: Hists::default(),
         }
@@ -508,7 +503,6 @@ impl LinkModel {
                 esc: &mut self.sparse_esc[tree],
                 base: 1,
             },
-            &mut self.sparse_top[tree * 65..tree * 65 + 65],
             u,
         );
     }
@@ -522,7 +516,6 @@ impl LinkModel {
                 esc: &mut self.sparse_esc[tree],
                 base: 1,
             },
-            &mut self.sparse_top[tree * 65..tree * 65 + 65],
         )
     }
 
@@ -687,26 +680,53 @@ impl LinkModel {
         Some(w)
     }
 
-    /// Codes a signed residual: magnitude (below), then its sign, modelled
-    /// per bit length (noise is often skewed: a hard floor, a long tail).
-    // Inlined: called for nearly every value, its call cost more than the
-    // sign it codes (callgrind, tick_cost).
+    /// Codes a signed residual in one multi-symbol step (its bit length
+    /// and sign together, see [`RES_SYMS`]; the sign per length and context
+    /// because noise is often skewed: a hard floor, a long tail), then the
+    /// bits below its leading one ([`put_mantissa`]). A length outside the
+    /// context's window escapes to the class's tree, its sign to an
+    /// adaptive bit.
     #[inline(always)]
     fn put_r(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, r: i64) {
         let m = r.unsigned_abs();
-        self.put_u(e, class, ctx, m);
-        if m != 0 {
-            e.bit(&mut self.sign[class * 65 + bit_len(m) as usize], r < 0);
+        let n = bit_len(m);
+        let f = &mut self.len[class * LEN_CTX + ctx];
+        if n == 0 {
+            e.symbol(f, 0);
+            return;
         }
+        let neg = r < 0;
+        let i = n.wrapping_sub(window_base(ctx)) as usize;
+        if i < RES_WINDOW {
+            e.symbol(f, 1 + i + RES_WINDOW * usize::from(neg));
+        } else {
+            e.symbol(f, RES_ESC);
+            e.tree(&mut self.len_esc[class], n);
+            e.bit(&mut self.sign[class], neg);
+        }
+        put_mantissa(e, m, n);
     }
 
-    /// Decodes a residual coded by [`LinkModel::put_r`].
+    /// Decodes a residual coded by [`LinkModel::put_r`]; `None` for bits
+    /// no encoder writes (a length over 64, an escape into the window).
+    #[inline(always)]
     fn get_r(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<i64> {
-        let m = self.get_u(d, class, ctx)?;
-        if m == 0 {
-            return Some(0);
+        let base = window_base(ctx);
+        let (n, neg) = match d.symbol(&mut self.len[class * LEN_CTX + ctx]) {
+            0 => return Some(0),
+            RES_ESC => {
+                let n = get_escape(d, &mut self.len_esc[class], base, RES_WINDOW)?;
+                (n, d.bit(&mut self.sign[class]))
+            }
+            s => {
+                let i = (s - 1) % RES_WINDOW;
+                (base + i as u32, s > RES_WINDOW)
+            }
+        };
+        if n > 64 {
+            return None;
         }
-        let neg = d.bit(&mut self.sign[class * 65 + bit_len(m) as usize]);
+        let m = get_mantissa(d, n);
         // |i64::MIN| = 2^63 maps back to i64::MIN either way.
         Some(if neg {
             m.wrapping_neg() as i64
@@ -714,31 +734,50 @@ impl LinkModel {
             m as i64
         })
     }
+}
 
-    fn put_u(&mut self, e: &mut RangeEncoder, class: usize, ctx: usize, u: u64) {
-        put_len_coded(
-            e,
-            LenModel {
-                freqs: &mut self.len[class * LEN_CTX + ctx],
-                esc: &mut self.len_esc[class],
-                base: window_base(ctx),
-            },
-            &mut self.top[class * 65..class * 65 + 65],
-            u,
-        );
-    }
+/// Symbols of a residual's distribution (format 4): 0 (residual 0), the
+/// lengths `base..base + RES_WINDOW` positive, the same negative, and the
+/// escape (another length, in the class's tree; the sign an adaptive bit).
+pub(crate) const RES_SYMS: usize = 2 * RES_WINDOW + 2;
+const RES_WINDOW: usize = 15;
+const RES_ESC: usize = RES_SYMS - 1;
 
-    fn get_u(&mut self, d: &mut RangeDecoder<'_>, class: usize, ctx: usize) -> Option<u64> {
-        get_len_coded(
-            d,
-            LenModel {
-                freqs: &mut self.len[class * LEN_CTX + ctx],
-                esc: &mut self.len_esc[class],
-                base: window_base(ctx),
-            },
-            &mut self.top[class * 65..class * 65 + 65],
-        )
+/// The bits of `m` (bit length `n`) below its leading one, raw (format
+/// 4: modelling the top one or two, as format 3 did, saved 0.2 % of the
+/// reference trace for two adaptive decisions a value on both ends).
+#[inline(always)]
+fn put_mantissa(e: &mut RangeEncoder, m: u64, n: u32) {
+    if n >= 2 {
+        e.direct(m, n - 1);
     }
+}
+
+/// Decodes what [`put_mantissa`] coded: the number of bit length `n`
+/// (`1 <= n <= 64`).
+#[inline(always)]
+fn get_mantissa(d: &mut RangeDecoder<'_>, n: u32) -> u64 {
+    if n < 2 {
+        return u64::from(n);
+    }
+    (1 << (n - 1)) | d.direct(n - 1)
+}
+
+/// Decodes an escaped length from its tree: `None` unless it is one the
+/// window (`base`, `window` lengths) does not hold, and not zero.
+#[inline]
+fn get_escape(
+    d: &mut RangeDecoder<'_>,
+    esc: &mut [Prob; 128],
+    base: u32,
+    window: usize,
+) -> Option<u32> {
+    let mut node = 1usize;
+    for _ in 0..7 {
+        node = node * 2 + usize::from(d.bit(&mut esc[node]));
+    }
+    let n = (node - 128) as u32;
+    (n != 0 && n.wrapping_sub(base) as usize >= window).then_some(n)
 }
 
 /// Symbols of a bit-length distribution: 0 (length 0), the window of
@@ -770,10 +809,9 @@ pub(crate) struct LenModel<'a> {
 }
 
 /// Codes `u` as its bit length (one multi-symbol step, see [`LenModel`]),
-/// the two bits below its leading one (adaptive, `top[length]`), then the
-/// rest raw.
+/// then the bits below its leading one ([`put_mantissa`]).
 #[inline(always)]
-fn put_len_coded(e: &mut RangeEncoder, m: LenModel<'_>, top: &mut [[Prob; 3]], u: u64) {
+fn put_len_coded(e: &mut RangeEncoder, m: LenModel<'_>, u: u64) {
     let n = bit_len(u);
     if n == 0 {
         e.symbol(m.freqs, 0);
@@ -786,56 +824,22 @@ fn put_len_coded(e: &mut RangeEncoder, m: LenModel<'_>, top: &mut [[Prob; 3]], u
         e.symbol(m.freqs, LEN_ESC);
         e.tree(m.esc, n);
     }
-    if n < 2 {
-        return; // 0 and 1 are fully described by their length
-    }
-    let rest = n - 1; // bits below the leading one
-    let top = &mut top[n as usize];
-    let b1 = (u >> (rest - 1)) & 1 == 1;
-    e.bit(&mut top[0], b1);
-    if rest >= 2 {
-        let b2 = (u >> (rest - 2)) & 1 == 1;
-        e.bit(&mut top[1 + usize::from(b1)], b2);
-        e.direct(u, rest - 2);
-    }
+    put_mantissa(e, u, n);
 }
 
 /// Decodes a number coded by [`put_len_coded`]; `None`: a length over 64
 /// (or an escape naming a length the window holds: hostile bits).
 #[inline(always)]
-fn get_len_coded(d: &mut RangeDecoder<'_>, m: LenModel<'_>, top: &mut [[Prob; 3]]) -> Option<u64> {
-    let s = d.symbol(m.freqs);
-    let n = match s {
+fn get_len_coded(d: &mut RangeDecoder<'_>, m: LenModel<'_>) -> Option<u64> {
+    let n = match d.symbol(m.freqs) {
         0 => return Some(0),
-        LEN_ESC => {
-            let mut node = 1usize;
-            for _ in 0..7 {
-                node = node * 2 + usize::from(d.bit(&mut m.esc[node]));
-            }
-            let n = (node - 128) as u32;
-            if n == 0 || (n.wrapping_sub(m.base) as usize) < LEN_SYMS - 2 {
-                return None;
-            }
-            n
-        }
+        LEN_ESC => get_escape(d, m.esc, m.base, LEN_SYMS - 2)?,
         s => m.base + s as u32 - 1,
     };
     if n > 64 {
         return None;
     }
-    if n < 2 {
-        return Some(u64::from(n));
-    }
-    let rest = n - 1;
-    let top = &mut top[n as usize];
-    let b1 = d.bit(&mut top[0]);
-    let mut u = 2 | u64::from(b1);
-    if rest >= 2 {
-        let b2 = d.bit(&mut top[1 + usize::from(b1)]);
-        u = (u << 1) | u64::from(b2);
-        u = (u << (rest - 2)) | d.direct(rest - 2);
-    }
-    Some(u)
+    Some(get_mantissa(d, n))
 }
 
 #[cfg(test)]
