@@ -77,6 +77,8 @@ const MEAN_DIV: i128 = 16;
 const CLASSES: usize = 2;
 /// Changed-flag contexts: ticks since the last change, 0..=3 (saturating).
 const FLAG_CTX: usize = 4;
+/// Twins are looked for in one packed section of this many of a source.
+const TWIN_EVERY: u32 = 8;
 /// Sparse section tree: the number of changed members.
 pub(crate) const SPARSE_COUNT: usize = 0;
 /// Sparse section tree: the first changed member, as the zigzag distance
@@ -566,9 +568,14 @@ impl LinkModel {
 
     /// After series `id` took value `w` in this section: find it a twin (an
     /// earlier series that took the same value here), unless its twin
-    /// still holds that value. Bounded by the section's size.
+    /// still holds that value. Bounded by the section's size. Only in one
+    /// packed section of [`TWIN_EVERY`] of a source (format 4): twins
+    /// (series equal tick after tick) are found as well a few ticks later,
+    /// and the table lookup, a cache miss or two a value on both ends,
+    /// is skipped in the others.
+    #[inline(always)]
     fn note(&mut self, id: u32, st: &mut WireState, w: i64, peer: Option<i64>) {
-        if peer == Some(w) {
+        if peer == Some(w) || self.walk % TWIN_EVERY != 0 {
             return;
         }
         if let Some(first) = self.seen.first_or_insert(w, id) {
