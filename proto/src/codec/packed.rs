@@ -575,7 +575,7 @@ impl LinkModel {
     /// is skipped in the others.
     #[inline(always)]
     fn note(&mut self, id: u32, st: &mut WireState, w: i64, peer: Option<i64>) {
-        if peer == Some(w) || self.walk % TWIN_EVERY != 0 {
+        if peer == Some(w) || !self.walk.is_multiple_of(TWIN_EVERY) {
             return;
         }
         if let Some(first) = self.seen.first_or_insert(w, id) {

@@ -624,9 +624,9 @@ mod tests {
             f.refresh();
             // Each symbol's share is its count's, to within one unit.
             let sum: u32 = counts.iter().sum();
-            for k in 0..15 {
+            for (k, &c) in counts.iter().enumerate().take(15) {
                 let got = u32::from(f.ends[k]) - f.lo(k);
-                let want = 1 + u64::from(counts[k]) * u64::from(FREQ_TOTAL - 16) / u64::from(sum);
+                let want = 1 + u64::from(c) * u64::from(FREQ_TOTAL - 16) / u64::from(sum);
                 prop_assert!(u64::from(got) == want || u64::from(got) + 1 == want, "{} vs {}", got, want);
             }
             let linear = (0..16).find(|&k| u32::from(f.ends[k]) > probe).unwrap_or(15);
@@ -668,7 +668,7 @@ mod tests {
             let mut same = true;
             for &s in &syms {
                 same &= d.symbol(&mut g) == s;
-                same &= d.direct(13) == s as u64 * 977 & 0x1fff;
+                same &= d.direct(13) == (s as u64 * 977) & 0x1fff;
             }
             if keep + MAX_PAD < bytes.len() {
                 prop_assert!(!same || d.finish().is_err(), "a long cut cannot decode cleanly");
