@@ -21,7 +21,8 @@
 //!   packed: [sparse?] then which series of the source changed: dense, a
 //!     [changed?] flag for each series the link holds for it, ascending id;
 //!     sparse, [count] [first id] [id gaps] (few changed: O(changes) to read);
-//!     per change ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )
+//!     per change ( [on step grid?] [length n and sign of the residual, one
+//!     multi-symbol step (format 4)] [n-1 raw bits] )
 //!   specials (NaN, inf, stale) stay in their columns, exact;
 //!   retired: series that ended at the section's ts, after its updates.
 //! Section, repeat (format 3): source | ts offset | repeat flag, no packed

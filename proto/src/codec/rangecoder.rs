@@ -15,6 +15,9 @@
 //! ```text
 //! probability p (11 bits) of a 0:  bound = (range >> 11) * p
 //!   0 -> range = bound           1 -> low += bound, range -= bound
+//! symbol s of a Freqs (format 4):  r = range >> 15
+//!   low += r * cum(s)            range = r * freq(s) (the last: the rest)
+//! k <= 16 raw bits v (format 4):  range >>= k; low += range * v
 //! ```
 
 /// Probability scale: probabilities are `1..PROB_ONE` out of `PROB_ONE`.
