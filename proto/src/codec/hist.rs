@@ -5,8 +5,9 @@
 //! the bell the shared length model assumes: a hard floor, a long tail,
 //! often several modes. Once a gauge's residuals run to [`NOISY_LEN`] bits,
 //! both ends give it a histogram of its own: 63 bins of `2^shift` wire
-//! units around an anchor, the bin coded through an adaptive binary tree
-//! (so the series' shape is learnt), the offset in the bin raw. Bin 0 is
+//! units around an anchor, the bin coded in one step of an adaptive
+//! 64-symbol distribution (so the series' shape is learnt; format 4, where
+//! format 3 took six binary decisions), the offset in the bin raw. Bin 0 is
 //! the escape: the value is coded the usual way.
 //!
 //! Histograms live in the link model by series id, created identically on
@@ -15,15 +16,15 @@
 use std::collections::HashMap;
 
 use super::idhash::ValueHashState;
-use super::rangecoder::{Prob, RangeDecoder, RangeEncoder};
+use super::rangecoder::{Freqs, RangeDecoder, RangeEncoder};
 
 /// Residual length (bits) from which a gauge gets a histogram.
 pub(crate) const NOISY_LEN: usize = 8;
-/// Most histograms per link (256 bytes each).
+/// Most histograms per link (~270 bytes each).
 const MAX_HISTS: usize = 1 << 16;
-/// Levels of the bin tree: 64 symbols, bin 0 the escape.
-const LEVELS: u32 = 6;
-const SYMBOLS: i128 = 1 << LEVELS;
+/// Bins: 64 symbols, bin 0 the escape.
+const BINS: usize = 64;
+const SYMBOLS: i128 = BINS as i128;
 /// Bin of the anchor itself: bins cover `[-31, 32)` widths around it.
 const MID: i128 = SYMBOLS / 2;
 /// Bins per histogram span this many times the typical residual.
@@ -33,7 +34,7 @@ const SPAN_BITS: usize = 2;
 struct Hist {
     anchor: i64,
     shift: u32,
-    tree: [Prob; SYMBOLS as usize],
+    bins: Freqs<BINS>,
 }
 
 impl Hist {
@@ -65,8 +66,7 @@ impl Hists {
             return false;
         };
         let (sym, off) = h.bin(w).unwrap_or((0, 0));
-        // LEVELS levels: the tree has 2^LEVELS nodes.
-        e.tree(&mut h.tree, sym);
+        e.symbol(&mut h.bins, sym as usize);
         if sym == 0 {
             return false;
         }
@@ -78,11 +78,7 @@ impl Hists {
     /// series has no histogram or the value escaped.
     pub fn get(&mut self, d: &mut RangeDecoder<'_>, id: u32) -> Option<i64> {
         let h = self.map.get_mut(&id)?;
-        let mut node = 1usize;
-        for _ in 0..LEVELS {
-            node = node * 2 + usize::from(d.bit(&mut h.tree[node]));
-        }
-        let sym = node as i128 - SYMBOLS;
+        let sym = d.symbol(&mut h.bins) as i128;
         if sym == 0 {
             return None;
         }
@@ -104,7 +100,7 @@ impl Hists {
             let h = Hist {
                 anchor: level,
                 shift: (len - SPAN_BITS) as u32,
-                tree: [Prob::default(); SYMBOLS as usize],
+                bins: Freqs::default(),
             };
             self.map.insert(id, Box::new(h));
         }

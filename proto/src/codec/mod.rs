@@ -21,7 +21,8 @@
 //!   packed: [sparse?] then which series of the source changed: dense, a
 //!     [changed?] flag for each series the link holds for it, ascending id;
 //!     sparse, [count] [first id] [id gaps] (few changed: O(changes) to read);
-//!     per change ( [on step grid?] [len n of zigzag residual] [2 modelled bits] [n-3 raw bits] )
+//!     per change ( [on step grid?] [length n and sign of the residual, one
+//!     multi-symbol step (format 4)] [n-1 raw bits] )
 //!   specials (NaN, inf, stale) stay in their columns, exact;
 //!   retired: series that ended at the section's ts, after its updates.
 //! Section, repeat (format 3): source | ts offset | repeat flag, no packed
@@ -57,12 +58,14 @@ pub mod zstream;
 #[cfg(test)]
 mod tests;
 
-/// Codec format a keyframe announces (`Frame.format`): 3 since a section
-/// may repeat its source's previous changes with no coded bits
+/// Codec format a keyframe announces (`Frame.format`): 4 since packed
+/// sections code a bit length or a histogram bin in one multi-symbol
+/// range-coder step (`rangecoder::Freqs`) instead of a binary tree; 3 let a
+/// section repeat its source's previous changes with no coded bits
 /// (`Section.repeat`); 2 let packed sections list their changed members
 /// sparsely (format 1, unannounced, flagged every member). A receiver
 /// refuses keyframes of another format.
-pub const FORMAT: u32 = 3;
+pub const FORMAT: u32 = 4;
 
 /// Largest scratch buffer a link keeps between frames. A link's first frame
 /// (every definition) can be hundreds of KiB raw; keeping a buffer that size

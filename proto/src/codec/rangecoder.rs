@@ -15,6 +15,9 @@
 //! ```text
 //! probability p (11 bits) of a 0:  bound = (range >> 11) * p
 //!   0 -> range = bound           1 -> low += bound, range -= bound
+//! symbol s of a Freqs (format 4):  r = range >> 15
+//!   low += r * cum(s)            range = r * freq(s) (the last: the rest)
+//! k <= 16 raw bits v (format 4):  range >>= k; low += range * v
 //! ```
 
 /// Probability scale: probabilities are `1..PROB_ONE` out of `PROB_ONE`.
@@ -154,34 +157,133 @@ fn code_bit(low: &mut u64, range: &mut u32, bytes: &mut ByteOut, p: &mut Prob, b
     }
 }
 
-/// Bits [`RangeEncoder::direct`] codes per table step.
-const DIRECT_CHUNK: u32 = 4;
-const DIRECT_MASK: u32 = (1 << DIRECT_CHUNK) - 1;
-/// `DIRECT_REM[b][l]`: what coding the four bits of `b` (most significant
-/// first) at probability 1/2 adds to `low` from the low four bits `l` of
-/// the range: the sum over the set bits i (1..=4 from the top) of
-/// `l >> i` (below 16, so a byte).
-const DIRECT_REM: [[u8; 16]; 16] = {
-    let mut t = [[0u8; 16]; 16];
-    let mut b = 0;
-    while b < 16 {
-        let mut l = 0;
-        while l < 16 {
-            let mut sum = 0;
-            let mut i = 1;
-            while i <= 4 {
-                if (b >> (4 - i)) & 1 == 1 {
-                    sum += l >> i;
-                }
-                i += 1;
-            }
-            t[b][l] = sum as u8;
-            l += 1;
-        }
-        b += 1;
+/// Most raw bits [`RangeEncoder::direct`] codes in one step (format 4):
+/// the range keeps at least `2^(24 - DIRECT_CHUNK)`, two bytes of
+/// renormalisation at most.
+const DIRECT_CHUNK: u32 = 16;
+
+/// Total of a [`Freqs`] model's quantised frequencies, log2: a symbol's
+/// share of the range is `(range >> FREQ_BITS) * frequency`, no division.
+const FREQ_BITS: u32 = 15;
+const FREQ_TOTAL: u32 = 1 << FREQ_BITS;
+/// What one occurrence adds to a symbol's count.
+const FREQ_INC: u16 = 32;
+/// Counts are halved when their sum passes this: recent symbols weigh
+/// more, as a settled [`Prob`] forgets at a step of 1/16 (a count sum of
+/// 2^13 is ~256 occurrences: slower, but a whole distribution is learnt).
+const FREQ_LIMIT: u32 = 1 << 13;
+/// Most coded symbols between two refreshes of the quantised frequencies
+/// (a young model refreshes after 1, 2, 4, ... symbols).
+const FREQ_REFRESH: u16 = 16;
+
+/// An adaptive distribution over `N` symbols, coded in one range-coder step
+/// (format 4) where a binary tree takes `log2(N)` adaptive decisions, each
+/// with its own renormalisation. Occurrence counts adapt per symbol; the
+/// cumulative frequencies the coder uses (summing to `2^FREQ_BITS`, every
+/// symbol at least 1 so any symbol stays codable) are refreshed from them
+/// in batches, after 1, 2, 4, ... up to [`FREQ_REFRESH`] symbols, so the
+/// hot path is a multiply, an add and a count increment. The last symbol
+/// also takes what the quantisation leaves of the range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Freqs<const N: usize> {
+    /// `ends[s]`: the cumulative frequency of symbols `0..=s`;
+    /// `ends[N - 1]` is `FREQ_TOTAL`.
+    ends: [u16; N],
+    /// Occurrence counts, at least 1 each.
+    counts: [u16; N],
+    /// Sum of `counts`.
+    sum: u32,
+    /// Symbols left until the next refresh of `ends`.
+    pending: u16,
+    /// Refresh interval now (doubles up to [`FREQ_REFRESH`]).
+    interval: u16,
+}
+
+impl<const N: usize> Default for Freqs<N> {
+    fn default() -> Self {
+        const { assert!(N >= 2 && N <= 256) };
+        let mut f = Self {
+            ends: [0; N],
+            counts: [1; N],
+            sum: N as u32,
+            pending: 1,
+            interval: 1,
+        };
+        f.refresh();
+        f
     }
-    t
-};
+}
+
+impl<const N: usize> Freqs<N> {
+    /// Recomputes `ends` from `counts`: symbol `s` gets
+    /// `1 + counts[s] * (FREQ_TOTAL - N) / sum` (rounded down; one division
+    /// per refresh), the last symbol the rest.
+    fn refresh(&mut self) {
+        let room = u64::from(FREQ_TOTAL - N as u32);
+        // Fixed point 2^32: counts[s] * scale >> 32 <= room * counts[s] / sum.
+        let scale = (room << 32) / u64::from(self.sum.max(1));
+        let mut acc: u32 = 0;
+        for s in 0..N - 1 {
+            acc += 1 + ((u64::from(self.counts[s]) * scale) >> 32) as u32;
+            self.ends[s] = acc as u16;
+        }
+        self.ends[N - 1] = FREQ_TOTAL as u16;
+    }
+
+    /// Low end of symbol `s`'s cumulative range.
+    #[inline(always)]
+    fn lo(&self, s: usize) -> u32 {
+        if s == 0 {
+            0
+        } else {
+            u32::from(self.ends[s - 1])
+        }
+    }
+
+    /// Counts one occurrence of `s`; refreshes the frequencies when due.
+    #[inline(always)]
+    fn update(&mut self, s: usize) {
+        self.counts[s] += FREQ_INC;
+        self.sum += u32::from(FREQ_INC);
+        if self.sum > FREQ_LIMIT {
+            self.halve();
+        }
+        self.pending -= 1;
+        if self.pending == 0 {
+            self.interval = (self.interval * 2).min(FREQ_REFRESH);
+            self.pending = self.interval;
+            self.refresh();
+        }
+    }
+
+    /// Halves every count (at least 1 stays): the model forgets.
+    #[inline(never)]
+    fn halve(&mut self) {
+        let mut sum = 0;
+        for c in &mut self.counts {
+            *c = (*c >> 1).max(1);
+            sum += u32::from(*c);
+        }
+        self.sum = sum;
+    }
+
+    /// The symbol whose cumulative range holds `v` (`v < FREQ_TOTAL`):
+    /// a binary search over `ends`.
+    #[inline(always)]
+    fn find(&self, v: u32) -> usize {
+        // The first s with ends[s] > v: count the ends at or below v.
+        let mut base = 0usize;
+        let mut len = N;
+        while len > 1 {
+            let half = len / 2;
+            if u32::from(self.ends[base + half - 1]) <= v {
+                base += half;
+            }
+            len -= half;
+        }
+        base
+    }
+}
 
 /// Encoding half.
 #[derive(Debug, Default)]
@@ -251,51 +353,46 @@ impl RangeEncoder {
         (self.low, self.range) = (low, range);
     }
 
-    /// Codes the low `n` bits of `v` (most significant first) at probability 1/2.
-    // Out of line: inlined into its callers it compiled to more
-    // instructions a bit (callgrind, tick_cost).
-    #[inline(never)]
+    /// Codes symbol `s < N` with the adaptive distribution `f` in one step
+    /// (see [`Freqs`]), then adapts `f`.
+    #[inline]
+    pub fn symbol<const N: usize>(&mut self, f: &mut Freqs<N>, s: usize) {
+        debug_assert!(s < N);
+        let s = s.min(N - 1);
+        let r = self.range >> FREQ_BITS;
+        let lo = r * f.lo(s);
+        self.low += u64::from(lo);
+        self.range = if s + 1 < N {
+            r * (u32::from(f.ends[s]) - f.lo(s))
+        } else {
+            self.range - lo
+        };
+        // At least r >= 2^(24 - FREQ_BITS) is left: two bytes at most.
+        while self.range < TOP {
+            self.range <<= 8;
+            self.low = self.bytes.shift_low(self.low);
+        }
+        f.update(s);
+    }
+
+    /// Codes the low `n` bits of `v` (most significant first) at probability
+    /// 1/2, up to [`DIRECT_CHUNK`] of them in one step: the range is cut
+    /// into `2^k` equal parts (format 4; format 3 halved it bit by bit).
+    #[inline]
     pub fn direct(&mut self, v: u64, n: u32) {
         debug_assert!(n <= 64);
-        if n == 0 {
-            return;
-        }
-        let (mut low, mut range) = (self.low, self.range);
-        // The bits left to code, the next one on top.
-        let mut x = v << (64 - n);
-        let mut left = n;
+        let mut left = n.min(64);
         while left > 0 {
-            // With the top bit of `range` at t (24..=31), t - 23 halvings
-            // bring it below TOP: code that many (or what is left) without
-            // a check, then renormalise with one byte (a halving keeps at
-            // least 2^23), exactly as bit by bit.
-            let t = 31 - range.leading_zeros();
-            let mut k = left.min(t - 23);
+            let k = left.min(DIRECT_CHUNK);
             left -= k;
-            // Four bits at a time: coding bits b1..b4 (b1 first) adds
-            // b_i * (range >> i) to `low`; with range = h * 16 + l that is
-            // h * B + (the same sum over l), B the four bits as a number.
-            // The second term is looked up; the range ends at h.
-            while k >= DIRECT_CHUNK {
-                let b = (x >> (64 - DIRECT_CHUNK)) as usize;
-                let l = (range & DIRECT_MASK) as usize;
-                range >>= DIRECT_CHUNK;
-                low += u64::from(range) * b as u64 + u64::from(DIRECT_REM[b][l]);
-                x <<= DIRECT_CHUNK;
-                k -= DIRECT_CHUNK;
-            }
-            for _ in 0..k {
-                range >>= 1;
-                // The top bit of `x`, as a mask (its sign).
-                low += u64::from(range) & ((x as i64) >> 63) as u64;
-                x <<= 1;
-            }
-            if range < TOP {
-                range <<= 8;
-                low = self.bytes.shift_low(low);
+            let bits = (v >> left) & ((1u64 << k) - 1);
+            self.range >>= k;
+            self.low += u64::from(self.range) * bits;
+            while self.range < TOP {
+                self.range <<= 8;
+                self.low = self.bytes.shift_low(self.low);
             }
         }
-        (self.low, self.range) = (low, range);
     }
 
     /// Ends the stream and returns its bytes: the shortest tail that decodes
@@ -383,16 +480,40 @@ impl<'a> RangeDecoder<'a> {
         bit
     }
 
-    /// Decodes `n <= 64` bits coded with [`RangeEncoder::direct`].
+    /// Decodes a symbol coded by [`RangeEncoder::symbol`] (hostile bytes
+    /// give some symbol below `N`, never a panic).
+    #[inline]
+    pub fn symbol<const N: usize>(&mut self, f: &mut Freqs<N>) -> usize {
+        // range >= TOP after every step: r >= 2^9, never zero.
+        let r = (self.range >> FREQ_BITS).max(1);
+        let v = (self.code / r).min(FREQ_TOTAL - 1);
+        let s = f.find(v);
+        let lo = r * f.lo(s);
+        self.code = self.code.wrapping_sub(lo);
+        self.range = if s + 1 < N {
+            r * (u32::from(f.ends[s]) - f.lo(s))
+        } else {
+            self.range.wrapping_sub(lo).max(1)
+        };
+        self.normalize();
+        f.update(s);
+        s
+    }
+
+    /// Decodes `n <= 64` bits coded with [`RangeEncoder::direct`]: one
+    /// division per chunk (hostile bytes give some bits, never a panic).
+    #[inline]
     pub fn direct(&mut self, n: u32) -> u64 {
         let mut v: u64 = 0;
-        for _ in 0..n.min(64) {
-            self.range >>= 1;
-            let bit = self.code >= self.range;
-            if bit {
-                self.code = self.code.wrapping_sub(self.range);
-            }
-            v = (v << 1) | u64::from(bit);
+        let mut left = n.min(64);
+        while left > 0 {
+            let k = left.min(DIRECT_CHUNK);
+            left -= k;
+            // range >= TOP: at least 2^(24 - k) after the shift.
+            self.range = (self.range >> k).max(1);
+            let q = (self.code / self.range).min((1 << k) - 1);
+            self.code = self.code.wrapping_sub(q * self.range);
+            v = (v << k) | u64::from(q);
             self.normalize();
         }
         v
@@ -414,21 +535,6 @@ impl<'a> RangeDecoder<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    impl RangeEncoder {
-        /// One bit at probability 1/2, the plain way (the reference for
-        /// `direct`).
-        fn direct_bit(&mut self, bit: bool) {
-            self.range >>= 1;
-            if bit {
-                self.low += u64::from(self.range);
-            }
-            if self.range < TOP {
-                self.range <<= 8;
-                self.low = self.bytes.shift_low(self.low);
-            }
-        }
-    }
 
     proptest! {
         /// The one-sided floor in `update` is the two-sided clamp it
@@ -468,26 +574,108 @@ mod tests {
             prop_assert!(d.finish().is_ok());
         }
 
-        /// The table-driven `direct` writes the bytes that coding each bit
-        /// on its own at probability 1/2 writes (the wire format).
+        /// Multi-symbol steps, binary decisions and raw bits interleaved
+        /// round-trip, and the stream is consumed exactly.
         #[test]
-        fn direct_matches_bit_by_bit(ops in prop::collection::vec((any::<bool>(), 0usize..4, any::<u64>(), 0u32..=64), 0..200)) {
-            let mut probs = [Prob::default(); 4];
+        fn symbols_round_trip(ops in prop::collection::vec((0usize..16, 0usize..64, any::<bool>(), any::<u64>(), 0u32..=64), 0..400)) {
+            let (mut f16, mut f64s, mut p) = (Freqs::<16>::default(), Freqs::<64>::default(), Prob::default());
             let mut e = RangeEncoder::new(Vec::new());
-            for &(b, ctx, v, n) in &ops {
-                e.bit(&mut probs[ctx], b);
+            for &(a, b, bit, v, n) in &ops {
+                e.symbol(&mut f16, a);
+                e.bit(&mut p, bit);
+                e.symbol(&mut f64s, b);
                 e.direct(v, n);
             }
-            let fast = e.finish();
-            let mut probs = [Prob::default(); 4];
-            let mut e = RangeEncoder::new(Vec::new());
-            for &(b, ctx, v, n) in &ops {
-                e.bit(&mut probs[ctx], b);
-                for i in (0..n).rev() {
-                    e.direct_bit((v >> i) & 1 == 1);
+            let bytes = e.finish();
+            let (mut g16, mut g64, mut q) = (Freqs::<16>::default(), Freqs::<64>::default(), Prob::default());
+            let mut d = RangeDecoder::new(&bytes);
+            for &(a, b, bit, v, n) in &ops {
+                prop_assert_eq!(d.symbol(&mut g16), a);
+                prop_assert_eq!(d.bit(&mut q), bit);
+                prop_assert_eq!(d.symbol(&mut g64), b);
+                let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                prop_assert_eq!(d.direct(n), v & mask);
+            }
+            prop_assert!(d.finish().is_ok());
+            prop_assert_eq!(f16, g16);
+            prop_assert_eq!(f64s, g64);
+        }
+
+        /// The batched model against a plain reference: after any symbols,
+        /// its counts are the reference's (increment, halve past the limit),
+        /// its frequencies partition the total with every symbol codable,
+        /// and the binary search finds what a linear scan finds.
+        #[test]
+        fn freqs_match_a_plain_reference(syms in prop::collection::vec(0usize..16, 0..2000), probe in 0u32..FREQ_TOTAL) {
+            let mut f = Freqs::<16>::default();
+            let mut counts = [1u32; 16];
+            for &s in &syms {
+                f.update(s);
+                counts[s] += u32::from(FREQ_INC);
+                if counts.iter().sum::<u32>() > FREQ_LIMIT {
+                    for c in &mut counts { *c = (*c / 2).max(1); }
+                }
+                prop_assert_eq!(f.counts.map(u32::from), counts);
+                prop_assert_eq!(f.sum, counts.iter().sum::<u32>());
+                let mut prev = 0;
+                for k in 0..16 {
+                    prop_assert!(u32::from(f.ends[k]) > prev, "symbol {} has no room", k);
+                    prev = u32::from(f.ends[k]);
+                }
+                prop_assert_eq!(prev, FREQ_TOTAL);
+            }
+            f.refresh();
+            // Each symbol's share is its count's, to within one unit.
+            let sum: u32 = counts.iter().sum();
+            for (k, &c) in counts.iter().enumerate().take(15) {
+                let got = u32::from(f.ends[k]) - f.lo(k);
+                let want = 1 + u64::from(c) * u64::from(FREQ_TOTAL - 16) / u64::from(sum);
+                prop_assert!(u64::from(got) == want || u64::from(got) + 1 == want, "{} vs {}", got, want);
+            }
+            let linear = (0..16).find(|&k| u32::from(f.ends[k]) > probe).unwrap_or(15);
+            prop_assert_eq!(f.find(probe), linear);
+        }
+
+        /// Hostile or truncated bytes through the multi-symbol path give
+        /// symbols in range and an error or a clean end, never a panic.
+        #[test]
+        fn garbage_symbols_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), n in 0usize..2000) {
+            let (mut f, mut g, mut p) = (Freqs::<16>::default(), Freqs::<64>::default(), Prob::default());
+            let mut d = RangeDecoder::new(&bytes);
+            for i in 0..n {
+                match i % 4 {
+                    0 => prop_assert!(d.symbol(&mut f) < 16),
+                    1 => prop_assert!(d.symbol(&mut g) < 64),
+                    2 => { d.direct(23); }
+                    _ => { d.bit(&mut p); }
                 }
             }
-            prop_assert_eq!(fast, e.finish());
+            let _ = d.finish();
+        }
+
+        /// A stream cut by more than the padding the reader may invent
+        /// never decodes cleanly: what it reads differs, or `finish`
+        /// reports the overrun; never a panic.
+        #[test]
+        fn truncated_symbols_are_caught(syms in prop::collection::vec(0usize..16, 1..300), cut in 1usize..64) {
+            let mut f = Freqs::<16>::default();
+            let mut e = RangeEncoder::new(Vec::new());
+            for &s in &syms {
+                e.symbol(&mut f, s);
+                e.direct(s as u64 * 977, 13);
+            }
+            let bytes = e.finish();
+            let keep = bytes.len().saturating_sub(cut);
+            let mut g = Freqs::<16>::default();
+            let mut d = RangeDecoder::new(&bytes[..keep]);
+            let mut same = true;
+            for &s in &syms {
+                same &= d.symbol(&mut g) == s;
+                same &= d.direct(13) == (s as u64 * 977) & 0x1fff;
+            }
+            if keep + MAX_PAD < bytes.len() {
+                prop_assert!(!same || d.finish().is_err(), "a long cut cannot decode cleanly");
+            }
         }
 
         #[test]

@@ -9,7 +9,7 @@
 //!
 //! # Stream layout
 //!
-//! One QUIC connection per child-parent pair, ALPN `canopy/3`, carrying
+//! One QUIC connection per child-parent pair, ALPN `canopy/4`, carrying
 //! exactly one bidirectional stream, opened by the child:
 //!
 //! ```text
@@ -82,10 +82,10 @@ pub fn unix_now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// ALPN protocol id of the Canopy link: version 3 since codec format 3
-/// (repeat sections, `codec::FORMAT`), which an older peer would misread;
-/// the handshake refuses such a pair instead.
-pub const ALPN: &[u8] = b"canopy/3";
+/// ALPN protocol id of the Canopy link: version 4 since codec format 4
+/// (multi-symbol length and histogram coding, `codec::FORMAT`), which an
+/// older peer would misread; the handshake refuses such a pair instead.
+pub const ALPN: &[u8] = b"canopy/4";
 
 /// First bytes of each direction of the link stream (see the module docs).
 pub const STREAM_MAGIC: [u8; 4] = *b"CNPY";

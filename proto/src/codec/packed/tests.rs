@@ -95,3 +95,107 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Format 4's residual coding (length and sign in one multi-symbol
+    /// step, escapes outside the window, raw mantissa) round-trips any
+    /// residual in any context, and both ends' models stay identical.
+    #[test]
+    fn residuals_round_trip_in_every_context(
+        rs in prop::collection::vec((0usize..CLASSES, 0usize..LEN_CTX, extreme()), 0..300)
+    ) {
+        let (mut mt, mut mr) = (LinkModel::default(), LinkModel::default());
+        let mut e = RangeEncoder::new(Vec::new());
+        for &(class, ctx, r) in &rs {
+            mt.put_r(&mut e, class, ctx, r);
+        }
+        let bytes = e.finish();
+        let mut d = RangeDecoder::new(&bytes);
+        for &(class, ctx, r) in &rs {
+            prop_assert_eq!(mr.get_r(&mut d, class, ctx), Some(r));
+        }
+        prop_assert!(d.finish().is_ok());
+        prop_assert_eq!(&mt.len, &mr.len);
+    }
+
+    /// Sparse-list numbers (unsigned, their own window and escape trees)
+    /// round-trip, whatever their size.
+    #[test]
+    fn sparse_numbers_round_trip(
+        us in prop::collection::vec((0usize..SPARSE_TREES, prop_oneof![0u64..40, any::<u64>()]), 0..300)
+    ) {
+        let (mut mt, mut mr) = (LinkModel::default(), LinkModel::default());
+        let mut e = RangeEncoder::new(Vec::new());
+        for &(tree, u) in &us {
+            mt.put_sparse_u(&mut e, tree, u);
+        }
+        let bytes = e.finish();
+        let mut d = RangeDecoder::new(&bytes);
+        for &(tree, u) in &us {
+            prop_assert_eq!(mr.get_sparse_u(&mut d, tree), Some(u));
+        }
+        prop_assert!(d.finish().is_ok());
+    }
+
+    /// Hostile bytes through the value path (any state, class, twin) give
+    /// a value or `None`, never a panic; truncated ones the same.
+    #[test]
+    fn hostile_value_bytes_never_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..48),
+        ops in prop::collection::vec((any::<bool>(), any::<bool>(), extreme(), prop::option::of(extreme())), 1..200),
+    ) {
+        let mut m = LinkModel::default();
+        let mut st = WireState::default();
+        let mut d = RangeDecoder::new(&bytes);
+        for (i, &(counter, known, last, peer)) in ops.iter().enumerate() {
+            if !known {
+                st.known = false;
+            } else if !st.known {
+                st.reset_to(last);
+            }
+            if i % 5 == 0 {
+                m.start_section(i as u32 + 1);
+            }
+            let _ = m.get_value(&mut d, (3, &mut st), counter, peer);
+            let _ = m.get_sparse_u(&mut d, i % SPARSE_TREES);
+        }
+        let _ = d.finish();
+    }
+}
+
+/// An escape naming a length its context's window holds is no encoder's
+/// output: refused (`None`, a typed error for the frame), as is a length
+/// over 64 reached through the window of the widest context.
+#[test]
+fn escapes_into_the_window_and_overlong_lengths_are_refused() {
+    let ctx = 10;
+    let base = window_base(ctx);
+    let mut m = LinkModel::default();
+    let mut e = RangeEncoder::new(Vec::new());
+    e.symbol(&mut m.len[ctx], RES_ESC);
+    e.tree(&mut m.len_esc[0], base + 2);
+    let bytes = e.finish();
+    let mut m = LinkModel::default();
+    assert_eq!(m.get_r(&mut RangeDecoder::new(&bytes), 0, ctx), None);
+
+    // Context 64's window reaches lengths 58..=72: 65 and up are no value.
+    let ctx = 64;
+    let mut m = LinkModel::default();
+    let mut e = RangeEncoder::new(Vec::new());
+    let over = 65 - window_base(ctx) as usize;
+    e.symbol(&mut m.len[ctx], 1 + over);
+    let bytes = e.finish();
+    let mut m = LinkModel::default();
+    assert_eq!(m.get_r(&mut RangeDecoder::new(&bytes), 0, ctx), None);
+    // The same context still codes the longest residuals.
+    let mut m = LinkModel::default();
+    let mut e = RangeEncoder::new(Vec::new());
+    m.put_r(&mut e, 0, ctx, i64::MIN);
+    m.put_r(&mut e, 0, ctx, i64::MAX);
+    let bytes = e.finish();
+    let mut m = LinkModel::default();
+    let mut d = RangeDecoder::new(&bytes);
+    assert_eq!(m.get_r(&mut d, 0, ctx), Some(i64::MIN));
+    assert_eq!(m.get_r(&mut d, 0, ctx), Some(i64::MAX));
+    assert!(d.finish().is_ok());
+}
