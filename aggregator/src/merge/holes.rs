@@ -118,7 +118,7 @@ impl Merger {
             let mut sum = FrameSummary::default();
             self.heartbeat(src, held.ts, sink);
             for (slot, v, enc) in held.updates {
-                if self.smeta.get(slot.h as usize).map(|m| m.epoch) != Some(slot.epoch) {
+                if self.table.mark(slot.h).map(|m| m.epoch) != Some(slot.epoch) {
                     continue; // the series was retired meanwhile
                 }
                 self.accept(src, slot.h, held.ts, v, enc, sink, &mut sum);

@@ -42,6 +42,7 @@
 
 mod compact;
 pub mod decoder;
+mod dense;
 pub mod encoder;
 mod hist;
 mod idhash;
@@ -84,7 +85,7 @@ pub use idhash::{ValueHashState as IdHashState, ValueHasher as IdHasher};
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};
 pub use record::{RecordSplitter, write_record};
 pub use sender::{BoundsPolicy, Sender, SeriesKey};
-pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesTable, SourceEntry};
+pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesMark, SeriesTable, SourceEntry};
 
 /// Tunables of the codec, shared by both ends of a link.
 #[derive(Clone, Debug, PartialEq)]
