@@ -43,7 +43,7 @@ impl Merger {
             return false;
         }
         let wait = self.cfg.hole_wait_ms;
-        let Some(m) = self.srcmeta.get_mut(src as usize) else {
+        let Some(m) = self.table.source_mark_mut(src) else {
             return false; // invariant: `src` was just resolved
         };
         let p = &mut m.paths;
@@ -58,8 +58,8 @@ impl Merger {
 
     /// True when every path of `src` but `from` has delivered it up to `ts`.
     fn others_passed(&self, src: u32, from: ChildId, ts: i64) -> bool {
-        self.srcmeta
-            .get(src as usize)
+        self.table
+            .source_mark(src)
             .is_some_and(|m| m.paths.iter().filter(|e| e.0 != from).all(|e| e.1 >= ts))
     }
 

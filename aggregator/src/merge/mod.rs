@@ -47,8 +47,6 @@ mod tests;
 
 use std::collections::HashMap;
 
-use smallvec::SmallVec;
-
 use canopy_proto::Labels;
 use canopy_proto::codec::{
     ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSeries, RxSource,
@@ -86,19 +84,6 @@ impl Slot {
             epoch: (tag >> 32) as u32,
         })
     }
-}
-
-/// Per global source handle: its epoch and the paths that deliver it, in
-/// one record (a section reads both), the paths inline (R of them, no
-/// pointer to follow).
-#[derive(Clone, Debug, Default)]
-struct SourceMeta {
-    /// Grows on every removal of the handle, so stale caches miss
-    /// (wrapping).
-    epoch: u32,
-    /// The children (paths) that delivered it lately, with the newest
-    /// timestamp each delivered (see `holes`).
-    paths: SmallVec<[(ChildId, i64); 2]>,
 }
 
 /// Maps keyed by ids (the child's or global handles) looked up per update:
@@ -144,9 +129,9 @@ pub struct Merger {
     table: SeriesTable,
     series_index: HashMap<(u32, Labels), u32>,
     source_index: HashMap<String, u32>,
-    /// Per series handle, its dedup state sits in the table's slot beside
-    /// the entry ([`canopy_proto::codec::SeriesMark`]); per source handle:
-    srcmeta: Vec<SourceMeta>,
+    /// Per handle, the merger's own state sits in the table's slots beside
+    /// the entries (`SeriesMark`: epoch and dedup; `SourceMark`: epoch and
+    /// paths), so a section or an update reads one place.
     series_tombs: HashMap<(String, Labels), i64>,
     source_tombs: HashMap<String, i64>,
     /// Tick number, starting at 1 (0 means "never" in a series' mark).
@@ -188,7 +173,6 @@ impl Merger {
             table: SeriesTable::new(),
             series_index: HashMap::new(),
             source_index: HashMap::new(),
-            srcmeta: Vec::new(),
             series_tombs: HashMap::new(),
             source_tombs: HashMap::new(),
             tick: 1,
@@ -233,7 +217,7 @@ impl Merger {
     pub fn child_gone(&mut self, child: ChildId) {
         self.children.remove(&child);
         // A path that is gone can fill no hole.
-        for m in &mut self.srcmeta {
+        for m in self.table.source_marks_mut() {
             m.paths.retain(|e| e.0 != child);
         }
         self.stats.children = self.children.len();
@@ -541,8 +525,8 @@ impl Merger {
         // decoding this section just touched: no map of the merger's own.
         if let Some(s) = c.dec.source(id).and_then(|rx| Slot::from_tag(rx.tag()))
             && self
-                .srcmeta
-                .get(s.h as usize)
+                .table
+                .source_mark(s.h)
                 .is_some_and(|m| m.epoch == s.epoch)
         {
             return Some(s.h);
@@ -559,10 +543,6 @@ impl Merger {
                 if let Some(s) = self.table.source_mut(h) {
                     s.last_ts_ms = i64::MIN;
                 }
-                let i = h as usize;
-                if self.srcmeta.len() <= i {
-                    self.srcmeta.resize(i + 1, SourceMeta::default());
-                }
                 self.source_index.insert(rx.name.clone(), h);
                 if self.cfg.forward {
                     self.pending.new_sources.push(h);
@@ -570,7 +550,7 @@ impl Merger {
                 h
             }
         };
-        let epoch = self.srcmeta[h as usize].epoch;
+        let epoch = self.table.source_mark(h).map_or(0, |m| m.epoch);
         c.dec.set_source_tag(id, Slot { h, epoch }.tag());
         Some(h)
     }

@@ -71,10 +71,11 @@ impl Merger {
             if self.source_index.get(&s.name) != Some(&h) {
                 continue; // already retired this tick
             }
-            let m = &mut self.srcmeta[h as usize];
-            m.epoch = m.epoch.wrapping_add(1);
             let name = s.name.clone();
             let ts = r.max(s.last_ts_ms);
+            if let Some(m) = self.table.source_mark_mut(h) {
+                m.epoch = m.epoch.wrapping_add(1);
+            }
             // Removed from the table at `end_tick`, like touched series: its
             // series' last values and retirements go in this tick's frame.
             self.late_sources.push(h);

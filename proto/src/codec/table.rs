@@ -5,6 +5,8 @@
 //! [`LinkEncoder`](super::encoder::LinkEncoder) keeps only what it last sent.
 //! Handles are the wire ids: a new link learns them from its first keyframe.
 
+use smallvec::SmallVec;
+
 use crate::model::Labels;
 
 use super::quantise::Encoding;
@@ -52,6 +54,31 @@ struct Slot {
     mark: SeriesMark,
 }
 
+/// What the table's owner keeps beside each source handle, in the
+/// entry's slot: a merger's per-source state, which every section of the
+/// source reads with the entry (two adjacent cache lines, not a third one
+/// in a side table). The codec never reads it; it outlives the entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceMark {
+    /// Generation of the handle: the owner moves it on every retirement,
+    /// so that caches of an earlier occupant miss (wrapping).
+    pub epoch: u32,
+    /// The links (paths) that delivered the source lately, each with the
+    /// newest timestamp it delivered, ms: where a source's R paths meet,
+    /// a merger holds a section that leaves a hole behind it. Inline for
+    /// R = 2, no pointer to follow.
+    pub paths: SmallVec<[(u64, i64); 2]>,
+}
+
+/// A source handle's slot: its entry and its mark, in one 128-byte aligned
+/// pair of cache lines (88 bytes).
+#[derive(Clone, Debug, Default)]
+#[repr(align(128))]
+struct SourceSlot {
+    entry: Option<SourceEntry>,
+    mark: SourceMark,
+}
+
 /// A source (node) as the sender holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceEntry {
@@ -72,7 +99,7 @@ pub struct SeriesTable {
     series: Vec<Slot>,
     free: Vec<u32>,
     pending_free: Vec<u32>,
-    sources: Vec<Option<SourceEntry>>,
+    sources: Vec<SourceSlot>,
     free_sources: Vec<u32>,
     pending_free_sources: Vec<u32>,
     live: usize,
@@ -91,13 +118,15 @@ impl SeriesTable {
             tick_ms,
             last_ts_ms: 0,
         };
-        alloc(&mut self.sources, &mut self.free_sources, e)
+        alloc(&mut self.sources, &mut self.free_sources, |s| {
+            s.entry = Some(e);
+        })
     }
 
     /// Removes a source (its series must be removed by the caller).
     pub fn remove_source(&mut self, h: u32) {
         if let Some(slot) = self.sources.get_mut(h as usize)
-            && slot.take().is_some()
+            && slot.entry.take().is_some()
         {
             self.pending_free_sources.push(h);
         }
@@ -105,12 +134,30 @@ impl SeriesTable {
 
     /// The source behind handle `h`.
     pub fn source(&self, h: u32) -> Option<&SourceEntry> {
-        self.sources.get(h as usize).and_then(Option::as_ref)
+        self.sources.get(h as usize).and_then(|s| s.entry.as_ref())
     }
 
     /// Mutable access to a source.
     pub fn source_mut(&mut self, h: u32) -> Option<&mut SourceEntry> {
-        self.sources.get_mut(h as usize).and_then(Option::as_mut)
+        self.sources
+            .get_mut(h as usize)
+            .and_then(|s| s.entry.as_mut())
+    }
+
+    /// The owner's mark of source handle `h`, live or removed (`None`:
+    /// never handed out).
+    pub fn source_mark(&self, h: u32) -> Option<&SourceMark> {
+        self.sources.get(h as usize).map(|s| &s.mark)
+    }
+
+    /// Mutable access to the owner's mark of source handle `h`.
+    pub fn source_mark_mut(&mut self, h: u32) -> Option<&mut SourceMark> {
+        self.sources.get_mut(h as usize).map(|s| &mut s.mark)
+    }
+
+    /// Every source handle's mark, live or removed.
+    pub fn source_marks_mut(&mut self) -> impl Iterator<Item = &mut SourceMark> {
+        self.sources.iter_mut().map(|s| &mut s.mark)
     }
 
     /// Live sources with their handles, in handle order.
@@ -118,29 +165,14 @@ impl SeriesTable {
         self.sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+            .filter_map(|(i, s)| s.entry.as_ref().map(|s| (i as u32, s)))
     }
 
     /// Adds a series, returning its handle.
     /// A reused handle keeps its slot's [`SeriesMark`].
     pub fn insert(&mut self, entry: SeriesEntry) -> u32 {
         self.live += 1;
-        match self.free.pop() {
-            Some(h) => {
-                // Handles on the free list were handed out before: in range.
-                if let Some(slot) = self.series.get_mut(h as usize) {
-                    slot.entry = Some(entry);
-                }
-                h
-            }
-            None => {
-                self.series.push(Slot {
-                    entry: Some(entry),
-                    mark: SeriesMark::default(),
-                });
-                (self.series.len() - 1) as u32
-            }
-        }
+        alloc(&mut self.series, &mut self.free, |s| s.entry = Some(entry))
     }
 
     /// Removes a series; its handle is reusable after `end_tick`. Its mark
@@ -220,14 +252,20 @@ impl SeriesTable {
     }
 }
 
-fn alloc<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
-    if let Some(h) = free.pop() {
-        slots[h as usize] = Some(v);
-        h
-    } else {
-        slots.push(Some(v));
-        (slots.len() - 1) as u32
+/// A handle: a freed one (its slot keeps its mark) or a new slot; `put`
+/// fills the slot's entry.
+fn alloc<S: Default>(slots: &mut Vec<S>, free: &mut Vec<u32>, put: impl FnOnce(&mut S)) -> u32 {
+    // A freed handle was handed out before: its slot exists.
+    if let Some(h) = free.pop()
+        && let Some(slot) = slots.get_mut(h as usize)
+    {
+        put(slot);
+        return h;
     }
+    let mut slot = S::default();
+    put(&mut slot);
+    slots.push(slot);
+    (slots.len() - 1) as u32
 }
 
 /// Updates of one source at one timestamp.
@@ -282,6 +320,7 @@ mod tests {
     fn a_slot_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);
         assert_eq!(std::mem::align_of::<Slot>(), 64);
+        assert_eq!(std::mem::size_of::<SourceSlot>(), 128);
     }
 
     /// A removed handle keeps its mark, and a reused one finds it again.
