@@ -43,7 +43,7 @@ impl Merger {
             return false;
         }
         let wait = self.cfg.hole_wait_ms;
-        let Some(m) = self.srcmeta.get_mut(src as usize) else {
+        let Some(m) = self.table.source_mark_mut(src) else {
             return false; // invariant: `src` was just resolved
         };
         let p = &mut m.paths;
@@ -58,8 +58,8 @@ impl Merger {
 
     /// True when every path of `src` but `from` has delivered it up to `ts`.
     fn others_passed(&self, src: u32, from: ChildId, ts: i64) -> bool {
-        self.srcmeta
-            .get(src as usize)
+        self.table
+            .source_mark(src)
             .is_some_and(|m| m.paths.iter().filter(|e| e.0 != from).all(|e| e.1 >= ts))
     }
 
@@ -118,7 +118,7 @@ impl Merger {
             let mut sum = FrameSummary::default();
             self.heartbeat(src, held.ts, sink);
             for (slot, v, enc) in held.updates {
-                if self.smeta.get(slot.h as usize).map(|m| m.epoch) != Some(slot.epoch) {
+                if self.table.mark(slot.h).map(|m| m.epoch) != Some(slot.epoch) {
                     continue; // the series was retired meanwhile
                 }
                 self.accept(src, slot.h, held.ts, v, enc, sink, &mut sum);

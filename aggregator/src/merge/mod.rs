@@ -47,8 +47,6 @@ mod tests;
 
 use std::collections::HashMap;
 
-use smallvec::SmallVec;
-
 use canopy_proto::Labels;
 use canopy_proto::codec::{
     ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSeries, RxSource,
@@ -67,15 +65,15 @@ pub type ChildId = u64;
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     h: u32,
-    epoch: u64,
+    epoch: u32,
 }
 
 impl Slot {
     /// Packed into a decoder tag ([`LinkDecoder::set_tag`]): the handle + 1
-    /// in the low half (0 is "no tag"), the epoch's low 32 bits in the high
-    /// half (a stale tag matches only after 2^32 removals of one handle).
+    /// in the low half (0 is "no tag"), the epoch in the high half (a stale
+    /// tag matches only after 2^32 removals of one handle).
     fn tag(self) -> u64 {
-        (self.epoch << 32) | u64::from(self.h.wrapping_add(1))
+        (u64::from(self.epoch) << 32) | u64::from(self.h.wrapping_add(1))
     }
 
     /// The slot a tag holds, if any.
@@ -83,34 +81,9 @@ impl Slot {
         let h = (tag as u32).checked_sub(1)?;
         Some(Self {
             h,
-            epoch: tag >> 32,
+            epoch: (tag >> 32) as u32,
         })
     }
-}
-
-/// Per-handle bookkeeping; `epoch` grows on every removal so stale caches miss.
-#[derive(Clone, Copy, Debug, Default)]
-struct Meta {
-    epoch: u64,
-    last_ts: i64,
-    born_tick: u64,
-    def_tick: u64,
-    /// Tick of the latest accepted update (or definition).
-    touched_tick: u64,
-    /// Retired, but kept in the table until `end_tick` (see `retire_series`).
-    dying: bool,
-}
-
-/// Per global source handle: its epoch and the paths that deliver it, in
-/// one record (a section reads both), the paths inline (R of them, no
-/// pointer to follow).
-#[derive(Clone, Debug, Default)]
-struct SourceMeta {
-    /// Grows on every removal of the handle, so stale caches miss.
-    epoch: u64,
-    /// The children (paths) that delivered it lately, with the newest
-    /// timestamp each delivered (see `holes`).
-    paths: SmallVec<[(ChildId, i64); 2]>,
 }
 
 /// Maps keyed by ids (the child's or global handles) looked up per update:
@@ -156,11 +129,12 @@ pub struct Merger {
     table: SeriesTable,
     series_index: HashMap<(u32, Labels), u32>,
     source_index: HashMap<String, u32>,
-    smeta: Vec<Meta>,
-    srcmeta: Vec<SourceMeta>,
+    /// Per handle, the merger's own state sits in the table's slots beside
+    /// the entries (`SeriesMark`: epoch and dedup; `SourceMark`: epoch and
+    /// paths), so a section or an update reads one place.
     series_tombs: HashMap<(String, Labels), i64>,
     source_tombs: HashMap<String, i64>,
-    /// Tick number, starting at 1 (0 means "never" in `Meta`).
+    /// Tick number, starting at 1 (0 means "never" in a series' mark).
     tick: u64,
     pending: Changeset,
     section_at: IdMap<(u32, i64), usize>,
@@ -199,8 +173,6 @@ impl Merger {
             table: SeriesTable::new(),
             series_index: HashMap::new(),
             source_index: HashMap::new(),
-            smeta: Vec::new(),
-            srcmeta: Vec::new(),
             series_tombs: HashMap::new(),
             source_tombs: HashMap::new(),
             tick: 1,
@@ -245,7 +217,7 @@ impl Merger {
     pub fn child_gone(&mut self, child: ChildId) {
         self.children.remove(&child);
         // A path that is gone can fill no hole.
-        for m in &mut self.srcmeta {
+        for m in self.table.source_marks_mut() {
             m.paths.retain(|e| e.0 != child);
         }
         self.stats.children = self.children.len();
@@ -454,7 +426,7 @@ impl Merger {
                 for &(id, v) in &sec.updates {
                     match self.resolve_series(c, src, id, sec.ts_ms) {
                         Ok((h, enc)) => {
-                            let epoch = self.smeta[h as usize].epoch;
+                            let epoch = self.epoch_of(h);
                             updates.push((Slot { h, epoch }, v, Some(enc)));
                         }
                         Err(Miss::Duplicate) => self.stats.duplicates_dropped += 1,
@@ -531,9 +503,9 @@ impl Merger {
         // The child re-defined the series under a newer id: it lives on.
         let superseded = h
             .and_then(|h| c.owner.get(&h).map(|o| (h, o)))
-            .is_some_and(|(h, o)| o.h != id && o.epoch == self.smeta[h as usize].epoch);
+            .is_some_and(|(h, o)| o.h != id && o.epoch == self.epoch_of(h));
         match h {
-            Some(h) if !superseded && r >= self.smeta[h as usize].last_ts => {
+            Some(h) if !superseded && r >= self.table.mark(h).map_or(i64::MIN, |m| m.last_ts) => {
                 self.retire_series(h, r, sink);
                 sum.retired += 1;
             }
@@ -553,9 +525,9 @@ impl Merger {
         // decoding this section just touched: no map of the merger's own.
         if let Some(s) = c.dec.source(id).and_then(|rx| Slot::from_tag(rx.tag()))
             && self
-                .srcmeta
-                .get(s.h as usize)
-                .is_some_and(|m| m.epoch & u64::from(u32::MAX) == s.epoch)
+                .table
+                .source_mark(s.h)
+                .is_some_and(|m| m.epoch == s.epoch)
         {
             return Some(s.h);
         }
@@ -571,10 +543,6 @@ impl Merger {
                 if let Some(s) = self.table.source_mut(h) {
                     s.last_ts_ms = i64::MIN;
                 }
-                let i = h as usize;
-                if self.srcmeta.len() <= i {
-                    self.srcmeta.resize(i + 1, SourceMeta::default());
-                }
                 self.source_index.insert(rx.name.clone(), h);
                 if self.cfg.forward {
                     self.pending.new_sources.push(h);
@@ -582,7 +550,7 @@ impl Merger {
                 h
             }
         };
-        let epoch = self.srcmeta[h as usize].epoch;
+        let epoch = self.table.source_mark(h).map_or(0, |m| m.epoch);
         c.dec.set_source_tag(id, Slot { h, epoch }.tag());
         Some(h)
     }
@@ -663,17 +631,18 @@ impl Merger {
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
     ) {
-        let m = &mut self.smeta[h as usize];
+        let tick = self.tick32();
+        // The entry and its mark: one slot, one cache line.
+        let Some((e, m)) = self.table.get_marked_mut(h) else {
+            return; // invariant: a matching generation means a live handle
+        };
         if ts <= m.last_ts {
             sum.duplicates += 1;
             self.stats.duplicates_dropped += 1;
             return;
         }
         m.last_ts = ts;
-        m.touched_tick = self.tick;
-        let Some(e) = self.table.get_mut(h) else {
-            return; // invariant: a matching generation means a live handle
-        };
+        m.touched_tick = tick;
         e.value = v;
         if let Some(enc) = encoding
             && enc != e.encoding
@@ -735,11 +704,13 @@ impl Merger {
                     encoding: rx.encoding,
                     value: f64::NAN,
                 });
-                let m = meta_at(&mut self.smeta, h);
-                m.last_ts = i64::MIN;
-                m.born_tick = self.tick;
-                m.touched_tick = self.tick;
-                m.dying = false;
+                let tick = self.tick32();
+                if let Some(m) = self.table.mark_mut(h) {
+                    // A reused handle keeps its epoch (stale tags miss).
+                    m.last_ts = i64::MIN;
+                    m.touched_tick = tick;
+                    m.dying = false;
+                }
                 self.push_def(h);
                 self.series_index.insert(key, h);
                 h
@@ -750,33 +721,37 @@ impl Merger {
         if let Some(e) = self.table.get(h) {
             c.dec.share_labels(id, &e.labels);
         }
-        let epoch = self.smeta[h as usize].epoch;
+        let epoch = self.epoch_of(h);
         c.dec.set_tag(id, Slot { h, epoch }.tag());
         c.owner.insert(h, Slot { h: id, epoch });
         Ok((h, encoding))
     }
 
-    /// True when handle `h`'s epoch has the low 32 bits `epoch` (a tag's).
-    fn epoch_is(&self, h: u32, epoch: u64) -> bool {
-        self.smeta
-            .get(h as usize)
-            .is_some_and(|m| m.epoch & u64::from(u32::MAX) == epoch)
+    /// True when series handle `h` is at generation `epoch` (a tag's).
+    fn epoch_is(&self, h: u32, epoch: u32) -> bool {
+        self.table.mark(h).is_some_and(|m| m.epoch == epoch)
+    }
+
+    /// The generation of series handle `h` (0 for one never handed out).
+    fn epoch_of(&self, h: u32) -> u32 {
+        self.table.mark(h).map_or(0, |m| m.epoch)
+    }
+
+    /// The tick number as the table's marks keep it (its low 32 bits: a
+    /// mark compares ticks for equality, which wraps after 2^32 ticks).
+    fn tick32(&self) -> u32 {
+        self.tick as u32
     }
 
     fn push_def(&mut self, h: u32) {
-        let m = &mut self.smeta[h as usize];
-        if m.def_tick != self.tick && self.cfg.forward {
-            m.def_tick = self.tick;
+        let tick = self.tick32();
+        let forward = self.cfg.forward;
+        if let Some(m) = self.table.mark_mut(h)
+            && m.def_tick != tick
+            && forward
+        {
+            m.def_tick = tick;
             self.pending.defs.push(h);
         }
     }
-}
-
-/// The bookkeeping of handle `h`, growing the vector as handles appear.
-fn meta_at(v: &mut Vec<Meta>, h: u32) -> &mut Meta {
-    let i = h as usize;
-    if v.len() <= i {
-        v.resize(i + 1, Meta::default());
-    }
-    &mut v[i]
 }

@@ -13,11 +13,14 @@ impl Merger {
     /// this tick's frame still carries its last values before the
     /// retirement (the encoder skips updates of handles the table lacks).
     pub(super) fn retire_series(&mut self, h: u32, r: i64, sink: &mut dyn Sink) {
-        let m = &mut self.smeta[h as usize];
+        let tick = self.tick32();
+        let Some(m) = self.table.mark_mut(h) else {
+            return;
+        };
         if m.dying {
             return;
         }
-        let (last, late) = (m.last_ts, m.touched_tick == self.tick);
+        let (last, late) = (m.last_ts, m.touched_tick == tick);
         let e = if late {
             m.dying = true;
             self.late_series.push(h);
@@ -28,8 +31,9 @@ impl Merger {
         let Some(e) = e else {
             return;
         };
-        let m = &mut self.smeta[h as usize];
-        m.epoch += 1;
+        if let Some(m) = self.table.mark_mut(h) {
+            m.epoch = m.epoch.wrapping_add(1);
+        }
         let ts = r.max(last.saturating_add(1));
         let name = self
             .table
@@ -53,9 +57,9 @@ impl Merger {
         let r_of: HashMap<u32, i64> = dead.iter().copied().collect();
         let victims: Vec<(u32, i64)> = self
             .table
-            .iter()
-            .filter(|(h, _)| !self.smeta[*h as usize].dying)
-            .filter_map(|(h, e)| r_of.get(&e.source).map(|&r| (h, r)))
+            .iter_marked()
+            .filter(|(_, _, m)| !m.dying)
+            .filter_map(|(h, e, _)| r_of.get(&e.source).map(|&r| (h, r)))
             .collect();
         for &(h, r) in &victims {
             self.retire_series(h, r, sink);
@@ -67,9 +71,11 @@ impl Merger {
             if self.source_index.get(&s.name) != Some(&h) {
                 continue; // already retired this tick
             }
-            self.srcmeta[h as usize].epoch += 1;
             let name = s.name.clone();
             let ts = r.max(s.last_ts_ms);
+            if let Some(m) = self.table.source_mark_mut(h) {
+                m.epoch = m.epoch.wrapping_add(1);
+            }
             // Removed from the table at `end_tick`, like touched series: its
             // series' last values and retirements go in this tick's frame.
             self.late_sources.push(h);

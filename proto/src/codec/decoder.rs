@@ -9,7 +9,7 @@
 //! then reconnects and starts with a keyframe. Nothing else is lost: other
 //! links have their own decoders.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use prost::Message;
 
@@ -17,8 +17,8 @@ use crate::model::Labels;
 use crate::schema::frame as pb;
 
 use super::compact;
+use super::dense::IdTable;
 use super::encoder::get_uvarint;
-use super::idhash::ValueHashState as IdHashState;
 use super::packed::{LinkModel, SourceCoding, WireState};
 use super::pbview::{self, Columns};
 use super::quantise::Encoding;
@@ -66,6 +66,10 @@ pub struct RxSource {
     /// [`LinkDecoder::set_source_tag`]); 0 until set, and again after a
     /// redefinition.
     tag: u64,
+    /// Its live series ids, ascending: the order packed sections walk
+    /// (beside the source: a sparse section's member count is in the
+    /// record it already reads).
+    members: BTreeSet<u32>,
 }
 
 impl RxSource {
@@ -124,12 +128,11 @@ pub struct LinkDecoder {
     last_delta: i64,
     started: bool,
     poisoned: bool,
-    /// Maps keyed by the peer's ids: keyed fast hashing (every changed
-    /// series costs a few lookups; SipHash was a tenth of a relay's time).
-    series: HashMap<u32, RxSeries, IdHashState>,
-    sources: HashMap<u32, RxSource, IdHashState>,
-    /// Live series ids by source, ascending: the order packed sections walk.
-    members: HashMap<u32, BTreeSet<u32>, IdHashState>,
+    /// Records by the peer's ids, dense (see `dense`): a changed series
+    /// is found by its id alone, no hash, no probe; ids are bounded at
+    /// twice the link's series (sources) cap.
+    series: IdTable<RxSeries>,
+    sources: IdTable<RxSource>,
     model: LinkModel,
     raw: Vec<u8>,
     walk: Vec<u32>,
@@ -161,9 +164,8 @@ impl LinkDecoder {
             last_delta: 0,
             started: false,
             poisoned: false,
-            series: HashMap::default(),
-            sources: HashMap::default(),
-            members: HashMap::default(),
+            series: IdTable::new(IdTable::<RxSeries>::limit_for(cfg.max_series)),
+            sources: IdTable::new(IdTable::<RxSource>::limit_for(cfg.max_sources)),
             model: LinkModel::default(),
             raw: Vec::new(),
             walk: Vec::new(),
@@ -177,14 +179,14 @@ impl LinkDecoder {
 
     /// The series with id `id` on this link.
     pub fn series(&self, id: u32) -> Option<&RxSeries> {
-        self.series.get(&id)
+        self.series.get(id)
     }
 
     /// Makes series `id` hold `labels` when they are equal to its own, so
     /// that one buffer serves this decoder and whoever else holds the set
     /// (the merger's table, another link's decoder). No-op otherwise.
     pub fn share_labels(&mut self, id: u32, labels: &Labels) {
-        if let Some(s) = self.series.get_mut(&id)
+        if let Some(s) = self.series.get_mut(id)
             && !s.labels.shares_buffer(labels)
             && s.labels == *labels
         {
@@ -197,14 +199,14 @@ impl LinkDecoder {
     /// series the decoder just touched instead of in a map of its own.
     /// A (re)definition of `id` clears it.
     pub fn set_tag(&mut self, id: u32, tag: u64) {
-        if let Some(s) = self.series.get_mut(&id) {
+        if let Some(s) = self.series.get_mut(id) {
             s.tag = tag;
         }
     }
 
-    /// Every live series on this link (unordered).
+    /// Every live series on this link (ascending by id).
     pub fn series_iter(&self) -> impl Iterator<Item = (u32, &RxSeries)> {
-        self.series.iter().map(|(k, v)| (*k, v))
+        self.series.iter()
     }
 
     /// Number of live series.
@@ -214,7 +216,7 @@ impl LinkDecoder {
 
     /// The source with id `id` on this link.
     pub fn source(&self, id: u32) -> Option<&RxSource> {
-        self.sources.get(&id)
+        self.sources.get(id)
     }
 
     /// Stores `tag` with source `id` (no-op when the link has no such
@@ -222,14 +224,14 @@ impl LinkDecoder {
     /// source the decoder just touched instead of in a map of its own.
     /// A redefinition of `id` clears it.
     pub fn set_source_tag(&mut self, id: u32, tag: u64) {
-        if let Some(s) = self.sources.get_mut(&id) {
+        if let Some(s) = self.sources.get_mut(id) {
             s.tag = tag;
         }
     }
 
-    /// Every live source on this link (unordered).
+    /// Every live source on this link (ascending by id).
     pub fn sources_iter(&self) -> impl Iterator<Item = (u32, &RxSource)> {
-        self.sources.iter().map(|(k, v)| (*k, v))
+        self.sources.iter()
     }
 
     /// True once a frame was rejected: the link must be reset.
@@ -427,8 +429,7 @@ impl LinkDecoder {
             seen_in_keyframe.sort_unstable();
             let stale: Vec<u32> = self
                 .series
-                .keys()
-                .copied()
+                .ids()
                 .filter(|k| seen_in_keyframe.binary_search(k).is_err())
                 .collect();
             for id in stale {
@@ -440,7 +441,7 @@ impl LinkDecoder {
         for id in f.retired_sources {
             let s = self
                 .sources
-                .remove(&id)
+                .remove(id)
                 .ok_or(CodecError::UnknownSource { id })?;
             out.retired_sources.push((id, s));
         }
@@ -452,12 +453,9 @@ impl LinkDecoder {
     }
 
     fn remove_series(&mut self, id: u32) -> Option<RxSeries> {
-        let s = self.series.remove(&id)?;
-        if let Some(m) = self.members.get_mut(&s.source) {
-            m.remove(&id);
-            if m.is_empty() {
-                self.members.remove(&s.source);
-            }
+        let s = self.series.remove(id)?;
+        if let Some(src) = self.sources.get_mut(s.source) {
+            src.members.remove(&id);
         }
         Some(s)
     }
@@ -469,29 +467,36 @@ impl LinkDecoder {
                 why: "source name too long",
             });
         }
-        if !self.sources.contains_key(&s.id) && self.sources.len() >= self.cfg.max_sources {
+        if !self.sources.contains(s.id) && self.sources.len() >= self.cfg.max_sources {
             return Err(CodecError::TooManySources {
                 max: self.cfg.max_sources,
             });
         }
-        // A redefinition keeps the source's latest timestamp and coding.
-        match self.sources.get_mut(&s.id) {
+        if !self.sources.in_range(s.id) {
+            return Err(CodecError::BadDefinition {
+                id: s.id,
+                why: "source id beyond twice the link's source cap",
+            });
+        }
+        // A redefinition keeps the source's latest timestamp, coding and
+        // members.
+        match self.sources.get_mut(s.id) {
             Some(x) => {
                 x.name = s.name;
                 x.tick_ms = s.tick_ms;
                 x.tag = 0;
             }
             None => {
-                self.sources.insert(
-                    s.id,
-                    RxSource {
-                        name: s.name,
-                        tick_ms: s.tick_ms,
-                        last_ts_ms: 0,
-                        coding: SourceCoding::default(),
-                        tag: 0,
-                    },
-                );
+                let src = RxSource {
+                    name: s.name,
+                    tick_ms: s.tick_ms,
+                    last_ts_ms: 0,
+                    coding: SourceCoding::default(),
+                    tag: 0,
+                    members: BTreeSet::new(),
+                };
+                // Invariant: `in_range` held just above.
+                let _ = self.sources.insert(s.id, src);
             }
         }
         Ok(())
@@ -500,7 +505,7 @@ impl LinkDecoder {
     fn define_series(&mut self, d: pb::SeriesDef) -> Result<(), CodecError> {
         let id = d.id;
         let bad = |why| CodecError::BadDefinition { id, why };
-        if !self.sources.contains_key(&d.source) {
+        if !self.sources.contains(d.source) {
             return Err(CodecError::UnknownSource { id: d.source });
         }
         let bytes: usize = d.labels.iter().map(|l| l.name.len() + l.value.len()).sum();
@@ -521,39 +526,44 @@ impl LinkDecoder {
             }
             _ => return Err(bad("invalid encoding")),
         };
-        if !self.series.contains_key(&id) && self.series.len() >= self.cfg.max_series {
+        if !self.series.contains(id) && self.series.len() >= self.cfg.max_series {
             return Err(CodecError::TooManySeries {
                 max: self.cfg.max_series,
             });
         }
+        if !self.series.in_range(id) {
+            return Err(bad("series id beyond twice the link's series cap"));
+        }
         let labels = if d.labels.is_empty() {
             // A new encoding for a series the link holds: labels unchanged.
-            match self.series.get(&id) {
+            match self.series.get(id) {
                 Some(s) if s.source == d.source => s.labels.clone(),
                 _ => return Err(bad("redefinition without labels of an unknown series")),
             }
         } else {
             Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
         };
-        let value = self.series.get(&id).map_or(f64::NAN, |s| s.value);
-        let walks = self.sources.get(&d.source).map_or(0, |c| c.coding.walks);
-        if let Some(old) = self.series.get(&id).map(|s| s.source)
-            && let Some(m) = self.members.get_mut(&old)
+        let value = self.series.get(id).map_or(f64::NAN, |s| s.value);
+        if let Some(old) = self.series.get(id).map(|s| s.source)
+            && let Some(src) = self.sources.get_mut(old)
         {
-            m.remove(&id);
+            src.members.remove(&id);
         }
-        self.members.entry(d.source).or_default().insert(id);
-        self.series.insert(
-            id,
-            RxSeries {
-                labels,
-                source: d.source,
-                encoding,
-                value,
-                wire: WireState::defined(walks),
-                tag: 0,
-            },
-        );
+        let mut walks = 0;
+        if let Some(src) = self.sources.get_mut(d.source) {
+            walks = src.coding.walks;
+            src.members.insert(id);
+        }
+        let s = RxSeries {
+            labels,
+            source: d.source,
+            encoding,
+            value,
+            wire: WireState::defined(walks),
+            tag: 0,
+        };
+        // Invariant: `in_range` held just above.
+        let _ = self.series.insert(id, s);
         Ok(())
     }
 }

@@ -43,6 +43,7 @@
 
 mod compact;
 pub mod decoder;
+mod dense;
 pub mod encoder;
 mod hist;
 mod idhash;
@@ -87,7 +88,9 @@ pub use idhash::{ValueHashState as IdHashState, ValueHasher as IdHasher};
 pub use quantise::{Bounds, Emit, Encoding, Quantiser};
 pub use record::{RecordSplitter, write_record};
 pub use sender::{BoundsPolicy, Sender, SeriesKey};
-pub use table::{ChangeSection, Changeset, SeriesEntry, SeriesTable, SourceEntry};
+pub use table::{
+    ChangeSection, Changeset, SeriesEntry, SeriesMark, SeriesTable, SourceEntry, SourceMark,
+};
 
 /// Tunables of the codec, shared by both ends of a link.
 #[derive(Clone, Debug, PartialEq)]

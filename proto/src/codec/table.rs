@@ -5,6 +5,8 @@
 //! [`LinkEncoder`](super::encoder::LinkEncoder) keeps only what it last sent.
 //! Handles are the wire ids: a new link learns them from its first keyframe.
 
+use smallvec::SmallVec;
+
 use crate::model::Labels;
 
 use super::quantise::Encoding;
@@ -20,6 +22,61 @@ pub struct SeriesEntry {
     pub encoding: Encoding,
     /// Current (quantised) value: what a keyframe carries.
     pub value: f64,
+}
+
+/// What the table's owner keeps beside each series handle, in the entry's
+/// slot: a merger's dedup state, so that an update of a series reads and
+/// writes one cache line, not one for the entry and one for a side table.
+/// The codec never reads it. It outlives the entry: a removed handle keeps
+/// its mark (its `epoch` above all) until the owner changes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeriesMark {
+    /// Timestamp of the latest accepted sample, ms.
+    pub last_ts: i64,
+    /// Generation of the handle: the owner moves it on every retirement,
+    /// so that caches of an earlier occupant miss (wrapping).
+    pub epoch: u32,
+    /// The owner's tick of the latest accepted update (wrapping).
+    pub touched_tick: u32,
+    /// The owner's tick of the latest definition it sent (wrapping).
+    pub def_tick: u32,
+    /// Retired, but kept until the tick ends.
+    pub dying: bool,
+}
+
+/// A series handle's slot: its entry and its mark, one cache line (64
+/// bytes: a 40-byte entry and a 24-byte mark; aligned so no slot straddles
+/// two lines).
+#[derive(Clone, Debug, Default)]
+#[repr(align(64))]
+struct Slot {
+    entry: Option<SeriesEntry>,
+    mark: SeriesMark,
+}
+
+/// What the table's owner keeps beside each source handle, in the
+/// entry's slot: a merger's per-source state, which every section of the
+/// source reads with the entry (two adjacent cache lines, not a third one
+/// in a side table). The codec never reads it; it outlives the entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceMark {
+    /// Generation of the handle: the owner moves it on every retirement,
+    /// so that caches of an earlier occupant miss (wrapping).
+    pub epoch: u32,
+    /// The links (paths) that delivered the source lately, each with the
+    /// newest timestamp it delivered, ms: where a source's R paths meet,
+    /// a merger holds a section that leaves a hole behind it. Inline for
+    /// R = 2, no pointer to follow.
+    pub paths: SmallVec<[(u64, i64); 2]>,
+}
+
+/// A source handle's slot: its entry and its mark, in one 128-byte aligned
+/// pair of cache lines (88 bytes).
+#[derive(Clone, Debug, Default)]
+#[repr(align(128))]
+struct SourceSlot {
+    entry: Option<SourceEntry>,
+    mark: SourceMark,
 }
 
 /// A source (node) as the sender holds it.
@@ -39,10 +96,10 @@ pub struct SourceEntry {
 /// so one frame never names the same handle for two series.
 #[derive(Clone, Debug, Default)]
 pub struct SeriesTable {
-    series: Vec<Option<SeriesEntry>>,
+    series: Vec<Slot>,
     free: Vec<u32>,
     pending_free: Vec<u32>,
-    sources: Vec<Option<SourceEntry>>,
+    sources: Vec<SourceSlot>,
     free_sources: Vec<u32>,
     pending_free_sources: Vec<u32>,
     live: usize,
@@ -61,13 +118,15 @@ impl SeriesTable {
             tick_ms,
             last_ts_ms: 0,
         };
-        alloc(&mut self.sources, &mut self.free_sources, e)
+        alloc(&mut self.sources, &mut self.free_sources, |s| {
+            s.entry = Some(e);
+        })
     }
 
     /// Removes a source (its series must be removed by the caller).
     pub fn remove_source(&mut self, h: u32) {
         if let Some(slot) = self.sources.get_mut(h as usize)
-            && slot.take().is_some()
+            && slot.entry.take().is_some()
         {
             self.pending_free_sources.push(h);
         }
@@ -75,12 +134,30 @@ impl SeriesTable {
 
     /// The source behind handle `h`.
     pub fn source(&self, h: u32) -> Option<&SourceEntry> {
-        self.sources.get(h as usize).and_then(Option::as_ref)
+        self.sources.get(h as usize).and_then(|s| s.entry.as_ref())
     }
 
     /// Mutable access to a source.
     pub fn source_mut(&mut self, h: u32) -> Option<&mut SourceEntry> {
-        self.sources.get_mut(h as usize).and_then(Option::as_mut)
+        self.sources
+            .get_mut(h as usize)
+            .and_then(|s| s.entry.as_mut())
+    }
+
+    /// The owner's mark of source handle `h`, live or removed (`None`:
+    /// never handed out).
+    pub fn source_mark(&self, h: u32) -> Option<&SourceMark> {
+        self.sources.get(h as usize).map(|s| &s.mark)
+    }
+
+    /// Mutable access to the owner's mark of source handle `h`.
+    pub fn source_mark_mut(&mut self, h: u32) -> Option<&mut SourceMark> {
+        self.sources.get_mut(h as usize).map(|s| &mut s.mark)
+    }
+
+    /// Every source handle's mark, live or removed.
+    pub fn source_marks_mut(&mut self) -> impl Iterator<Item = &mut SourceMark> {
+        self.sources.iter_mut().map(|s| &mut s.mark)
     }
 
     /// Live sources with their handles, in handle order.
@@ -88,18 +165,20 @@ impl SeriesTable {
         self.sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+            .filter_map(|(i, s)| s.entry.as_ref().map(|s| (i as u32, s)))
     }
 
     /// Adds a series, returning its handle.
+    /// A reused handle keeps its slot's [`SeriesMark`].
     pub fn insert(&mut self, entry: SeriesEntry) -> u32 {
         self.live += 1;
-        alloc(&mut self.series, &mut self.free, entry)
+        alloc(&mut self.series, &mut self.free, |s| s.entry = Some(entry))
     }
 
-    /// Removes a series; its handle is reusable after `end_tick`.
+    /// Removes a series; its handle is reusable after `end_tick`. Its mark
+    /// stays.
     pub fn remove(&mut self, h: u32) -> Option<SeriesEntry> {
-        let e = self.series.get_mut(h as usize)?.take()?;
+        let e = self.series.get_mut(h as usize)?.entry.take()?;
         self.live -= 1;
         self.pending_free.push(h);
         Some(e)
@@ -107,12 +186,31 @@ impl SeriesTable {
 
     /// The series behind handle `h`.
     pub fn get(&self, h: u32) -> Option<&SeriesEntry> {
-        self.series.get(h as usize).and_then(Option::as_ref)
+        self.series.get(h as usize).and_then(|s| s.entry.as_ref())
     }
 
     /// Mutable access to a series.
     pub fn get_mut(&mut self, h: u32) -> Option<&mut SeriesEntry> {
-        self.series.get_mut(h as usize).and_then(Option::as_mut)
+        self.series
+            .get_mut(h as usize)
+            .and_then(|s| s.entry.as_mut())
+    }
+
+    /// The owner's mark of handle `h`, live or removed (`None`: never
+    /// handed out).
+    pub fn mark(&self, h: u32) -> Option<&SeriesMark> {
+        self.series.get(h as usize).map(|s| &s.mark)
+    }
+
+    /// Mutable access to the owner's mark of handle `h`, live or removed.
+    pub fn mark_mut(&mut self, h: u32) -> Option<&mut SeriesMark> {
+        self.series.get_mut(h as usize).map(|s| &mut s.mark)
+    }
+
+    /// A live series and its mark, from one slot.
+    pub fn get_marked_mut(&mut self, h: u32) -> Option<(&mut SeriesEntry, &mut SeriesMark)> {
+        let s = self.series.get_mut(h as usize)?;
+        Some((s.entry.as_mut()?, &mut s.mark))
     }
 
     /// Live series with their handles, in handle order.
@@ -120,7 +218,15 @@ impl SeriesTable {
         self.series
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+            .filter_map(|(i, s)| s.entry.as_ref().map(|s| (i as u32, s)))
+    }
+
+    /// Live series with their handles and marks, in handle order.
+    pub fn iter_marked(&self) -> impl Iterator<Item = (u32, &SeriesEntry, &SeriesMark)> {
+        self.series
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.entry.as_ref().map(|e| (i as u32, e, &s.mark)))
     }
 
     /// Number of live series.
@@ -146,14 +252,20 @@ impl SeriesTable {
     }
 }
 
-fn alloc<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
-    if let Some(h) = free.pop() {
-        slots[h as usize] = Some(v);
-        h
-    } else {
-        slots.push(Some(v));
-        (slots.len() - 1) as u32
+/// A handle: a freed one (its slot keeps its mark) or a new slot; `put`
+/// fills the slot's entry.
+fn alloc<S: Default>(slots: &mut Vec<S>, free: &mut Vec<u32>, put: impl FnOnce(&mut S)) -> u32 {
+    // A freed handle was handed out before: its slot exists.
+    if let Some(h) = free.pop()
+        && let Some(slot) = slots.get_mut(h as usize)
+    {
+        put(slot);
+        return h;
     }
+    let mut slot = S::default();
+    put(&mut slot);
+    slots.push(slot);
+    (slots.len() - 1) as u32
 }
 
 /// Updates of one source at one timestamp.
@@ -196,5 +308,40 @@ impl Changeset {
     /// Number of value updates across sections.
     pub fn update_count(&self) -> usize {
         self.sections.iter().map(|s| s.updates.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A series' entry and mark share one cache line.
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
+        assert_eq!(std::mem::size_of::<SourceSlot>(), 128);
+    }
+
+    /// A removed handle keeps its mark, and a reused one finds it again.
+    #[test]
+    fn marks_outlive_entries() {
+        let mut t = SeriesTable::new();
+        let s = t.add_source("n", 1000);
+        let e = SeriesEntry {
+            labels: Labels::from_pairs([("__name__", "x")]),
+            source: s,
+            encoding: Encoding::GaugeInt,
+            value: 1.0,
+        };
+        let h = t.insert(e.clone());
+        t.mark_mut(h).expect("handed out").epoch = 7;
+        assert!(t.remove(h).is_some());
+        assert_eq!(t.mark(h).map(|m| m.epoch), Some(7));
+        t.end_tick();
+        assert_eq!(t.insert(e), h);
+        let (_, m) = t.get_marked_mut(h).expect("live again");
+        assert_eq!(m.epoch, 7);
+        assert_eq!(t.mark(h + 1), None);
     }
 }

@@ -19,7 +19,7 @@ impl LinkDecoder {
     ) -> Result<RxSection, CodecError> {
         let src = self
             .sources
-            .get_mut(&source)
+            .get_mut(source)
             .ok_or(CodecError::UnknownSource { id: source })?;
         src.last_ts_ms = src.last_ts_ms.max(ts);
         let mut v = self.spare.pop().unwrap_or_default();
@@ -82,7 +82,7 @@ impl LinkDecoder {
             prev = id64;
             let s = self
                 .series
-                .get_mut(&id)
+                .get_mut(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             let w = s.wire.apply_column(*d, s.encoding.is_counter(), keyframe);
             s.value = s.encoding.from_wire(w);
@@ -91,7 +91,7 @@ impl LinkDecoder {
         for (id, bits) in cols.special_ids.iter().zip(&cols.special_bits) {
             let s = self
                 .series
-                .get_mut(id)
+                .get_mut(*id)
                 .ok_or(CodecError::UnknownSeries { id: *id })?;
             s.wire.known = false;
             s.value = f64::from_bits(*bits);
@@ -121,7 +121,7 @@ impl LinkDecoder {
         if !packed.is_empty() {
             return Err(bad("carries packed bytes"));
         }
-        let coding = match self.sources.get_mut(&source) {
+        let coding = match self.sources.get_mut(source) {
             Some(c) if !c.coding.last.is_empty() => &mut c.coding,
             Some(_) => return Err(bad("no earlier packed section of its source")),
             None => return Err(CodecError::UnknownSource { id: source }),
@@ -132,7 +132,7 @@ impl LinkDecoder {
         for &id in &coding.last {
             let s = self
                 .series
-                .get_mut(&id)
+                .get_mut(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             if s.source != source {
                 return Err(bad("a member moved to another source"));
@@ -155,15 +155,15 @@ impl LinkDecoder {
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         let mut d = RangeDecoder::new(packed);
-        let coding = &mut self
+        let src = self
             .sources
-            .get_mut(&source)
-            .ok_or(CodecError::UnknownSource { id: source })?
-            .coding;
+            .get_mut(source)
+            .ok_or(CodecError::UnknownSource { id: source })?;
+        let members = src.members.len() as u64;
+        let coding = &mut src.coding;
         coding.walks = coding.walks.wrapping_add(1);
         self.model.start_section(coding.walks);
         if self.model.get_sparse(&mut d) {
-            let members = self.members.get(&source).map_or(0, BTreeSet::len) as u64;
             let mut sp = Sparse {
                 model: &mut self.model,
                 series: &mut self.series,
@@ -173,15 +173,15 @@ impl LinkDecoder {
         } else {
             let mut walk = std::mem::take(&mut self.walk);
             walk.clear();
-            if let Some(m) = self.members.get(&source) {
-                walk.extend(m.iter().copied());
+            if let Some(src) = self.sources.get(source) {
+                walk.extend(src.members.iter().copied());
             }
             let r = self.apply_dense(&mut d, &walk, rs);
             self.walk = walk;
             r?;
             // What a repeat of this source changes next (the sparse form
             // noted it already). `rs` held no update before this section.
-            if let Some(c) = self.sources.get_mut(&source) {
+            if let Some(c) = self.sources.get_mut(source) {
                 c.coding.last.clear();
                 c.coding.last.extend(rs.updates.iter().map(|u| u.0));
             }
@@ -192,9 +192,9 @@ impl LinkDecoder {
     /// The twin of series `id`, as [`WireState::as_peer`] sees it.
     pub(super) fn peer(&self, id: u32) -> Option<(i64, bool)> {
         self.series
-            .get(&id)
+            .get(id)
             .and_then(|s| s.wire.twin())
-            .and_then(|t| self.series.get(&t))
+            .and_then(|t| self.series.get(t))
             .and_then(|t| t.wire.as_peer(self.model.walk()))
     }
 
@@ -209,7 +209,7 @@ impl LinkDecoder {
             let peer = self.peer(id);
             let s = self
                 .series
-                .get_mut(&id)
+                .get_mut(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
                 read_value(&mut self.model, d, id, s, peer, rs)?;
@@ -227,7 +227,7 @@ impl LinkDecoder {
 /// section and a changed member once (twice when it has a twin).
 struct Sparse<'a> {
     model: &'a mut LinkModel,
-    series: &'a mut HashMap<u32, RxSeries, IdHashState>,
+    series: &'a mut IdTable<RxSeries>,
     coding: &'a mut SourceCoding,
 }
 
@@ -273,7 +273,7 @@ impl Sparse<'_> {
             }
             let s = self
                 .series
-                .get_mut(&id)
+                .get_mut(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
             if s.source != source {
                 return Err(bad("id of another source"));
@@ -284,10 +284,10 @@ impl Sparse<'_> {
                     read_value(self.model, d, id, s, None, rs)?;
                 }
                 Some(t) => {
-                    let peer = self.series.get(&t).and_then(|t| t.wire.as_peer(walk));
+                    let peer = self.series.get(t).and_then(|t| t.wire.as_peer(walk));
                     let s = self
                         .series
-                        .get_mut(&id)
+                        .get_mut(id)
                         .ok_or(CodecError::UnknownSeries { id })?;
                     self.model.mark_changed(&mut s.wire);
                     read_value(self.model, d, id, s, peer, rs)?;

@@ -743,3 +743,57 @@ pub(super) fn two_source_keyframe() -> crate::schema::frame::Frame {
         ..Default::default()
     }
 }
+
+/// Regression (dense id tables): a peer naming a series or source id at
+/// or beyond twice the link's cap is refused with a typed error (memory
+/// stays bounded), while sparse ids below it decode as any others.
+#[test]
+fn ids_beyond_the_dense_bound_are_refused() {
+    use crate::schema::frame as pb;
+    let cfg = CodecConfig {
+        max_series: 1000,
+        max_sources: 100,
+        ..CodecConfig::default()
+    };
+    let src = |id| pb::SourceDef {
+        id,
+        name: format!("n{id}"),
+        tick_ms: 1000,
+    };
+    let key = |sources: Vec<pb::SourceDef>, series: Vec<pb::SeriesDef>| pb::Frame {
+        keyframe: true,
+        sections: series
+            .iter()
+            .map(|d| pb::Section {
+                source: d.source,
+                special_ids: vec![d.id],
+                special_bits: vec![1.5f64.to_bits()],
+                ..Default::default()
+            })
+            .collect(),
+        sources,
+        series,
+        ..Default::default()
+    };
+    let decode = |f: &pb::Frame| LinkDecoder::new(&cfg)?.decode(&compress(&cfg, f));
+    // Sparse but within bounds: ids 0, 1,999 (series), 199 (source).
+    let ok = decode(&key(
+        vec![src(0), src(199)],
+        vec![counter_def(0, 0), counter_def(1_999, 199)],
+    ))
+    .expect("sparse ids within the bound");
+    assert_eq!(ok.new_series, vec![0, 1_999]);
+    assert_eq!(ok.sections.len(), 2);
+    for (series, sources, want_id) in [
+        (vec![counter_def(2_000, 0)], vec![src(0)], 2_000),
+        (vec![counter_def(u32::MAX, 0)], vec![src(0)], u32::MAX),
+        (vec![], vec![src(200)], 200),
+        (vec![], vec![src(u32::MAX)], u32::MAX),
+    ] {
+        let r = decode(&key(sources, series));
+        assert!(
+            matches!(r, Err(CodecError::BadDefinition { id, .. }) if id == want_id),
+            "{want_id}: {r:?}"
+        );
+    }
+}
