@@ -349,17 +349,27 @@ impl SimJobs {
             Some(p) => p.max(s - 3600),
             None => s - 1,
         };
-        for k in from + 1..=s {
-            let mixed_k = mix(k as u64);
+        // One pass over the series (each moves on its own draws, so the
+        // order of series and steps does not matter): a counter steps
+        // through every step, a gauge moves to the last.
+        if from + 1 == s {
+            let mixed_k = mix(s as u64);
             for x in &mut self.series {
                 if x.kind == MetricKind::Counter {
                     x.step_counter(mixed_k);
+                } else {
+                    x.step_gauge(s);
                 }
             }
-        }
-        for x in &mut self.series {
-            if x.kind == MetricKind::Gauge {
-                x.step_gauge(s);
+        } else {
+            for x in &mut self.series {
+                if x.kind == MetricKind::Counter {
+                    for k in from + 1..=s {
+                        x.step_counter(mix(k as u64));
+                    }
+                } else {
+                    x.step_gauge(s);
+                }
             }
         }
         self.step = Some(s);
