@@ -238,9 +238,16 @@ impl Labels {
         Err(lo)
     }
 
-    /// The metric name, or "" when there is none.
+    /// The metric name, or "" when there is none. Names sort, and
+    /// `__name__` before any name starting with a lowercase letter: the
+    /// first pair is looked at before the binary search (a collector
+    /// reading the tick's buffer asks this of every observation).
     pub fn name(&self) -> &str {
-        self.get(METRIC_NAME).unwrap_or("")
+        let (w, ends, text) = self.parts();
+        match pair_in(w, ends, text, 0) {
+            (METRIC_NAME, v) => v,
+            _ => self.get(METRIC_NAME).unwrap_or(""),
+        }
     }
 
     /// The value of label `name`, if present.
@@ -568,6 +575,19 @@ mod tests {
         assert_eq!(empty, Labels::from_pairs(Vec::<(String, String)>::new()));
         assert_eq!(empty.iter().next(), None);
         assert_eq!(empty.name(), "");
+    }
+
+    /// `name` looks at the first pair first; a name sorting before
+    /// `__name__` (uppercase) still finds it, and a set without one is "".
+    #[test]
+    fn the_name_wherever_it_sorts() {
+        let first = Labels::from_pairs([("__name__", "m"), ("job", "j")]);
+        assert_eq!(first.name(), "m");
+        let second = Labels::from_pairs([("Zone", "z"), ("__name__", "m"), ("a", "1")]);
+        assert_eq!(second.iter().next(), Some(("Zone", "z")));
+        assert_eq!(second.name(), "m");
+        assert_eq!(Labels::from_pairs([("Zone", "z"), ("a", "1")]).name(), "");
+        assert_eq!(Labels::from_pairs([("job", "j")]).name(), "");
     }
 
     #[test]

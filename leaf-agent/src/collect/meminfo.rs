@@ -34,9 +34,14 @@ pub struct MemInfo {
 }
 
 /// Parses the text of `/proc/meminfo` (`Key:   123 kB` lines; kB means KiB).
+/// Stops at the line that completes the seven fields read (the kernel
+/// prints each once, in its first 16 of about 55 lines): the rest is not
+/// split, a leaf reads the file every tick.
 pub fn parse_meminfo(text: &str) -> Result<MemInfo, LeafError> {
     let mut total = None;
     let mut m = MemInfo::default();
+    // One bit per field read; all seven: done.
+    let mut found = 0u8;
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {
@@ -45,14 +50,14 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo, LeafError> {
         let Some((key, rest)) = line.split_once(':') else {
             return Err(LeafError::parse(FORMAT, n, "no ':' after the key"));
         };
-        let slot = match key {
-            "MemTotal" => &mut total,
-            "MemAvailable" => &mut m.available,
-            "MemFree" => &mut m.free,
-            "Cached" => &mut m.cached,
-            "Buffers" => &mut m.buffers,
-            "SwapTotal" => &mut m.swap_total,
-            "SwapFree" => &mut m.swap_free,
+        let (slot, bit) = match key {
+            "MemTotal" => (&mut total, 1),
+            "MemAvailable" => (&mut m.available, 2),
+            "MemFree" => (&mut m.free, 4),
+            "Cached" => (&mut m.cached, 8),
+            "Buffers" => (&mut m.buffers, 16),
+            "SwapTotal" => (&mut m.swap_total, 32),
+            "SwapFree" => (&mut m.swap_free, 64),
             _ => continue,
         };
         let mut it = rest.split_ascii_whitespace();
@@ -63,6 +68,10 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo, LeafError> {
             Some(u) => return Err(LeafError::parse(FORMAT, n, format!("unknown unit {u:?}"))),
         };
         *slot = Some(bytes.ok_or_else(|| LeafError::parse(FORMAT, n, "value overflows u64"))?);
+        found |= bit;
+        if found == 127 {
+            break;
+        }
     }
     m.total = total.ok_or(LeafError::Missing {
         format: FORMAT,

@@ -64,6 +64,47 @@ fn proc_stat_old_kernel_without_steal() {
     assert_eq!(st.cpu_ticks, [1, 2, 3, 4, 5, 0, 0, 0]);
 }
 
+/// Columns split at any ASCII whitespace, as `split_ascii_whitespace`
+/// does, up to the array's length.
+#[test]
+fn split_cols_fills_the_first_columns() {
+    let mut c = [""; 3];
+    assert_eq!(super::split_cols(" a\tbb  c\r\n", &mut c), 3);
+    assert_eq!(c, ["a", "bb", "c"]);
+    let mut c = [""; 3];
+    assert_eq!(super::split_cols("x y z w v", &mut c), 3);
+    assert_eq!(c, ["x", "y", "z"]);
+    let mut c = [""; 4];
+    assert_eq!(super::split_cols("é 1", &mut c), 2);
+    assert_eq!(c, ["é", "1", "", ""]);
+    assert_eq!(super::split_cols(" \t ", &mut c), 0);
+    assert_eq!(super::split_cols("", &mut c), 0);
+    let line = "  259       0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17";
+    let mut c = [""; 13];
+    assert_eq!(super::split_cols(line, &mut c), 13);
+    let want: Vec<&str> = line.split_ascii_whitespace().take(13).collect();
+    assert_eq!(c.to_vec(), want);
+}
+
+/// The parse stops at the line that completes its seven fields: the real
+/// file up to `SwapFree` gives what the whole file gives, and a line after
+/// it is not read (before it, the same line is an error).
+#[test]
+fn meminfo_stops_after_its_fields() {
+    let full = text("proc/meminfo");
+    let end = full
+        .find("SwapFree:")
+        .and_then(|i| full[i..].find('\n').map(|j| i + j + 1))
+        .expect("a SwapFree line");
+    assert!(end < full.len(), "the fixture has lines after SwapFree");
+    let head = meminfo::parse_meminfo(&full[..end]).unwrap();
+    assert_eq!(head, meminfo::parse_meminfo(&full).unwrap());
+    let tail = format!("{}a line without a colon\n", &full[..end]);
+    assert_eq!(meminfo::parse_meminfo(&tail).unwrap(), head);
+    let before = format!("a line without a colon\n{full}");
+    assert!(meminfo::parse_meminfo(&before).is_err());
+}
+
 #[test]
 fn meminfo_real_fixture() {
     let m = meminfo::parse_meminfo(&text("proc/meminfo")).unwrap();

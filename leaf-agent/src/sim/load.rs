@@ -185,10 +185,11 @@ struct LoadSeries {
     /// Gauges: the series' phase within its period (key mod `every`).
     phase: u8,
     value: f64,
-    /// Gauges: the period `value` was drawn for, truncated to 32 bits
-    /// (redrawn only when the period changes: the same value without a
-    /// hash per series per step; small, so 2,000 series stay 72 bytes each).
-    period: Option<i32>,
+    /// Gauges: the first step of the period after the one `value` was
+    /// drawn for (`i64::MIN` before the first draw): steps only move
+    /// forward, so the value is redrawn exactly when a step reaches it,
+    /// with one comparison a step instead of a division.
+    next: i64,
     /// The sender's key, once recorded.
     slot: Option<SeriesKey>,
 }
@@ -218,7 +219,7 @@ impl LoadSeries {
                 0
             },
             value,
-            period: None,
+            next: i64::MIN,
             slot: None,
         }
     }
@@ -246,14 +247,17 @@ impl LoadSeries {
         if self.every == 0 {
             return;
         }
+        // Still in the period of the value held (`advance_to` never
+        // moves back).
+        if to < self.next {
+            return;
+        }
         let every = i64::from(self.every);
         // Each series has its own phase within its period.
         let period = (to + i64::from(self.phase)).div_euclid(every);
-        // Truncated: periods 2^32 apart never meet in one run.
-        if self.period == Some(period as i32) {
-            return;
-        }
-        self.period = Some(period as i32);
+        self.next = (period + 1)
+            .saturating_mul(every)
+            .saturating_sub(i64::from(self.phase));
         let v = range_of(
             hash_on(self.key_state, &[period as u64, 4]),
             self.lo,
@@ -349,17 +353,27 @@ impl SimJobs {
             Some(p) => p.max(s - 3600),
             None => s - 1,
         };
-        for k in from + 1..=s {
-            let mixed_k = mix(k as u64);
+        // One pass over the series (each moves on its own draws, so the
+        // order of series and steps does not matter): a counter steps
+        // through every step, a gauge moves to the last.
+        if from + 1 == s {
+            let mixed_k = mix(s as u64);
             for x in &mut self.series {
                 if x.kind == MetricKind::Counter {
                     x.step_counter(mixed_k);
+                } else {
+                    x.step_gauge(s);
                 }
             }
-        }
-        for x in &mut self.series {
-            if x.kind == MetricKind::Gauge {
-                x.step_gauge(s);
+        } else {
+            for x in &mut self.series {
+                if x.kind == MetricKind::Counter {
+                    for k in from + 1..=s {
+                        x.step_counter(mix(k as u64));
+                    }
+                } else {
+                    x.step_gauge(s);
+                }
             }
         }
         self.step = Some(s);

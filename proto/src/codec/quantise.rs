@@ -402,10 +402,15 @@ impl Quantiser {
         // tick). An integer counter below 2^52, in one step: its wire value
         // is exact, the value sent is that integer, sent when its bits
         // differ from the held one's; anything else takes the general path.
-        if self.encoding == Encoding::CounterInt && v.abs() < TWO_52 {
-            let w = v as i64;
-            if w as f64 == v {
-                let q = w as f64;
+        if self.encoding == Encoding::CounterInt {
+            // Below 2^52, adding 2^52 rounds `|v|` to an integer (the ulp
+            // there is 1) and taking it off again is exact: equal exactly
+            // when `v` is integral, without the saturating casts (false
+            // for NaN). The value sent is `v` as `(v as i64) as f64`
+            // gives it: `+ 0.0` turns -0 into +0 and leaves the rest.
+            let a = v.abs();
+            if a < TWO_52 && (a + TWO_52) - TWO_52 == a {
+                let q = v + 0.0;
                 if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
                     return None;
                 }
