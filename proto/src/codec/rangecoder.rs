@@ -97,15 +97,19 @@ impl Prob {
     }
 }
 
-/// The byte side of the encoder: LZMA's carry propagation (a run of 0xFF
-/// bytes waits in `cache_size` until a carry is known). Apart from `low`
-/// and `range`, so the coding loops keep those two in registers and only
-/// the byte output goes through memory.
+/// The byte side of the encoder. Each byte leaves `low` as it is, pushed
+/// at once; a carry out of `low` (rare) is added into the bytes already
+/// pushed, through the run of 0xFF bytes it turns to 0x00. The same bytes
+/// as LZMA's scheme (a pending byte and a count of 0xFF bytes waiting for
+/// the carry), with one test and one push a byte instead of its
+/// bookkeeping. Apart from `low` and `range`, so the coding loops keep
+/// those two in registers and only the byte output goes through memory.
 #[derive(Debug, Default)]
 struct ByteOut {
-    cache: u8,
-    cache_size: u64,
-    first: bool,
+    /// Every byte moved out of `low` (LZMA's leading byte, the integer
+    /// part of a code in `[0, 1)`, always zero and never sent, is not one
+    /// of them: see [`ByteOut::carry`]); the last is dropped at the end
+    /// ([`RangeEncoder::finish`]).
     out: Vec<u8>,
 }
 
@@ -113,23 +117,26 @@ impl ByteOut {
     /// Moves the top byte of `low` out; returns the new `low`.
     #[inline]
     fn shift_low(&mut self, low: u64) -> u64 {
-        if (low as u32) < 0xFF00_0000 || (low >> 32) != 0 {
-            let carry = (low >> 32) as u8;
-            if self.first {
-                // LZMA's first byte is the integer part of a code in
-                // [0, 1): always zero, so it is not sent.
-                self.first = false;
-            } else {
-                self.out.push(self.cache.wrapping_add(carry));
-            }
-            for _ in 1..self.cache_size {
-                self.out.push(0xFFu8.wrapping_add(carry));
-            }
-            self.cache_size = 0;
-            self.cache = (low >> 24) as u8;
+        if low >> 32 != 0 {
+            self.carry();
         }
-        self.cache_size += 1;
+        self.out.push((low >> 24) as u8);
         (low & 0x00FF_FFFF) << 8
+    }
+
+    /// Adds the carry out of `low` into the bytes sent: the trailing 0xFF
+    /// bytes become 0x00 and the one before them goes up by one. A carry
+    /// past the first byte went into LZMA's unsent leading byte.
+    #[cold]
+    #[inline(never)]
+    fn carry(&mut self) {
+        for b in self.out.iter_mut().rev() {
+            let (v, over) = b.overflowing_add(1);
+            *b = v;
+            if !over {
+                return;
+            }
+        }
     }
 }
 
@@ -300,12 +307,7 @@ impl RangeEncoder {
         Self {
             low: 0,
             range: u32::MAX,
-            bytes: ByteOut {
-                cache: 0,
-                cache_size: 1,
-                first: true,
-                out,
-            },
+            bytes: ByteOut { out },
         }
     }
 
@@ -413,6 +415,9 @@ impl RangeEncoder {
         for _ in 0..=keep {
             self.low = self.bytes.shift_low(self.low);
         }
+        // The last byte shifted out (zero) is the one LZMA's scheme holds
+        // back at the end: not sent.
+        self.bytes.out.pop();
         self.bytes.out
     }
 }
