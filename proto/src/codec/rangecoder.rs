@@ -560,6 +560,70 @@ mod tests {
             }
         }
 
+        /// The bytes pushed at once with the carry added back into them are
+        /// LZMA's (a pending byte and a count of 0xFF bytes waiting for the
+        /// carry, the leading byte unsent, the last one held back), for any
+        /// run of `low` values, runs of 0xFF bytes and carries through them
+        /// included.
+        #[test]
+        fn byte_output_matches_lzmas(steps in prop::collection::vec((0u8..4, any::<u32>(), any::<u32>()), 1..400)) {
+            // The reference: LZMA's scheme as format 3 and 4 were written.
+            let (mut cache, mut cache_size, mut first, mut want) = (0u8, 1u64, true, Vec::new());
+            let mut lzma = |low: u64| {
+                if (low as u32) < 0xFF00_0000 || (low >> 32) != 0 {
+                    let carry = (low >> 32) as u8;
+                    if first {
+                        first = false;
+                    } else {
+                        want.push(cache.wrapping_add(carry));
+                    }
+                    for _ in 1..cache_size {
+                        want.push(0xFFu8.wrapping_add(carry));
+                    }
+                    cache_size = 0;
+                    cache = (low >> 24) as u8;
+                }
+                cache_size += 1;
+                (low & 0x00FF_FFFF) << 8
+            };
+            // A coder: each step keeps a sub-interval [low + a, low + a + b)
+            // of [low, low + range), often its top end (runs of 0xFF bytes
+            // and carries through them), and renormalises as the coder does.
+            let mut b = ByteOut::default();
+            let (mut low, mut range): (u64, u32) = (0, u32::MAX);
+            for (kind, x, y) in steps {
+                let r = u64::from(range);
+                let (a, len) = match kind {
+                    0 => {
+                        let a = (r * u64::from(x)) >> 32;
+                        (a, (((r - a) * u64::from(y)) >> 32).max(1))
+                    }
+                    1 | 2 => {
+                        // The top end: what a run of likely `1` bits keeps.
+                        let len = ((r * u64::from(y | 0x8000_0000)) >> 32).max(1);
+                        (r - len, len)
+                    }
+                    _ => (0, ((r * u64::from(y)) >> 32).max(1)),
+                };
+                low += a;
+                range = len as u32;
+                while range < TOP {
+                    range <<= 8;
+                    let next = lzma(low);
+                    prop_assert_eq!(b.shift_low(low), next);
+                    low = next;
+                }
+            }
+            // The end: what LZMA flushes with a zero low (pending bytes out).
+            for _ in 0..5 {
+                let next = lzma(low);
+                prop_assert_eq!(b.shift_low(low), next);
+                low = next;
+            }
+            b.out.pop();
+            prop_assert_eq!(b.out, want);
+        }
+
         #[test]
         fn bits_round_trip(ops in prop::collection::vec((any::<bool>(), 0usize..4, any::<u64>(), 0u32..=64), 0..400)) {
             let mut probs = [Prob::default(); 4];
