@@ -338,11 +338,12 @@ impl WireState {
             *c = (cur + ((n - cur) >> COST_SHIFT)) as u16;
         }
         if counter {
-            let d = w.wrapping_sub(self.last).unsigned_abs();
+            let (d, wrapped) = w.overflowing_sub(self.last);
+            let d = d.unsigned_abs();
             // gcd(1, d) is 1: most counters settle there, skip the divisions;
-            // an increment on the grid (`grid`: a multiple of the step)
-            // leaves the step as it is.
-            if d != 0 && self.step != 1 && grid.is_none() {
+            // an increment on the grid (`grid`: a multiple of the step, and
+            // `d` that very increment, not wrapped) leaves the step as it is.
+            if d != 0 && self.step != 1 && (grid.is_none() || wrapped) {
                 self.step = gcd(self.step, d);
             }
         }
