@@ -663,6 +663,7 @@ impl LinkModel {
 
     /// Codes wire value `w` of series `id` (`counter`: its class; `peer`:
     /// its twin's value, see [`WireState::as_peer`]).
+    #[inline(always)]
     pub fn put_value(
         &mut self,
         e: &mut RangeEncoder,
