@@ -479,27 +479,11 @@ impl LinkEncoder {
         } else {
             self.forms.0 += 1;
             // Walked in place: no copy of the member list per section.
+            // Every member gets a flag, in the table or not (a series
+            // retired in this very section): the receiver walks them all.
             let members = self.members.get(&source).map_or(&[][..], Vec::as_slice);
-            let mut j = 0;
-            for &h in members {
-                let w = match coded.get(j) {
-                    Some(&(c, w, counter)) if c == h => {
-                        j += 1;
-                        Some((w, counter))
-                    }
-                    _ => None,
-                };
-                // Every member gets a flag, in the table or not (a series
-                // retired in this very section): the receiver walks them all.
-                let peer = self.peer(h, walk);
-                let st = &mut self.state[h as usize];
-                self.model
-                    .put_flag(&mut e, st, w.is_some(), peer.map(|p| p.1));
-                if let Some((w, counter)) = w {
-                    self.model
-                        .put_value(&mut e, (h, st), w, counter, peer.map(|p| p.0));
-                }
-            }
+            self.model
+                .put_dense(&mut e, &mut self.state, members, coded);
         }
         s.packed = e.finish();
         debug_assert!(!s.packed.is_empty(), "a coded change is never empty");

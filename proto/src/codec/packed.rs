@@ -246,6 +246,7 @@ impl WireState {
     /// The residual of `w` against prediction `p` as coded: for a counter
     /// whose increment lies on its step grid, in units of the step (the
     /// prediction rounded to the grid); else plain. `None`: off the grid.
+    #[cfg(test)]
     fn stepped(&self, w: i64, p: i64, counter: bool) -> Option<i64> {
         self.grid_units(w, counter).map(|q| self.stepped_at(q, p))
     }
@@ -269,9 +270,23 @@ impl WireState {
     }
 
     /// `stepped` for an on-grid value of `q` step units against prediction `p`.
+    #[inline]
     fn stepped_at(&self, q: i128, p: i64) -> i64 {
-        // Nearest grid point to the prediction, ties towards -inf.
-        let pu = match (i64::try_from(self.step), p.checked_sub(self.last)) {
+        // |q| and |pu| are below 2^64 / 2: the difference fits an i128
+        // and is truncated to i64 identically on both ends.
+        (q - self.grid_point(p)) as i64
+    }
+
+    /// Nearest grid point to prediction `p`, in steps from the value held,
+    /// ties towards -inf (the series has a step, >= 2).
+    #[inline]
+    fn grid_point(&self, p: i64) -> i128 {
+        if p == self.last {
+            // 0 units away (step / 2 < step): no division. The last-value
+            // predictor, and the twin's and the mean's often, land here.
+            return 0;
+        }
+        match (i64::try_from(self.step), p.checked_sub(self.last)) {
             (Ok(step), Some(off)) if off.checked_add(step / 2).is_some() => {
                 i128::from((off + step / 2).div_euclid(step))
             }
@@ -280,17 +295,13 @@ impl WireState {
                 let off = i128::from(p) - i128::from(self.last);
                 (off + step / 2).div_euclid(step)
             }
-        };
-        // |q| and |pu| are below 2^64 / 2: the difference fits an i128
-        // and is truncated to i64 identically on both ends.
-        (q - pu) as i64
+        }
     }
 
     /// The value a stepped residual `u` stands for (inverse of `stepped`).
     fn unstep(&self, u: i64, p: i64) -> i64 {
         let step = i128::from(self.step);
-        let off = i128::from(p) - i128::from(self.last);
-        let pu = (off + step / 2).div_euclid(step);
+        let pu = self.grid_point(p);
         // Exact modulo 2^64, which is all the i64 result keeps.
         let d = pu.wrapping_add(i128::from(u)).wrapping_mul(step);
         i128::from(self.last).wrapping_add(d) as i64
@@ -311,21 +322,33 @@ impl WireState {
     #[inline(always)]
     fn learn_inlined(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS]) {
         let grid = self.grid_units(w, counter);
-        for (i, &p) in preds.iter().enumerate() {
-            let r = match grid {
-                Some(q) => self.stepped_at(q, p),
-                None => w.wrapping_sub(p),
-            };
+        self.learn_grid(w, counter, preds, grid);
+    }
+
+    /// [`WireState::learn_inlined`] with `grid`, the value's
+    /// [`WireState::grid_units`], found already (a coded counter asked).
+    #[inline(always)]
+    fn learn_grid(&mut self, w: i64, counter: bool, preds: &[i64; PREDICTORS], grid: Option<i128>) {
+        // The residuals first, the costs then in one straight loop (no
+        // test of the grid per predictor).
+        let r: [i64; PREDICTORS] = match grid {
+            Some(q) => preds.map(|p| self.stepped_at(q, p)),
+            None => preds.map(|p| w.wrapping_sub(p)),
+        };
+        for (c, r) in self.cost.iter_mut().zip(r) {
             let n = bit_len(zigzag(r)) as i32 * COST_ONE;
-            let cur = i32::from(self.cost[i]);
+            let cur = i32::from(*c);
             // The step lands between cur and n (the shift floors towards
             // n when n < cur), both within u16: no clamp is needed.
-            self.cost[i] = (cur + ((n - cur) >> COST_SHIFT)) as u16;
+            *c = (cur + ((n - cur) >> COST_SHIFT)) as u16;
         }
         if counter {
-            let d = w.wrapping_sub(self.last).unsigned_abs();
-            // gcd(1, d) is 1: most counters settle there, skip the divisions.
-            if d != 0 && self.step != 1 {
+            let (d, wrapped) = w.overflowing_sub(self.last);
+            let d = d.unsigned_abs();
+            // gcd(1, d) is 1: most counters settle there, skip the divisions;
+            // an increment on the grid (`grid`: a multiple of the step, and
+            // `d` that very increment, not wrapped) leaves the step as it is.
+            if d != 0 && self.step != 1 && (grid.is_none() || wrapped) {
                 self.step = gcd(self.step, d);
             }
         }
@@ -551,7 +574,7 @@ impl LinkModel {
 
     /// Codes whether series `st` changed in this section; `peer_changed`:
     /// whether its twin did (see [`WireState::as_peer`]).
-    #[inline]
+    #[cfg(test)]
     pub fn put_flag(
         &mut self,
         e: &mut RangeEncoder,
@@ -564,6 +587,51 @@ impl LinkModel {
             st.mark = self.walk;
         }
         self.prev_changed = changed;
+    }
+
+    /// Codes a dense section's walk: a flag per member of `members`
+    /// (ascending ids, each in `state`), then the value of each changed one;
+    /// `coded`: the changes, (id, wire value, is a counter), ascending, each
+    /// a member. The bits of [`LinkModel::put_flag`] and
+    /// [`LinkModel::put_value`] member by member, in one loop that keeps the
+    /// walk's context (its count, whether the previous member changed, the
+    /// next changed id) in locals: the walk is most of a busy source's
+    /// per-member work.
+    pub fn put_dense(
+        &mut self,
+        e: &mut RangeEncoder,
+        state: &mut [WireState],
+        members: &[u32],
+        coded: &[(u32, i64, bool)],
+    ) {
+        let walk = self.walk;
+        let mut prev = false;
+        let mut changes = coded.iter();
+        let mut next = changes.next();
+        for &h in members {
+            let st = &state[h as usize];
+            let peer = st
+                .twin
+                .and_then(|t| state.get(t as usize))
+                .and_then(|t| t.as_peer(walk));
+            let st = &mut state[h as usize];
+            let change = match next {
+                Some(&(c, w, counter)) if c == h => {
+                    next = changes.next();
+                    Some((w, counter))
+                }
+                _ => None,
+            };
+            let changed = change.is_some();
+            let ctx = st.age_at(walk) * 2 + usize::from(peer.map_or(prev, |p| p.1));
+            e.bit(&mut st.flag[ctx], changed);
+            prev = changed;
+            if let Some((w, counter)) = change {
+                st.mark = walk;
+                self.put_value(e, (h, st), w, counter, peer.map(|p| p.0));
+            }
+        }
+        self.prev_changed = prev;
     }
 
     /// Decodes whether series `st` changed in this section.
@@ -600,6 +668,7 @@ impl LinkModel {
 
     /// Codes wire value `w` of series `id` (`counter`: its class; `peer`:
     /// its twin's value, see [`WireState::as_peer`]).
+    #[inline(always)]
     pub fn put_value(
         &mut self,
         e: &mut RangeEncoder,
@@ -636,18 +705,22 @@ impl LinkModel {
                 self.hists.after_plain(id, st.mean, ctx);
             }
         } else {
-            // On the step grid: the residual in units of the step.
+            // On the step grid: the residual in units of the step (the
+            // grid units found once, for the code and the upkeep).
+            let grid = st.grid_units(w, counter);
             let u = if st.step > 1 {
-                let u = st.stepped(w, pred, counter);
+                let u = grid.map(|q| st.stepped_at(q, pred));
                 e.bit(&mut st.on_grid, u.is_some());
                 u
             } else {
                 None
             };
             self.put_r(e, class, ctx, u.unwrap_or(w.wrapping_sub(pred)));
+            // One call site, inlined (its call cost ~20 instructions a value).
+            st.learn_grid(w, counter, &preds, grid);
+            return;
         }
-        // One call site, inlined (its call cost ~20 instructions a value).
-        st.learn_inlined(w, counter, &preds);
+        st.learn_grid(w, counter, &preds, None);
     }
 
     /// Decodes a wire value coded by [`LinkModel::put_value`]; `None` when

@@ -97,15 +97,19 @@ impl Prob {
     }
 }
 
-/// The byte side of the encoder: LZMA's carry propagation (a run of 0xFF
-/// bytes waits in `cache_size` until a carry is known). Apart from `low`
-/// and `range`, so the coding loops keep those two in registers and only
-/// the byte output goes through memory.
+/// The byte side of the encoder. Each byte leaves `low` as it is, pushed
+/// at once; a carry out of `low` (rare) is added into the bytes already
+/// pushed, through the run of 0xFF bytes it turns to 0x00. The same bytes
+/// as LZMA's scheme (a pending byte and a count of 0xFF bytes waiting for
+/// the carry), with one test and one push a byte instead of its
+/// bookkeeping. Apart from `low` and `range`, so the coding loops keep
+/// those two in registers and only the byte output goes through memory.
 #[derive(Debug, Default)]
 struct ByteOut {
-    cache: u8,
-    cache_size: u64,
-    first: bool,
+    /// Every byte moved out of `low` (LZMA's leading byte, the integer
+    /// part of a code in `[0, 1)`, always zero and never sent, is not one
+    /// of them: see [`ByteOut::carry`]); the last is dropped at the end
+    /// ([`RangeEncoder::finish`]).
     out: Vec<u8>,
 }
 
@@ -113,23 +117,26 @@ impl ByteOut {
     /// Moves the top byte of `low` out; returns the new `low`.
     #[inline]
     fn shift_low(&mut self, low: u64) -> u64 {
-        if (low as u32) < 0xFF00_0000 || (low >> 32) != 0 {
-            let carry = (low >> 32) as u8;
-            if self.first {
-                // LZMA's first byte is the integer part of a code in
-                // [0, 1): always zero, so it is not sent.
-                self.first = false;
-            } else {
-                self.out.push(self.cache.wrapping_add(carry));
-            }
-            for _ in 1..self.cache_size {
-                self.out.push(0xFFu8.wrapping_add(carry));
-            }
-            self.cache_size = 0;
-            self.cache = (low >> 24) as u8;
+        if low >> 32 != 0 {
+            self.carry();
         }
-        self.cache_size += 1;
+        self.out.push((low >> 24) as u8);
         (low & 0x00FF_FFFF) << 8
+    }
+
+    /// Adds the carry out of `low` into the bytes sent: the trailing 0xFF
+    /// bytes become 0x00 and the one before them goes up by one. A carry
+    /// past the first byte went into LZMA's unsent leading byte.
+    #[cold]
+    #[inline(never)]
+    fn carry(&mut self) {
+        for b in self.out.iter_mut().rev() {
+            let (v, over) = b.overflowing_add(1);
+            *b = v;
+            if !over {
+                return;
+            }
+        }
     }
 }
 
@@ -300,12 +307,7 @@ impl RangeEncoder {
         Self {
             low: 0,
             range: u32::MAX,
-            bytes: ByteOut {
-                cache: 0,
-                cache_size: 1,
-                first: true,
-                out,
-            },
+            bytes: ByteOut { out },
         }
     }
 
@@ -413,6 +415,9 @@ impl RangeEncoder {
         for _ in 0..=keep {
             self.low = self.bytes.shift_low(self.low);
         }
+        // The last byte shifted out (zero) is the one LZMA's scheme holds
+        // back at the end: not sent.
+        self.bytes.out.pop();
         self.bytes.out
     }
 }
@@ -553,6 +558,70 @@ mod tests {
                     prop_assert_eq!((p.p, p.shift), (q, shift));
                 }
             }
+        }
+
+        /// The bytes pushed at once with the carry added back into them are
+        /// LZMA's (a pending byte and a count of 0xFF bytes waiting for the
+        /// carry, the leading byte unsent, the last one held back), for any
+        /// run of `low` values, runs of 0xFF bytes and carries through them
+        /// included.
+        #[test]
+        fn byte_output_matches_lzmas(steps in prop::collection::vec((0u8..4, any::<u32>(), any::<u32>()), 1..400)) {
+            // The reference: LZMA's scheme as format 3 and 4 were written.
+            let (mut cache, mut cache_size, mut first, mut want) = (0u8, 1u64, true, Vec::new());
+            let mut lzma = |low: u64| {
+                if (low as u32) < 0xFF00_0000 || (low >> 32) != 0 {
+                    let carry = (low >> 32) as u8;
+                    if first {
+                        first = false;
+                    } else {
+                        want.push(cache.wrapping_add(carry));
+                    }
+                    for _ in 1..cache_size {
+                        want.push(0xFFu8.wrapping_add(carry));
+                    }
+                    cache_size = 0;
+                    cache = (low >> 24) as u8;
+                }
+                cache_size += 1;
+                (low & 0x00FF_FFFF) << 8
+            };
+            // A coder: each step keeps a sub-interval [low + a, low + a + b)
+            // of [low, low + range), often its top end (runs of 0xFF bytes
+            // and carries through them), and renormalises as the coder does.
+            let mut b = ByteOut::default();
+            let (mut low, mut range): (u64, u32) = (0, u32::MAX);
+            for (kind, x, y) in steps {
+                let r = u64::from(range);
+                let (a, len) = match kind {
+                    0 => {
+                        let a = (r * u64::from(x)) >> 32;
+                        (a, (((r - a) * u64::from(y)) >> 32).max(1))
+                    }
+                    1 | 2 => {
+                        // The top end: what a run of likely `1` bits keeps.
+                        let len = ((r * u64::from(y | 0x8000_0000)) >> 32).max(1);
+                        (r - len, len)
+                    }
+                    _ => (0, ((r * u64::from(y)) >> 32).max(1)),
+                };
+                low += a;
+                range = len as u32;
+                while range < TOP {
+                    range <<= 8;
+                    let next = lzma(low);
+                    prop_assert_eq!(b.shift_low(low), next);
+                    low = next;
+                }
+            }
+            // The end: what LZMA flushes with a zero low (pending bytes out).
+            for _ in 0..5 {
+                let next = lzma(low);
+                prop_assert_eq!(b.shift_low(low), next);
+                low = next;
+            }
+            b.out.pop();
+            prop_assert_eq!(b.out, want);
         }
 
         #[test]

@@ -84,6 +84,53 @@ proptest! {
         }
     }
 
+    /// The predictor upkeep (grid units found once, no division for a
+    /// prediction equal to the value held, no gcd for an increment on the
+    /// grid) leaves every state as format 4's plain rules do: each
+    /// predictor's stepped residual in 128 bits, the gcd of every nonzero
+    /// (wrapped) increment.
+    #[test]
+    fn learn_matches_the_plain_rules(
+        last in extreme(), w in extreme(), inc in extreme(), mean_inc in extreme(),
+        peer in prop::option::of(extreme()), counter in any::<bool>(),
+        step in prop_oneof![Just(0u64), Just(1u64), Just(2u64), 2u64..1000, any::<u64>()],
+        cost in any::<[u16; PREDICTORS]>(),
+    ) {
+        let cost = cost.map(|c| c % (65 * COST_ONE as u16));
+        let mut st = WireState { last, inc, mean_inc, step, cost, known: true, ..WireState::default() };
+        let mut want = st;
+        let preds = st.predictions(counter, peer);
+        st.learn(w, counter, peer);
+        // The plain rules.
+        let s = i128::from(want.step);
+        let d = i128::from(w) - i128::from(last);
+        let on_grid = counter && want.step >= 2 && d.rem_euclid(s) == 0;
+        for (i, &p) in preds.iter().enumerate() {
+            let r = if on_grid {
+                let pu = (i128::from(p) - i128::from(last) + s / 2).div_euclid(s);
+                (d / s - pu) as i64
+            } else {
+                w.wrapping_sub(p)
+            };
+            let n = bit_len(zigzag(r)) as i32 * COST_ONE;
+            let cur = i32::from(want.cost[i]);
+            want.cost[i] = (cur + ((n - cur) >> COST_SHIFT)) as u16;
+        }
+        if counter {
+            let inc_abs = w.wrapping_sub(last).unsigned_abs();
+            if inc_abs != 0 {
+                want.step = gcd(want.step, inc_abs);
+            }
+        }
+        want.inc = w.wrapping_sub(last);
+        if counter {
+            want.mean_inc = running_mean(want.mean_inc, want.inc);
+        }
+        want.last = w;
+        want.mean = running_mean(want.mean, w);
+        prop_assert_eq!(st, want);
+    }
+
     /// Column coding round-trips arbitrary values too.
     #[test]
     fn columns_round_trip(vals in prop::collection::vec((extreme(), any::<bool>()), 0..100)) {
