@@ -53,45 +53,18 @@ fn snapshot_round_trip_keeps_every_answer() {
 /// A metric name, whether it has a source, and its samples.
 type V1Series = (&'static str, bool, Vec<(i64, f64)>);
 
-/// The samples of `tests/data/snapshot_v1.bin`, as `gen_snapshot_v1.rs`
-/// (next to it) generated them: (metric, has a source, samples).
+/// The series `tests/data/gen_snapshot_v1.rs` wrote to `snapshot_v1.bin`.
+mod v1_data {
+    include!("../../../tests/data/snapshot_v1_series.rs");
+}
+
+/// The samples of `tests/data/snapshot_v1.bin`: (metric, has a source,
+/// samples).
 fn v1_series() -> Vec<V1Series> {
-    let counter = (0..300i64)
-        .map(|i| {
-            let ts = i * 1000 + (i % 3) + if i >= 200 { 5_000 } else { 0 };
-            (ts, (i * 40_960 + i % 7) as f64)
-        })
-        .collect();
-    let odd = [
-        1.5,
-        f64::NAN,
-        -0.0,
-        0.0,
-        1e300,
-        f64::from_bits(0x7ff0_0000_0000_0002),
-        f64::INFINITY,
-        -3.0,
-        9e15,
-        -9e15,
-        0.1 + 0.2,
-        f64::MIN_POSITIVE,
-    ];
-    let mixed = (0..60i64)
-        .map(|i| {
-            let v = match i {
-                0..12 => odd[i as usize],
-                12..36 => i as f64 * 0.01,
-                _ => (i as f64).sqrt(),
-            };
-            (1_000 + i * 500, v)
-        })
-        .collect();
-    let steady = (0..10i64).map(|i| (i * 1000, 5.0)).collect();
-    vec![
-        ("v1_counter", true, counter),
-        ("v1_mixed", false, mixed),
-        ("v1_steady", false, steady),
-    ]
+    v1_data::v1_series()
+        .into_iter()
+        .map(|(name, source, samples)| (name, source != 0, samples))
+        .collect()
 }
 
 #[test]
