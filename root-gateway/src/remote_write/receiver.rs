@@ -213,25 +213,39 @@ thread_local! {
 /// journal); `Err` is the HTTP status and reason to answer. Public for the
 /// ingest benchmark (`examples/ingest_bench.rs`).
 pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
-    SCRATCH.with(|cell| {
-        // A fresh scratch if re-entered (never, but not a panic either).
-        let mut fresh = Scratch::default();
-        let mut guard = cell.try_borrow_mut();
-        let sc = match guard.as_deref_mut() {
-            Ok(sc) => sc,
-            Err(_) => &mut fresh,
-        };
-        let res = match decode(st, body, sc) {
-            Ok(()) => store(st, body, sc),
-            Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
-        };
-        // Parsed label sets are the store's now (or refused): not kept.
-        sc.series.clear();
-        if sc.raw.capacity() > KEEP_BUFFER_BYTES || sc.batch.sample_count() > KEEP_SAMPLES {
-            *sc = Scratch::default();
+    let mut sc = Scratch::take();
+    let res = match decode(st, body, &mut sc) {
+        Ok(()) => store(st, body, &mut sc),
+        Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
+    };
+    sc.give_back();
+    res
+}
+
+impl Scratch {
+    /// This thread's scratch, taken out for one request (a fresh one if
+    /// it is out already: never, but not a panic either).
+    fn take() -> Scratch {
+        SCRATCH.with(|cell| {
+            cell.try_borrow_mut()
+                .map(|mut g| std::mem::take(&mut *g))
+                .unwrap_or_default()
+        })
+    }
+
+    /// Hands the scratch back to this thread once its request is done.
+    /// Parsed label sets are the store's now (or refused): not kept; nor is
+    /// a scratch grown past [`KEEP_BUFFER_BYTES`] or [`KEEP_SAMPLES`].
+    fn give_back(mut self) {
+        self.series.clear();
+        if self.raw.capacity() <= KEEP_BUFFER_BYTES && self.batch.sample_count() <= KEEP_SAMPLES {
+            SCRATCH.with(|cell| {
+                if let Ok(mut g) = cell.try_borrow_mut() {
+                    *g = self;
+                }
+            });
         }
-        res
-    })
+    }
 }
 
 /// [`ingest`], the request decoded on this thread and stored on the
@@ -240,11 +254,7 @@ pub fn ingest_bytes(st: &Arc<ReceiverState>, body: Bytes) -> Result<(), (StatusC
     let Some(applier) = &st.applier else {
         return ingest(st, &body);
     };
-    let mut sc = SCRATCH.with(|cell| {
-        cell.try_borrow_mut()
-            .map(|mut g| std::mem::take(&mut *g))
-            .unwrap_or_default()
-    });
+    let mut sc = Scratch::take();
     let res = match decode(st, &body, &mut sc) {
         Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
         Ok(()) if sc.series.is_empty() => Ok(()),
@@ -269,14 +279,7 @@ pub fn ingest_bytes(st: &Arc<ReceiverState>, body: Bytes) -> Result<(), (StatusC
             }
         }
     };
-    sc.series.clear();
-    if sc.raw.capacity() <= KEEP_BUFFER_BYTES && sc.batch.sample_count() <= KEEP_SAMPLES {
-        SCRATCH.with(|cell| {
-            if let Ok(mut g) = cell.try_borrow_mut() {
-                *g = sc;
-            }
-        });
-    }
+    sc.give_back();
     res
 }
 
