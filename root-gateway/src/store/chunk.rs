@@ -314,11 +314,9 @@ impl Chunk {
     /// count do not fit the packed fields.
     fn pack(&mut self, e: &Enc) -> bool {
         let off = e.st.ts.checked_sub(e.first_ts).map(u32::try_from);
-        let (Some(Ok(ts_off)), Ok(delta), Ok(count)) = (
-            off,
-            u32::try_from(e.st.delta),
-            u8::try_from(e.count),
-        ) else {
+        let (Some(Ok(ts_off)), Ok(delta), Ok(count)) =
+            (off, u32::try_from(e.st.delta), u8::try_from(e.count))
+        else {
             return false;
         };
         self.first_ts = e.first_ts;
@@ -393,7 +391,6 @@ impl Chunk {
         }
         self.bytes = buf.into_boxed_slice();
     }
-
 }
 
 impl Enc {
@@ -577,7 +574,6 @@ impl Enc {
             }
         }
     }
-
 }
 
 impl Chunk {
@@ -659,9 +655,12 @@ impl Chunk {
         };
         let mut samples = Vec::with_capacity(usize::from(count));
         view.decode_window(i64::MIN, i64::MAX, &mut samples);
-        if samples.len() != usize::from(count) || samples.windows(2).any(|w| w[1].ts_ms < w[0].ts_ms)
+        if samples.len() != usize::from(count)
+            || samples.windows(2).any(|w| w[1].ts_ms < w[0].ts_ms)
         {
-            return Err(CodecError::Malformed("chunk stream does not match its state"));
+            return Err(CodecError::Malformed(
+                "chunk stream does not match its state",
+            ));
         }
         let mut chunk = Chunk::default();
         for p in samples {

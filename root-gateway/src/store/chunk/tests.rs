@@ -107,7 +107,10 @@ fn irregular_and_extreme_timestamps_round_trip() {
     let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, 1.5)).collect();
     // Split where a chunk's span would pass u32::MAX ms.
     let chunks = encode_split(&samples);
-    assert_eq!(chunks.iter().map(Chunk::len).collect::<Vec<_>>(), [1, 6, 1, 2]);
+    assert_eq!(
+        chunks.iter().map(Chunk::len).collect::<Vec<_>>(),
+        [1, 6, 1, 2]
+    );
     let mut at = 0;
     for c in &chunks {
         assert_round_trip(c, &samples[at..at + c.len()]);

@@ -24,7 +24,10 @@ const INT_DELTA: u8 = 0x0f;
 /// when its span does not fit one: [`Chunk::fits`]). Every inconsistency
 /// (a stream shorter than its count, timestamps going back, a state that
 /// does not match the samples) is an error, never a panic.
-pub(in crate::store) fn read_state(c: &mut Cursor<'_>, out: &mut Vec<Chunk>) -> Result<(), CodecError> {
+pub(in crate::store) fn read_state(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
     let count = c.len(CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
     let last_ts = c.varint()?;
@@ -113,7 +116,13 @@ mod tests {
     #[test]
     fn v1_damaged_chunks_are_errors() {
         // A value header promising more bytes than a u64 holds.
-        assert!(read_state(&mut Cursor::new(&two_samples(0x38, &[0; 8])), &mut Vec::new()).is_err());
+        assert!(
+            read_state(
+                &mut Cursor::new(&two_samples(0x38, &[0; 8])),
+                &mut Vec::new()
+            )
+            .is_err()
+        );
         // A stream cut inside the second sample.
         let mut p = two_samples(INT_DELTA, &[4]);
         p.pop();

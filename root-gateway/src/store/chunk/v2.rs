@@ -37,7 +37,10 @@ struct State {
 /// when its span does not fit one: [`Chunk::fits`]). A stream shorter
 /// than its count, timestamps going back, or a state that does not match
 /// the samples is an error, never a panic.
-pub(in crate::store) fn read_state(c: &mut Cursor<'_>, out: &mut Vec<Chunk>) -> Result<(), CodecError> {
+pub(in crate::store) fn read_state(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
     let bad = CodecError::Malformed;
     let count = c.len(CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
