@@ -359,11 +359,11 @@ impl Chunk {
         self.bytes.get(..self.byte_len()).unwrap_or_default()
     }
 
-    /// Appends a sample; the caller guarantees `ts >= last_ts` and
-    /// [`Chunk::fits`]`(ts)` (a sample that does not fit is dropped, with
-    /// the chunk left as it was).
+    /// Appends a sample; the caller guarantees `ts >= last_ts`, a chunk
+    /// not full and [`Chunk::fits`]`(ts)` (a sample that breaks one is
+    /// dropped, with the chunk left as it was).
     pub fn push(&mut self, ts: i64, v: f64) {
-        if !self.fits(ts) || self.is_full() {
+        if !self.fits(ts) || self.is_full() || (self.count > 0 && ts < self.last_ts()) {
             debug_assert!(false, "a sample pushed that the chunk does not fit");
             return;
         }
@@ -377,8 +377,8 @@ impl Chunk {
         let mut enc = self.unpack();
         enc.push_to(&mut w, ts, v);
         let (mut buf, bit_len) = w.finish();
-        // Always packs: `ts` fits (checked above), the count is at most
-        // CHUNK_SAMPLES and the bits at most MAX_SEALED_BITS.
+        // Always packs: `ts` fits and does not go back (checked above),
+        // the count is at most CHUNK_SAMPLES, the bits MAX_SEALED_BITS.
         let packed = self.pack(&enc);
         debug_assert!(packed, "a pushed sample's state does not pack");
         self.bit_len = u16::try_from(bit_len).unwrap_or(u16::MAX);
