@@ -23,6 +23,12 @@ periodic keyframe is in:
     scripts/node-symbol-order.py --faults PF target/node/canopy-node src/bin/canopy-node.order >> NEW
     cat NEW >> src/bin/canopy-node.order    # the names not listed yet
 
+The same script makes `canopy`'s list for the gateway (`src/canopy-gateway.order`,
+issue 5: resident text 8.0 -> 1.9 MB after the side-by-side ingest): callgrind
+over `canopy gateway` (memory-only and `--data-dir`) fed by `sbs_send ADDR 100 65`
+and the side-by-side queries, then the faults of a native run fed by
+`sbs_send ADDR 1000 65` (`--faults PF target/release/canopy LIST`).
+
 Names the build no longer has (code changed, another rustc) are skipped by
 the linker: a stale list only costs memory.
 """
@@ -88,7 +94,7 @@ def from_faults(data: str, binary: str) -> list[str]:
     ips = []
     for line in script.splitlines():
         m = re.match(r"\s*([0-9a-f]+) .*?\((\S+)\)\s+([0-9a-f]+) (\S+) \((\S+)\)", line)
-        if not m or not m.group(5).endswith("canopy-node"):
+        if not m or not m.group(5).endswith(binary.rsplit("/", 1)[-1]):
             continue
         addr, _, ip, sym, _ = m.groups()
         if sym == "_start" and load is None:

@@ -26,7 +26,7 @@ pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
     let touched = (used + n).div_ceil(8) as usize;
     let fresh = if used == 0 { touched } else { touched - 1 };
     if buf.capacity() - buf.len() < fresh {
-        buf.reserve_exact((buf.len() / 8).max(16).max(fresh));
+        buf.reserve_exact(grown(buf.len(), fresh) - buf.len());
     }
     if used == 0 {
         buf.extend_from_slice(word.get(..touched).unwrap_or_default());
@@ -37,6 +37,19 @@ pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
         buf.extend_from_slice(word.get(1..touched).unwrap_or_default());
     }
     *len += n;
+}
+
+/// The capacity a buffer of `len` bytes grows to for `fresh` more: at
+/// least an eighth more (16 bytes at least), rounded up to 8 bytes past a
+/// multiple of 16. glibc's malloc hands out 16-byte granules less its
+/// 8-byte size word, so such a capacity fills its block; a multiple of 16
+/// left 8 bytes of every open chunk's block unusable (issue 5: RSS per
+/// series).
+fn grown(len: usize, fresh: usize) -> usize {
+    let want = len.saturating_add((len / 8).max(16).max(fresh));
+    want.saturating_sub(8)
+        .next_multiple_of(16)
+        .saturating_add(8)
 }
 
 /// Gathers codes (most significant first) in a 128-bit word and writes
@@ -223,6 +236,18 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_fills_malloc_granules() {
+        for len in 0..5000 {
+            for fresh in [1, 9, 17] {
+                let cap = grown(len, fresh);
+                assert!(cap >= len + fresh && cap >= len + 16 && cap >= len + len / 8);
+                assert_eq!(cap % 16, 8, "len {len} fresh {fresh} -> {cap}");
+                assert!(cap < len + (len / 8).max(16).max(fresh) + 16);
+            }
+        }
+    }
 
     /// The bit-at-a-time writer `put` replaced, as the reference.
     fn put_reference(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {

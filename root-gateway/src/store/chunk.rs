@@ -101,8 +101,8 @@ const NEW_EXP: u8 = 5;
 const MAX_RANK: u32 = 5;
 
 /// Encoder/decoder state after a sample; both sides update it the same way.
-/// 48 bytes, so an open chunk's header is 88 bytes (kept in its series'
-/// entry; sealed chunks keep none of it).
+/// An open chunk keeps it packed (timestamps as 32-bit offsets, see
+/// [`Chunk`]); sealed chunks keep none of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct State {
     ts: i64,
@@ -210,15 +210,35 @@ impl Form {
     }
 }
 
-/// A sealed or open chunk of change points.
+/// A sealed or open chunk of change points, with the encoder state of its
+/// newest sample packed: the newest timestamp and the last timestamp delta
+/// as 32-bit offsets (a chunk spans at most [`u32::MAX`] ms, ~49 days:
+/// [`Chunk::fits`]), the bit length in 16 bits. 72 bytes, kept in its
+/// series' entry (issue 5: RSS per series; 80 with the state unpacked).
 #[derive(Clone, Debug, Default)]
 pub struct Chunk {
     /// The encoded stream in its first `bit_len.div_ceil(8)` bytes, then
     /// zeroed growth room: a boxed slice is 16 bytes in the series entry
     /// where a `Vec` took 24 (its length is the capacity).
     bytes: Box<[u8]>,
-    bit_len: u32,
-    count: u16,
+    first_ts: i64,
+    /// `State::bits`, `mant` and `pred` of the newest sample.
+    bits: u64,
+    mant: i64,
+    pred: i64,
+    /// The newest sample's timestamp less `first_ts`.
+    ts_off: u32,
+    /// `State::delta` (at most `ts_off`).
+    delta: u32,
+    mag: u32,
+    /// At most [`MAX_SEALED_BITS`], which fits.
+    bit_len: u16,
+    /// At most [`CHUNK_SAMPLES`].
+    count: u8,
+    exp: u8,
+    lead: u8,
+    sig: u8,
+    last: u8,
     /// Encoder only (snapshots drop it): changed values still to write
     /// before the next search for a decimal exponent, after searches that
     /// found none (noisy floats).
@@ -226,8 +246,15 @@ pub struct Chunk {
     /// Encoder only: the wait after the last fruitless search (doubles up
     /// to [`MAX_SKIP`], back to 0 when a search succeeds).
     backoff: u8,
-    first_ts: i64,
+}
+
+/// An open chunk's encoder state unpacked for one [`Chunk::push`].
+struct Enc {
     st: State,
+    skip: u8,
+    backoff: u8,
+    count: u16,
+    first_ts: i64,
 }
 
 impl Chunk {
@@ -243,12 +270,66 @@ impl Chunk {
 
     /// Timestamp of the newest sample.
     pub fn last_ts(&self) -> i64 {
-        self.st.ts
+        self.first_ts.wrapping_add(i64::from(self.ts_off))
     }
 
     /// Value of the newest sample.
     pub fn last_value(&self) -> f64 {
-        f64::from_bits(self.st.bits)
+        f64::from_bits(self.bits)
+    }
+
+    /// True when a sample at `ts` (at or after the newest) can be pushed:
+    /// the chunk is empty or `ts` is at most [`u32::MAX`] ms after its
+    /// first sample. A chunk that does not fit a sample is sealed first.
+    pub fn fits(&self, ts: i64) -> bool {
+        self.count == 0
+            || ts
+                .checked_sub(self.first_ts)
+                .is_some_and(|d| u32::try_from(d).is_ok())
+    }
+
+    /// The encoder state, unpacked.
+    fn unpack(&self) -> Enc {
+        Enc {
+            st: State {
+                ts: self.last_ts(),
+                delta: i64::from(self.delta),
+                bits: self.bits,
+                mant: self.mant,
+                pred: self.pred,
+                mag: self.mag,
+                exp: self.exp,
+                lead: self.lead,
+                sig: self.sig,
+                last: self.last,
+            },
+            skip: self.skip,
+            backoff: self.backoff,
+            count: u16::from(self.count),
+            first_ts: self.first_ts,
+        }
+    }
+
+    /// Packs `e` back; false (nothing changed) when its timestamps or
+    /// count do not fit the packed fields.
+    fn pack(&mut self, e: &Enc) -> bool {
+        let off = e.st.ts.checked_sub(e.first_ts).map(u32::try_from);
+        let (Some(Ok(ts_off)), Ok(delta), Ok(count)) =
+            (off, u32::try_from(e.st.delta), u8::try_from(e.count))
+        else {
+            return false;
+        };
+        self.first_ts = e.first_ts;
+        self.bits = e.st.bits;
+        self.mant = e.st.mant;
+        self.pred = e.st.pred;
+        self.ts_off = ts_off;
+        self.delta = delta;
+        self.mag = e.st.mag;
+        self.count = count;
+        (self.exp, self.lead, self.sig, self.last) = (e.st.exp, e.st.lead, e.st.sig, e.st.last);
+        (self.skip, self.backoff) = (e.skip, e.backoff);
+        true
     }
 
     /// True when the chunk should be sealed.
@@ -265,7 +346,7 @@ impl Chunk {
 
     /// Encoded size in bytes.
     pub fn byte_len(&self) -> usize {
-        (self.bit_len.div_ceil(8) as usize).min(self.bytes.len())
+        usize::from(self.bit_len.div_ceil(8)).min(self.bytes.len())
     }
 
     /// Allocated but unused encoded bytes.
@@ -278,18 +359,29 @@ impl Chunk {
         self.bytes.get(..self.byte_len()).unwrap_or_default()
     }
 
-    /// Appends a sample; the caller guarantees `ts >= last_ts`.
+    /// Appends a sample; the caller guarantees `ts >= last_ts`, a chunk
+    /// not full and [`Chunk::fits`]`(ts)` (a sample that breaks one is
+    /// dropped, with the chunk left as it was).
     pub fn push(&mut self, ts: i64, v: f64) {
+        if !self.fits(ts) || self.is_full() || (self.count > 0 && ts < self.last_ts()) {
+            debug_assert!(false, "a sample pushed that the chunk does not fit");
+            return;
+        }
         // The sample's codes are gathered in a word and written to the
         // buffer in one or two steps (the buffer is lent to the writer,
         // as a `Vec` of the bytes in use with the growth room as capacity).
         let used = self.byte_len();
         let mut buf = std::mem::take(&mut self.bytes).into_vec();
         buf.truncate(used);
-        let mut w = Writer::new(buf, self.bit_len);
-        self.push_to(&mut w, ts, v);
+        let mut w = Writer::new(buf, u32::from(self.bit_len));
+        let mut enc = self.unpack();
+        enc.push_to(&mut w, ts, v);
         let (mut buf, bit_len) = w.finish();
-        self.bit_len = bit_len;
+        // Always packs: `ts` fits and does not go back (checked above),
+        // the count is at most CHUNK_SAMPLES, the bits MAX_SEALED_BITS.
+        let packed = self.pack(&enc);
+        debug_assert!(packed, "a pushed sample's state does not pack");
+        self.bit_len = u16::try_from(bit_len).unwrap_or(u16::MAX);
         if self.is_full() {
             // Sealed: give back the growth slack.
             buf.shrink_to_fit();
@@ -299,7 +391,9 @@ impl Chunk {
         }
         self.bytes = buf.into_boxed_slice();
     }
+}
 
+impl Enc {
     fn push_to(&mut self, w: &mut Writer, ts: i64, v: f64) {
         let bits = v.to_bits();
         if self.count == 0 {
@@ -480,25 +574,33 @@ impl Chunk {
             }
         }
     }
+}
 
+impl Chunk {
     /// Appends the chunk's full state (for snapshots).
     pub fn write_state(&self, out: &mut Vec<u8>) {
         use super::codec::{put_uvarint, put_varint};
         put_uvarint(out, u64::from(self.count));
         put_varint(out, self.first_ts);
-        put_varint(out, self.st.ts);
-        put_varint(out, self.st.delta);
-        out.extend_from_slice(&self.st.bits.to_le_bytes());
-        put_varint(out, self.st.mant);
-        put_varint(out, self.st.pred);
-        out.extend_from_slice(&self.st.mag.to_le_bytes());
-        out.extend_from_slice(&[self.st.exp, self.st.lead, self.st.sig, self.st.last]);
+        put_varint(out, self.last_ts());
+        put_varint(out, i64::from(self.delta));
+        out.extend_from_slice(&self.bits.to_le_bytes());
+        put_varint(out, self.mant);
+        put_varint(out, self.pred);
+        out.extend_from_slice(&self.mag.to_le_bytes());
+        out.extend_from_slice(&[self.exp, self.lead, self.sig, self.last]);
         put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(self.used());
     }
 
-    /// Reads a chunk written by [`Chunk::write_state`].
-    pub fn read_state(c: &mut super::codec::Cursor<'_>) -> Result<Chunk, super::codec::CodecError> {
+    /// Reads a chunk written by [`Chunk::write_state`] into `out`: one
+    /// chunk, or (a state whose timestamps do not fit the packed fields,
+    /// from a release that did not bound a chunk's span) its samples
+    /// decoded and pushed again into as many chunks as they need.
+    pub fn read_state(
+        c: &mut super::codec::Cursor<'_>,
+        out: &mut Vec<Chunk>,
+    ) -> Result<(), super::codec::CodecError> {
         use super::codec::CodecError;
         let count = c.len(CHUNK_SAMPLES)? as u16;
         let first_ts = c.varint()?;
@@ -516,14 +618,8 @@ impl Chunk {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
         let bit_len = c.len(MAX_SEALED_BITS as usize)? as u32;
-        let bytes = c.bytes(bit_len.div_ceil(8) as usize)?.into();
-        Ok(Chunk {
-            bytes,
-            bit_len,
-            count,
-            skip: 0,
-            backoff: 0,
-            first_ts,
+        let bytes: &[u8] = c.bytes(bit_len.div_ceil(8) as usize)?;
+        let enc = Enc {
             st: State {
                 ts,
                 delta,
@@ -536,17 +632,55 @@ impl Chunk {
                 sig,
                 last,
             },
-        })
+            skip: 0,
+            backoff: 0,
+            count,
+            first_ts,
+        };
+        let mut chunk = Chunk {
+            bytes: bytes.into(),
+            bit_len: u16::try_from(bit_len).unwrap_or(u16::MAX),
+            ..Chunk::default()
+        };
+        if count == 0 || chunk.pack(&enc) {
+            out.push(chunk);
+            return Ok(());
+        }
+        let view = ChunkView {
+            bytes,
+            bit_len,
+            count,
+            first_ts,
+            last_ts: ts,
+        };
+        let mut samples = Vec::with_capacity(usize::from(count));
+        view.decode_window(i64::MIN, i64::MAX, &mut samples);
+        if samples.len() != usize::from(count)
+            || samples.windows(2).any(|w| w[1].ts_ms < w[0].ts_ms)
+        {
+            return Err(CodecError::Malformed(
+                "chunk stream does not match its state",
+            ));
+        }
+        let mut chunk = Chunk::default();
+        for p in samples {
+            if !chunk.fits(p.ts_ms) {
+                out.push(std::mem::take(&mut chunk));
+            }
+            chunk.push(p.ts_ms, p.value);
+        }
+        out.push(chunk);
+        Ok(())
     }
 
     /// The chunk as a read-only [`ChunkView`] (what sealed chunks are).
     pub fn view(&self) -> ChunkView<'_> {
         ChunkView {
             bytes: self.used(),
-            bit_len: self.bit_len,
-            count: self.count,
+            bit_len: u32::from(self.bit_len),
+            count: u16::from(self.count),
             first_ts: self.first_ts,
-            last_ts: self.st.ts,
+            last_ts: self.last_ts(),
         }
     }
 

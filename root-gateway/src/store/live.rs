@@ -584,9 +584,10 @@ impl LiveStore {
                 return Ok(());
             }
         }
-        if e.head.is_full() {
-            // Sealed: its bytes join the series' sealed buffer, the entry
-            // starts a new open chunk.
+        if e.head.is_full() || !e.head.fits(ts) {
+            // Sealed (full, or ~49 days past its first sample): its bytes
+            // join the series' sealed buffer, the entry starts a new open
+            // chunk.
             let next = std::mem::take(&mut e.head);
             e.sealed.push(next.view());
         }

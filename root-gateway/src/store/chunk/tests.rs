@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::store::codec::Cursor;
+use crate::store::codec::{CodecError, Cursor, put_uvarint, put_varint};
 
 fn encode(samples: &[(i64, f64)]) -> Chunk {
     let mut c = Chunk::default();
@@ -11,15 +11,37 @@ fn encode(samples: &[(i64, f64)]) -> Chunk {
     c
 }
 
+/// `samples` pushed as the store pushes them: a new chunk when one is full
+/// or a timestamp does not fit.
+fn encode_split(samples: &[(i64, f64)]) -> Vec<Chunk> {
+    let mut out = vec![Chunk::default()];
+    for &(t, v) in samples {
+        if out.last().is_some_and(|c| c.is_full() || !c.fits(t)) {
+            out.push(Chunk::default());
+        }
+        if let Some(c) = out.last_mut() {
+            c.push(t, v);
+        }
+    }
+    out
+}
+
+/// The chunks [`Chunk::read_state`] reads from `cur`.
+fn read_back(cur: &mut Cursor<'_>) -> Result<Vec<Chunk>, CodecError> {
+    let mut out = Vec::new();
+    Chunk::read_state(cur, &mut out).map(|()| out)
+}
+
 /// Decodes `c` and checks every timestamp and value bit for bit, also after
 /// a snapshot round trip of the chunk's state.
 fn assert_round_trip(c: &Chunk, samples: &[(i64, f64)]) {
     let mut state = Vec::new();
     c.write_state(&mut state);
     let mut cur = Cursor::new(&state);
-    let back = Chunk::read_state(&mut cur).expect("read_state");
+    let back = read_back(&mut cur).expect("read_state");
     assert!(cur.is_empty());
-    for chunk in [c, &back] {
+    assert_eq!(back.len(), 1);
+    for chunk in [c, &back[0]] {
         let mut out = Vec::new();
         chunk.decode(&mut out);
         let got: Vec<(i64, u64)> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
@@ -83,7 +105,17 @@ fn irregular_and_extreme_timestamps_round_trip() {
         i64::MAX,
     ];
     let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, 1.5)).collect();
-    assert_round_trip(&encode(&samples), &samples);
+    // Split where a chunk's span would pass u32::MAX ms.
+    let chunks = encode_split(&samples);
+    assert_eq!(
+        chunks.iter().map(Chunk::len).collect::<Vec<_>>(),
+        [1, 6, 1, 2]
+    );
+    let mut at = 0;
+    for c in &chunks {
+        assert_round_trip(c, &samples[at..at + c.len()]);
+        at += c.len();
+    }
 }
 
 #[test]
@@ -131,13 +163,13 @@ fn damaged_state_is_refused_or_decodes_short() {
     c.write_state(&mut state);
     for cut in 0..state.len() {
         let mut cur = Cursor::new(&state[..cut]);
-        assert!(Chunk::read_state(&mut cur).is_err(), "cut at {cut}");
+        assert!(read_back(&mut cur).is_err(), "cut at {cut}");
     }
     // Flipped bits decode to something, never panic.
     for i in 0..state.len() {
         let mut bad = state.clone();
         bad[i] ^= 0x5a;
-        if let Ok(ch) = Chunk::read_state(&mut Cursor::new(&bad)) {
+        for ch in read_back(&mut Cursor::new(&bad)).unwrap_or_default() {
             let mut out = Vec::new();
             ch.decode(&mut out);
             assert!(out.len() <= CHUNK_SAMPLES);
@@ -185,8 +217,14 @@ proptest! {
             samples.push((t, v));
             prev = v;
         }
-        let c = encode(&samples);
-        assert_round_trip(&c, &samples);
+        // Steps up to 2^61 ms: chunks split where a span passes u32::MAX.
+        let mut at = 0;
+        for c in encode_split(&samples) {
+            let n = c.len();
+            assert_round_trip(&c, &samples[at..at + n]);
+            at += n;
+        }
+        prop_assert_eq!(at, samples.len());
     }
 
     #[test]
@@ -209,7 +247,7 @@ proptest! {
 
     #[test]
     fn garbage_state_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-        if let Ok(c) = Chunk::read_state(&mut Cursor::new(&bytes)) {
+        for c in read_back(&mut Cursor::new(&bytes)).unwrap_or_default() {
             let mut out = Vec::new();
             c.decode(&mut out);
             prop_assert!(out.len() <= CHUNK_SAMPLES);
@@ -292,15 +330,19 @@ fn decimal_values_after_noise_are_found_again() {
     assert!(c.byte_len() <= bound, "{} > {bound}", c.byte_len());
     // The search state is the encoder's alone: a chunk read back from its
     // state encodes the next value the same way on both.
+    let c = encode(&s[..239]);
     let mut state = Vec::new();
     c.write_state(&mut state);
-    let mut back = Chunk::read_state(&mut Cursor::new(&state)).expect("read_state");
-    back.push(240_000, 1.25);
+    let mut back = read_back(&mut Cursor::new(&state))
+        .expect("read_state")
+        .pop()
+        .expect("a chunk");
+    back.push(239_000, 1.25);
     let mut out = Vec::new();
     back.decode(&mut out);
     assert_eq!(
         out.last().map(|p| (p.ts_ms, p.value)),
-        Some((240_000, 1.25))
+        Some((239_000, 1.25))
     );
 }
 
@@ -311,7 +353,7 @@ fn decode_general(c: &Chunk) -> Vec<(i64, u64)> {
     if c.count == 0 {
         return out;
     }
-    let mut r = Reader::new(&c.bytes, c.bit_len);
+    let mut r = Reader::new(&c.bytes, u32::from(c.bit_len));
     let Some(first) = r.read(64) else {
         return out;
     };
@@ -378,17 +420,66 @@ proptest! {
             let i = at % c.bytes.len();
             c.bytes[i] ^= b;
         }
-        c.bit_len = c.bit_len.min(cut % (c.bit_len + 1) + 32);
+        let bits = u32::from(c.bit_len);
+        c.bit_len = u16::try_from(bits.min(cut % (bits + 1) + 32)).unwrap_or(c.bit_len);
         prop_assert_eq!(decode_bits(&c), decode_general(&c));
     }
 }
 
 #[test]
+fn a_state_wider_than_its_offsets_is_split_on_read() {
+    // A day between samples, 100 samples in one chunk, as a release that
+    // did not bound a chunk's span wrote it: read back as chunks of at
+    // most u32::MAX ms (50 samples each), every sample bit for bit.
+    let samples: Vec<(i64, f64)> = (0..100i64)
+        .map(|i| (-3_000_000_000 + i * 86_400_000, (i * i) as f64 * 0.25))
+        .collect();
+    let mut enc = Enc {
+        st: State::default(),
+        skip: 0,
+        backoff: 0,
+        count: 0,
+        first_ts: 0,
+    };
+    let mut w = Writer::new(Vec::new(), 0);
+    for &(t, v) in &samples {
+        enc.push_to(&mut w, t, v);
+    }
+    let (bytes, bit_len) = w.finish();
+    let st = enc.st;
+    let mut state = Vec::new();
+    put_uvarint(&mut state, u64::from(enc.count));
+    put_varint(&mut state, enc.first_ts);
+    put_varint(&mut state, st.ts);
+    put_varint(&mut state, st.delta);
+    state.extend_from_slice(&st.bits.to_le_bytes());
+    put_varint(&mut state, st.mant);
+    put_varint(&mut state, st.pred);
+    state.extend_from_slice(&st.mag.to_le_bytes());
+    state.extend_from_slice(&[st.exp, st.lead, st.sig, st.last]);
+    put_uvarint(&mut state, u64::from(bit_len));
+    state.extend_from_slice(&bytes);
+    let chunks = read_back(&mut Cursor::new(&state)).expect("read_state");
+    assert_eq!(chunks.iter().map(Chunk::len).collect::<Vec<_>>(), [50, 50]);
+    let mut out = Vec::new();
+    for c in &chunks {
+        c.decode(&mut out);
+    }
+    let got: Vec<(i64, u64)> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
+    let want: Vec<(i64, u64)> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
+    assert_eq!(got, want);
+    // A stream shorter than its state's count is refused.
+    let mut short = state.clone();
+    short[0] = 120;
+    assert!(read_back(&mut Cursor::new(&short)).is_err());
+}
+
+#[test]
 fn chunk_header_stays_small() {
     // The open chunk lives in its series' entry: every byte is paid once
-    // a series.
+    // a series (80 before its timestamps became 32-bit offsets).
     assert!(
-        std::mem::size_of::<Chunk>() <= 88,
+        std::mem::size_of::<Chunk>() <= 72,
         "{}",
         std::mem::size_of::<Chunk>()
     );

@@ -20,10 +20,14 @@ use crate::store::codec::{CodecError, Cursor};
 /// Header byte of an integer-delta value.
 const INT_DELTA: u8 = 0x0f;
 
-/// Reads one v1 chunk state and converts it. Every inconsistency (a
-/// stream shorter than its count, timestamps going back, a state that
+/// Reads one v1 chunk state and converts it into `out` (one chunk, more
+/// when its span does not fit one: [`Chunk::fits`]). Every inconsistency
+/// (a stream shorter than its count, timestamps going back, a state that
 /// does not match the samples) is an error, never a panic.
-pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecError> {
+pub(in crate::store) fn read_state(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
     let count = c.len(CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
     let last_ts = c.varint()?;
@@ -34,10 +38,12 @@ pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecErr
     let mut s = Cursor::new(c.bytes(n)?);
     let mut chunk = Chunk::default();
     let (mut ts, mut delta, mut bits) = (0i64, 0i64, 0u64);
+    let mut first = 0i64;
     for i in 0..count {
         if i == 0 {
             ts = s.varint()?;
             bits = s.u64_le()?;
+            first = ts;
         } else {
             delta = delta.wrapping_add(s.varint()?);
             ts = ts.wrapping_add(delta);
@@ -62,14 +68,18 @@ pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecErr
                 return Err(CodecError::Malformed("v1 chunk: timestamps go back"));
             }
         }
+        if !chunk.fits(ts) {
+            out.push(std::mem::take(&mut chunk));
+        }
         chunk.push(ts, f64::from_bits(bits));
     }
-    if count > 0 && (chunk.first_ts() != first_ts || ts != last_ts || bits != last_bits) {
+    if count > 0 && (first != first_ts || ts != last_ts || bits != last_bits) {
         return Err(CodecError::Malformed(
             "v1 chunk: state does not match its samples",
         ));
     }
-    Ok(chunk)
+    out.push(chunk);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -94,9 +104,11 @@ mod tests {
     #[test]
     fn v1_int_delta_converts() {
         let p = two_samples(INT_DELTA, &[4]); // +2
-        let c = read_state(&mut Cursor::new(&p)).unwrap();
+        let mut cs = Vec::new();
+        read_state(&mut Cursor::new(&p), &mut cs).unwrap();
+        assert_eq!(cs.len(), 1);
         let mut out = Vec::new();
-        c.decode(&mut out);
+        cs[0].decode(&mut out);
         let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value)).collect();
         assert_eq!(got, vec![(0, 1.0), (1, 3.0)]);
     }
@@ -104,13 +116,19 @@ mod tests {
     #[test]
     fn v1_damaged_chunks_are_errors() {
         // A value header promising more bytes than a u64 holds.
-        assert!(read_state(&mut Cursor::new(&two_samples(0x38, &[0; 8]))).is_err());
+        assert!(
+            read_state(
+                &mut Cursor::new(&two_samples(0x38, &[0; 8])),
+                &mut Vec::new()
+            )
+            .is_err()
+        );
         // A stream cut inside the second sample.
         let mut p = two_samples(INT_DELTA, &[4]);
         p.pop();
-        assert!(read_state(&mut Cursor::new(&p)).is_err());
+        assert!(read_state(&mut Cursor::new(&p), &mut Vec::new()).is_err());
         // A state whose last value is not the samples' last value.
         let p = two_samples(INT_DELTA, &[2]); // +1 gives 2.0, state says 3.0
-        assert!(read_state(&mut Cursor::new(&p)).is_err());
+        assert!(read_state(&mut Cursor::new(&p), &mut Vec::new()).is_err());
     }
 }

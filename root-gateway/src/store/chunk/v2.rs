@@ -33,10 +33,14 @@ struct State {
     sig: u8,
 }
 
-/// Reads one v2 chunk state and converts it. A stream shorter than its
-/// count, timestamps going back, or a state that does not match the
-/// samples is an error, never a panic.
-pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecError> {
+/// Reads one v2 chunk state and converts it into `out` (one chunk, more
+/// when its span does not fit one: [`Chunk::fits`]). A stream shorter
+/// than its count, timestamps going back, or a state that does not match
+/// the samples is an error, never a panic.
+pub(in crate::store) fn read_state(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
     let bad = CodecError::Malformed;
     let count = c.len(CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
@@ -53,7 +57,8 @@ pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecErr
     let bytes = c.bytes(bit_len.div_ceil(8) as usize)?;
     let mut chunk = Chunk::default();
     if count == 0 {
-        return Ok(chunk);
+        out.push(chunk);
+        return Ok(());
     }
     let mut r = Reader::new(bytes, bit_len);
     let first = r.read(64).ok_or(bad("v2 chunk: no first value"))?;
@@ -68,16 +73,21 @@ pub(in crate::store) fn read_state(c: &mut Cursor<'_>) -> Result<Chunk, CodecErr
     };
     chunk.push(st.ts, f64::from_bits(st.bits));
     for _ in 1..count {
+        let prev = st.ts;
         next(&mut r, &mut st).ok_or(bad("v2 chunk: stream shorter than its count"))?;
-        if st.ts < chunk.last_ts() {
+        if st.ts < prev {
             return Err(bad("v2 chunk: timestamps go back"));
+        }
+        if !chunk.fits(st.ts) {
+            out.push(std::mem::take(&mut chunk));
         }
         chunk.push(st.ts, f64::from_bits(st.bits));
     }
     if st.ts != last_ts || st.bits != last_bits {
         return Err(bad("v2 chunk: state does not match its samples"));
     }
-    Ok(chunk)
+    out.push(chunk);
+    Ok(())
 }
 
 /// Decodes the v2 sample after `st` into `st`; `None` on a damaged stream.

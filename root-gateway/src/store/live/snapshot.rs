@@ -245,13 +245,13 @@ impl LiveStore {
                 // Every chunk with its state: the last stays open.
                 let mut chunks = Vec::with_capacity(n);
                 for _ in 0..n {
-                    chunks.push(if v1 {
-                        crate::store::chunk::v1::read_state(&mut c)?
+                    if v1 {
+                        crate::store::chunk::v1::read_state(&mut c, &mut chunks)?;
                     } else if v2 {
-                        crate::store::chunk::v2::read_state(&mut c)?
+                        crate::store::chunk::v2::read_state(&mut c, &mut chunks)?;
                     } else {
-                        Chunk::read_state(&mut c)?
-                    });
+                        Chunk::read_state(&mut c, &mut chunks)?;
+                    }
                 }
                 let head = chunks.pop().unwrap_or_default();
                 (Sealed::from_views(chunks.iter().map(Chunk::view)), head)
@@ -269,15 +269,24 @@ impl LiveStore {
                     prev = first_ts;
                     runs.push(run);
                 }
-                let head = match c.u8()? {
-                    0 => Chunk::default(),
-                    1 => Chunk::read_state(&mut c)?,
+                // The open chunk; more than one only when its span does
+                // not fit one (a snapshot of a release that did not bound
+                // it): all but the last are sealed after the runs.
+                let mut open = Vec::new();
+                match c.u8()? {
+                    0 => {}
+                    1 => Chunk::read_state(&mut c, &mut open)?,
                     _ => return Err(CodecError::Malformed("bad open chunk flag")),
-                };
-                if head.len() > 0 && head.first_ts() < prev {
+                }
+                let head = open.pop().unwrap_or_default();
+                let first_open = open.first().unwrap_or(&head);
+                if first_open.len() > 0 && first_open.first_ts() < prev {
                     return Err(CodecError::Malformed("open chunk before a sealed one"));
                 }
-                (Sealed::from_views(runs.iter().copied()), head)
+                (
+                    Sealed::from_views(runs.iter().copied().chain(open.iter().map(Chunk::view))),
+                    head,
+                )
             };
             let id =
                 u32::try_from(id).map_err(|_| CodecError::Malformed("more series than ids"))?;

@@ -589,7 +589,7 @@ fn a_series_entry_stays_small() {
     // open chunk's state included); 128 bytes before label ids moved to
     // the store's arena, the source index to 4 bytes and the open chunk's
     // bytes to a boxed slice.
-    assert!(std::mem::size_of::<Option<Entry>>() <= 104);
+    assert!(std::mem::size_of::<Option<Entry>>() <= 96);
 }
 
 #[test]
@@ -625,4 +625,30 @@ fn label_ids_compacted_after_retention_keep_every_series() {
     // Found again by labels: no second series.
     s.append(None, &l(3), 56_000, 9.0).unwrap();
     assert_eq!(s.stats().series, 500);
+}
+
+#[test]
+fn a_series_past_its_chunk_span_seals_and_reads_back() {
+    // A sample every 20 days: an open chunk spans at most u32::MAX ms
+    // (~49.7 days), so every third sample starts a new chunk; every
+    // sample reads back, also after a snapshot.
+    let cfg = LiveStoreConfig {
+        retention_ms: i64::MAX / 4,
+        ..LiveStoreConfig::default()
+    };
+    let mut s = LiveStore::new(cfg.clone());
+    let l = Labels::metric("slow", [("node", "n1")]);
+    let day = 86_400_000i64;
+    let want: Vec<(i64, f64)> = (0..10i64).map(|i| (i * 20 * day, i as f64 + 0.5)).collect();
+    for &(t, v) in &want {
+        s.append(None, &l, t, v).unwrap();
+    }
+    let id = s.entry_id(&l, false).unwrap().unwrap();
+    let e = s.entries[id].as_ref().unwrap();
+    assert_eq!(e.chunk_count(), 4);
+    assert_eq!(pts(&s, "slow", 0, 200 * day), want);
+    let mut snap = Vec::new();
+    s.write_snapshot(&mut snap).unwrap();
+    let back = LiveStore::read_snapshot(cfg, &mut snap.as_slice()).unwrap();
+    assert_eq!(pts(&back, "slow", 0, 200 * day), want);
 }
