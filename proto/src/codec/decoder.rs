@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use prost::Message;
+use smallvec::SmallVec;
 
 use crate::model::Labels;
 use crate::schema::frame as pb;
@@ -19,7 +20,7 @@ use crate::schema::frame as pb;
 use super::compact;
 use super::dense::IdTable;
 use super::encoder::get_uvarint;
-use super::packed::{LinkModel, SourceCoding, WireState};
+use super::packed::{LinkModel, WireState};
 use super::pbview::{self, Columns};
 use super::quantise::Encoding;
 use super::zstream::ZDecoder;
@@ -51,25 +52,135 @@ impl RxSeries {
 }
 
 /// A source as the receiver holds it.
+///
+/// Laid out by hand in two aligned cache lines: what every section of the
+/// source reads (its latest timestamp, the receiver's tag, the packed-section
+/// state with the last changed ids inline) is in the first, so a quiet
+/// source's repeat section touches one line; its members and name in the
+/// second.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct RxSource {
-    /// Node name.
-    pub name: String,
-    /// Sampling tick, ms.
-    pub tick_ms: u32,
     /// Timestamp of the latest section seen for it, ms.
     pub last_ts_ms: i64,
-    /// Its packed-section state, which both ends keep alike (beside the
-    /// source: a section finds both in one lookup, one cache line).
-    coding: SourceCoding,
     /// The receiver's own word about this source (see
     /// [`LinkDecoder::set_source_tag`]); 0 until set, and again after a
     /// redefinition.
     tag: u64,
+    /// Its packed-section state, which both ends keep alike (beside the
+    /// source: a section finds both in one lookup, one cache line).
+    coding: RxCoding,
+    /// Sampling tick, ms.
+    pub tick_ms: u32,
     /// Its live series ids, ascending: the order packed sections walk
     /// (beside the source: a sparse section's member count is in the
     /// record it already reads).
-    members: BTreeSet<u32>,
+    members: Members,
+    /// Node name.
+    pub name: String,
+}
+
+/// The receiving end's copy of a source's packed-section state (the
+/// sender's `SourceCoding`): the same numbers, the last changed ids inline
+/// (a quiet source's repeat section reads no second allocation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct RxCoding {
+    /// Packed sections decoded so far (wrapping): the walk count.
+    walks: u32,
+    /// First changed id of the latest sparse section (0: none yet).
+    first: u32,
+    /// Ids whose values the source's latest packed section carried,
+    /// ascending (a repeat section changes exactly these again).
+    last: SmallVec<[u32; LAST_INLINE]>,
+}
+
+/// Last changed ids kept inline (a quiet node changes its tick counter
+/// alone; a few more spill to the heap).
+const LAST_INLINE: usize = 5;
+
+/// A source's live series ids, ascending, in one contiguous vector while
+/// they are few (a dense section walks them in order, no tree to chase);
+/// past [`MEMBERS_VEC_MAX`] a tree, so a peer defining a huge source in
+/// descending id order costs O(log n) a definition, not O(n).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Members {
+    Few(Vec<u32>),
+    Many(BTreeSet<u32>),
+}
+
+/// Most members kept in the contiguous form (an insert moves at most this
+/// many ids, 16 KiB).
+const MEMBERS_VEC_MAX: usize = 4096;
+
+impl Default for Members {
+    fn default() -> Self {
+        Members::Few(Vec::new())
+    }
+}
+
+impl Members {
+    fn len(&self) -> usize {
+        match self {
+            Members::Few(v) => v.len(),
+            Members::Many(t) => t.len(),
+        }
+    }
+
+    fn insert(&mut self, id: u32) {
+        match self {
+            Members::Few(v) => {
+                // Ids are mostly defined in ascending order: a push.
+                if v.last().is_none_or(|&l| l < id) {
+                    v.push(id);
+                } else if let Err(at) = v.binary_search(&id) {
+                    v.insert(at, id);
+                }
+                if v.len() > MEMBERS_VEC_MAX {
+                    *self = Members::Many(v.iter().copied().collect());
+                }
+            }
+            Members::Many(t) => {
+                t.insert(id);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        match self {
+            Members::Few(v) => {
+                if let Ok(at) = v.binary_search(&id) {
+                    v.remove(at);
+                }
+            }
+            Members::Many(t) => {
+                t.remove(&id);
+            }
+        }
+    }
+
+    /// Every member, ascending.
+    fn for_each_until(
+        &self,
+        mut f: impl FnMut(u32) -> Result<bool, CodecError>,
+    ) -> Result<(), CodecError> {
+        match self {
+            Members::Few(v) => {
+                for &id in v {
+                    if !f(id)? {
+                        break;
+                    }
+                }
+            }
+            Members::Many(t) => {
+                for &id in t {
+                    if !f(id)? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl RxSource {
@@ -135,7 +246,6 @@ pub struct LinkDecoder {
     sources: IdTable<RxSource>,
     model: LinkModel,
     raw: Vec<u8>,
-    walk: Vec<u32>,
     /// A zstd-mode frame's sections, as offsets into `raw`, and its other
     /// fields (see `pbview`): reused from frame to frame.
     section_at: Vec<(usize, usize)>,
@@ -168,7 +278,6 @@ impl LinkDecoder {
             sources: IdTable::new(IdTable::<RxSource>::limit_for(cfg.max_sources)),
             model: LinkModel::default(),
             raw: Vec::new(),
-            walk: Vec::new(),
             section_at: Vec::new(),
             rest: Vec::new(),
             cols: Columns::default(),
@@ -455,7 +564,7 @@ impl LinkDecoder {
     fn remove_series(&mut self, id: u32) -> Option<RxSeries> {
         let s = self.series.remove(id)?;
         if let Some(src) = self.sources.get_mut(s.source) {
-            src.members.remove(&id);
+            src.members.remove(id);
         }
         Some(s)
     }
@@ -488,12 +597,12 @@ impl LinkDecoder {
             }
             None => {
                 let src = RxSource {
-                    name: s.name,
-                    tick_ms: s.tick_ms,
                     last_ts_ms: 0,
-                    coding: SourceCoding::default(),
                     tag: 0,
-                    members: BTreeSet::new(),
+                    coding: RxCoding::default(),
+                    tick_ms: s.tick_ms,
+                    members: Members::default(),
+                    name: s.name,
                 };
                 // Invariant: `in_range` held just above.
                 let _ = self.sources.insert(s.id, src);
@@ -547,7 +656,7 @@ impl LinkDecoder {
         if let Some(old) = self.series.get(id).map(|s| s.source)
             && let Some(src) = self.sources.get_mut(old)
         {
-            src.members.remove(&id);
+            src.members.remove(id);
         }
         let mut walks = 0;
         if let Some(src) = self.sources.get_mut(d.source) {

@@ -7,6 +7,7 @@ use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
 use super::super::pbview::SectionView;
 use super::super::rangecoder::RangeDecoder;
 use super::*;
+use super::{Members, RxCoding};
 
 impl LinkDecoder {
     /// A section of `source` at `ts`, with room for `updates` (the source
@@ -171,20 +172,19 @@ impl LinkDecoder {
             };
             sp.apply(&mut d, source, members, rs)?;
         } else {
-            let mut walk = std::mem::take(&mut self.walk);
-            walk.clear();
-            if let Some(src) = self.sources.get(source) {
-                walk.extend(src.members.iter().copied());
-            }
+            // The members are walked in place (lent out of the source for
+            // the walk, no copy), then put back.
+            let walk = std::mem::take(&mut src.members);
             let r = self.apply_dense(&mut d, &walk, rs);
-            self.walk = walk;
-            r?;
-            // What a repeat of this source changes next (the sparse form
-            // noted it already). `rs` held no update before this section.
             if let Some(c) = self.sources.get_mut(source) {
+                c.members = walk;
+                // What a repeat of this source changes next (the sparse
+                // form noted it already). `rs` held no update before this
+                // section.
                 c.coding.last.clear();
                 c.coding.last.extend(rs.updates.iter().map(|u| u.0));
             }
+            r?;
         }
         d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
@@ -202,10 +202,10 @@ impl LinkDecoder {
     pub(super) fn apply_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
-        walk: &[u32],
+        walk: &Members,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
-        for &id in walk {
+        walk.for_each_until(|id| {
             let peer = self.peer(id);
             let s = self
                 .series
@@ -214,11 +214,8 @@ impl LinkDecoder {
             if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
                 read_value(&mut self.model, d, id, s, peer, rs)?;
             }
-            if d.overrun() {
-                break;
-            }
-        }
-        Ok(())
+            Ok(!d.overrun())
+        })
     }
 }
 
@@ -228,7 +225,7 @@ impl LinkDecoder {
 struct Sparse<'a> {
     model: &'a mut LinkModel,
     series: &'a mut IdTable<RxSeries>,
-    coding: &'a mut SourceCoding,
+    coding: &'a mut RxCoding,
 }
 
 impl Sparse<'_> {
