@@ -119,6 +119,14 @@ impl Default for Members {
 }
 
 impl Members {
+    /// The lowest member.
+    fn first(&self) -> Option<u32> {
+        match self {
+            Members::Few(v) => v.first().copied(),
+            Members::Many(t) => t.first().copied(),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Members::Few(v) => v.len(),
@@ -257,6 +265,11 @@ pub struct LinkDecoder {
     spare: Vec<Vec<(u32, f64)>>,
     spare_sections: Vec<RxSection>,
 }
+
+/// Sections whose records [`LinkDecoder::warm`] loads at a time, before
+/// they are applied: enough misses to overlap, few enough lines to stay
+/// in the closest caches until used.
+const WARM_AHEAD: usize = 32;
 
 /// Most update vectors a decoder keeps for reuse; each at most
 /// [`SPARE_CAP`] long (a keyframe's big ones are freed).
@@ -431,7 +444,11 @@ impl LinkDecoder {
                 sections: std::mem::take(&mut self.spare_sections),
                 ..RxFrame::default()
             };
-            for s in &secs {
+            for (i, s) in secs.iter().enumerate() {
+                if i % WARM_AHEAD == 0 {
+                    let ahead = &secs[i..secs.len().min(i + WARM_AHEAD)];
+                    self.warm(ahead.iter().map(|s| s.source));
+                }
                 let mut rs = self.open_section(s.source, ts.wrapping_add(s.ts_offset_ms), 0)?;
                 if s.repeat {
                     self.apply_repeat(s.packed, s.source, &mut rs)?;
@@ -508,8 +525,10 @@ impl LinkDecoder {
             ts_ms: ts,
             keyframe: f.keyframe,
             raw_bytes,
+            sections: std::mem::take(&mut self.spare_sections),
             ..RxFrame::default()
         };
+        out.sections.reserve(sections.len());
         for s in f.sources {
             let id = s.id;
             self.define_source(s)?;
@@ -526,7 +545,15 @@ impl LinkDecoder {
             }
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
-        for &(a, b) in sections {
+        for (i, &(a, b)) in sections.iter().enumerate() {
+            if i % WARM_AHEAD == 0 && !f.keyframe {
+                let ahead = &sections[i..sections.len().min(i + WARM_AHEAD)];
+                self.warm(
+                    ahead
+                        .iter()
+                        .filter_map(|&(a, b)| raw.get(a..b).and_then(pbview::peek_source)),
+                );
+            }
             let rs = self.apply_section(&raw[a..b], ts, f.keyframe)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));

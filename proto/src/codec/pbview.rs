@@ -73,6 +73,13 @@ fn malformed(why: &str) -> CodecError {
 /// most 1 (keys, ids and lengths here are one to three bytes).
 #[inline]
 fn varint(buf: &mut &[u8]) -> Result<u64, CodecError> {
+    // One byte (keys, flags, most ids and lengths): no loop.
+    if let Some((&b, rest)) = buf.split_first()
+        && b < 0x80
+    {
+        *buf = rest;
+        return Ok(u64::from(b));
+    }
     let mut v = 0u64;
     for (i, &b) in buf.iter().enumerate().take(10) {
         if i == 9 && b > 1 {
@@ -198,6 +205,15 @@ fn sint64(buf: &mut &[u8]) -> Result<i64, CodecError> {
 
 fn uint32(buf: &mut &[u8]) -> Result<u32, CodecError> {
     Ok(varint(buf)? as u32)
+}
+
+/// The `source` of a `Section`'s bytes when it is their first field (as a
+/// Canopy sender writes it; else `None`): a look ahead, not a check.
+pub(crate) fn peek_source(mut buf: &[u8]) -> Option<u32> {
+    match key(&mut buf) {
+        Ok((1, VARINT)) => uint32(&mut buf).ok(),
+        _ => None,
+    }
 }
 
 /// Reads one `Section`'s bytes: the scalars and packed bytes into the
