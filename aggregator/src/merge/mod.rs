@@ -156,6 +156,10 @@ pub struct Merger {
 /// they are merged.
 const WARM_AHEAD: usize = 32;
 
+/// Updates of a section whose records [`Merger::warm`] loads (a quiet
+/// node's section has one: its tick counter).
+const WARM_FEW: usize = 4;
+
 /// A recycled section keeps an update vector of at most this capacity (a
 /// keyframe tick's big ones are freed).
 const SPARE_UPDATES: usize = 64;
@@ -500,45 +504,40 @@ impl Merger {
     /// skipped: the real work resolves it).
     fn warm(&self, c: &Child, secs: &[RxSection]) {
         let handle = |tag: u64| Slot::from_tag(tag).map(|s| s.h);
-        for sec in secs {
-            if let Some(e) = c
-                .dec
-                .source(sec.source)
-                .and_then(|rx| handle(rx.tag()))
-                .and_then(|h| self.table.source(h))
+        // The handles found, for the second pass (a section of many
+        // updates walks handles of one source, mostly adjacent, which the
+        // hardware follows by itself: its first few are enough).
+        let mut srcs = [u32::MAX; WARM_AHEAD];
+        let mut series = [u32::MAX; WARM_AHEAD * WARM_FEW];
+        let mut n = 0;
+        for (i, sec) in secs.iter().take(WARM_AHEAD).enumerate() {
+            if let Some(h) = c.dec.source(sec.source).and_then(|rx| handle(rx.tag()))
+                && let Some(e) = self.table.source(h)
             {
                 std::hint::black_box(e.last_ts_ms);
+                srcs[i] = h;
             }
-            for &(id, _) in &sec.updates {
-                if let Some(m) = c
-                    .dec
-                    .series(id)
-                    .and_then(|rx| handle(rx.tag()))
-                    .and_then(|h| self.table.mark(h))
+            for &(id, _) in sec.updates.iter().take(WARM_FEW) {
+                if let Some(h) = c.dec.series(id).and_then(|rx| handle(rx.tag()))
+                    && let Some(m) = self.table.mark(h)
                 {
                     std::hint::black_box(m.last_ts);
+                    if let Some(x) = series.get_mut(n) {
+                        *x = h;
+                        n += 1;
+                    }
                 }
             }
         }
         // What those records point to: the source's name, the labels.
-        for sec in secs {
-            if let Some(e) = c
-                .dec
-                .source(sec.source)
-                .and_then(|rx| handle(rx.tag()))
-                .and_then(|h| self.table.source(h))
-            {
+        for &h in srcs.iter().filter(|&&h| h != u32::MAX) {
+            if let Some(e) = self.table.source(h) {
                 std::hint::black_box(e.name.as_bytes().first());
             }
-            for &(id, _) in &sec.updates {
-                if let Some(e) = c
-                    .dec
-                    .series(id)
-                    .and_then(|rx| handle(rx.tag()))
-                    .and_then(|h| self.table.get(h))
-                {
-                    std::hint::black_box(e.labels.len());
-                }
+        }
+        for &h in &series[..n] {
+            if let Some(e) = self.table.get(h) {
+                std::hint::black_box(e.labels.len());
             }
         }
     }

@@ -167,27 +167,12 @@ impl Members {
     }
 
     /// Every member, ascending.
-    fn for_each_until(
-        &self,
-        mut f: impl FnMut(u32) -> Result<bool, CodecError>,
-    ) -> Result<(), CodecError> {
+    #[cfg(test)]
+    fn ids(&self) -> Vec<u32> {
         match self {
-            Members::Few(v) => {
-                for &id in v {
-                    if !f(id)? {
-                        break;
-                    }
-                }
-            }
-            Members::Many(t) => {
-                for &id in t {
-                    if !f(id)? {
-                        break;
-                    }
-                }
-            }
+            Members::Few(v) => v.clone(),
+            Members::Many(t) => t.iter().copied().collect(),
         }
-        Ok(())
     }
 }
 
@@ -300,6 +285,7 @@ impl LinkDecoder {
     }
 
     /// The series with id `id` on this link.
+    #[inline]
     pub fn series(&self, id: u32) -> Option<&RxSeries> {
         self.series.get(id)
     }
@@ -337,6 +323,7 @@ impl LinkDecoder {
     }
 
     /// The source with id `id` on this link.
+    #[inline]
     pub fn source(&self, id: u32) -> Option<&RxSource> {
         self.sources.get(id)
     }
@@ -705,3 +692,65 @@ impl LinkDecoder {
 }
 
 mod sections;
+
+#[cfg(test)]
+mod layout_tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A source's record is two aligned cache lines, and what every
+    /// section reads (timestamp, tag, coding with its inline ids) is in the
+    /// first.
+    #[test]
+    fn a_source_record_is_two_lines_its_hot_part_in_the_first() {
+        assert_eq!(std::mem::size_of::<RxSource>(), 128);
+        assert_eq!(std::mem::align_of::<RxSource>(), 64);
+        assert!(std::mem::offset_of!(RxSource, coding) + std::mem::size_of::<RxCoding>() <= 64);
+    }
+
+    proptest! {
+        /// Members answer as an ordered set would, in the vector form and
+        /// (`big`: started past its bound) the tree form.
+        #[test]
+        fn members_act_as_an_ordered_set(big in any::<bool>(), ops in prop::collection::vec((any::<bool>(), 0u32..6000), 0..600)) {
+            let mut m = Members::default();
+            let mut want = BTreeSet::new();
+            if big {
+                for id in 10_000..10_000 + MEMBERS_VEC_MAX as u32 + 1 {
+                    m.insert(id);
+                    want.insert(id);
+                }
+                prop_assert!(matches!(m, Members::Many(_)));
+            }
+            for (add, id) in ops {
+                if add {
+                    m.insert(id);
+                    want.insert(id);
+                } else {
+                    m.remove(id);
+                    want.remove(&id);
+                }
+                prop_assert_eq!(m.len(), want.len());
+                prop_assert_eq!(m.first(), want.first().copied());
+            }
+            let got = m.ids();
+            prop_assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        }
+    }
+
+    /// Past the vector's bound the members become a tree, in order.
+    #[test]
+    fn many_members_become_a_tree() {
+        let mut m = Members::default();
+        // Descending: every insert lands at the front.
+        for id in (0..=MEMBERS_VEC_MAX as u32).rev() {
+            m.insert(id);
+        }
+        assert!(matches!(m, Members::Many(_)));
+        assert_eq!(m.len(), MEMBERS_VEC_MAX + 1);
+        assert_eq!(m.ids(), (0..=MEMBERS_VEC_MAX as u32).collect::<Vec<_>>());
+    }
+}

@@ -7,7 +7,12 @@ use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
 use super::super::pbview::SectionView;
 use super::super::rangecoder::RangeDecoder;
 use super::*;
-use super::{Members, RxCoding};
+use super::{Members, RxCoding, WARM_AHEAD};
+
+/// A source whose latest packed section changed at most this many series
+/// has them all loaded ahead by [`LinkDecoder::warm`] (a quiet node: its
+/// tick counter); a busier one its first.
+const WARM_FEW: usize = 4;
 
 impl LinkDecoder {
     /// Loads, ahead of the work, what the sections of sources `ids` will
@@ -18,22 +23,34 @@ impl LinkDecoder {
     /// each in turn (a gateway of 10,000 nodes finds few of them in cache:
     /// each node's section reaches it once a tick per path). Reads only;
     /// ids that name nothing are left to the checks of the real work.
-    pub(super) fn warm(&self, ids: impl Iterator<Item = u32> + Clone) {
-        for id in ids.clone() {
+    pub(super) fn warm(&self, ids: impl Iterator<Item = u32>) {
+        let mut found = [u32::MAX; WARM_AHEAD];
+        let mut n = 0;
+        for id in ids.take(WARM_AHEAD) {
             if let Some(src) = self.sources.get(id) {
                 std::hint::black_box(src.last_ts_ms);
+                found[n] = id;
+                n += 1;
             }
         }
-        for id in ids {
+        for &id in &found[..n] {
             let Some(src) = self.sources.get(id) else {
                 continue;
             };
-            if src.coding.last.is_empty() {
-                if let Some(x) = src.members.first().and_then(|m| self.series.get(m)) {
-                    std::hint::black_box((x.value, x.wire.last));
-                }
+            // A busy source's series are walked in id order, which the
+            // hardware follows by itself: its first one is enough.
+            let last = &src.coding.last;
+            let few = if last.len() <= WARM_FEW {
+                &last[..]
+            } else {
+                &last[..1]
+            };
+            if few.is_empty()
+                && let Some(x) = src.members.first().and_then(|m| self.series.get(m))
+            {
+                std::hint::black_box((x.value, x.wire.last));
             }
-            for &m in &src.coding.last {
+            for &m in few {
                 if let Some(x) = self.series.get(m) {
                     std::hint::black_box((x.value, x.wire.last));
                 }
@@ -229,14 +246,30 @@ impl LinkDecoder {
             .and_then(|t| t.wire.as_peer(self.model.walk()))
     }
 
-    /// A dense packed section: a flag for every series of the `walk`.
+    /// A dense packed section: a flag for every member of its source.
     pub(super) fn apply_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
-        walk: &Members,
+        members: &Members,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
-        walk.for_each_until(|id| {
+        match members {
+            Members::Few(v) => self.walk_dense(d, v, rs),
+            Members::Many(t) => {
+                let v: Vec<u32> = t.iter().copied().collect();
+                self.walk_dense(d, &v, rs)
+            }
+        }
+    }
+
+    /// [`LinkDecoder::apply_dense`] over the members `walk`, ascending.
+    fn walk_dense(
+        &mut self,
+        d: &mut RangeDecoder<'_>,
+        walk: &[u32],
+        rs: &mut RxSection,
+    ) -> Result<(), CodecError> {
+        for &id in walk {
             let peer = self.peer(id);
             let s = self
                 .series
@@ -245,8 +278,11 @@ impl LinkDecoder {
             if self.model.get_flag(d, &mut s.wire, peer.map(|p| p.1)) {
                 read_value(&mut self.model, d, id, s, peer, rs)?;
             }
-            Ok(!d.overrun())
-        })
+            if d.overrun() {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
