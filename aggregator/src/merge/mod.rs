@@ -49,8 +49,8 @@ use std::collections::HashMap;
 
 use canopy_proto::Labels;
 use canopy_proto::codec::{
-    ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSeries, RxSource,
-    SeriesEntry, SeriesTable,
+    ChangeSection, Changeset, CodecConfig, IdHashState, LinkDecoder, RxFrame, RxSection, RxSeries,
+    RxSource, SeriesEntry, SeriesTable,
 };
 use tracing::{debug, info, warn};
 
@@ -151,6 +151,14 @@ pub struct Merger {
     /// one tick had, each small (see `recycle`).
     spare: Vec<ChangeSection>,
 }
+
+/// Sections whose global records [`Merger::warm`] loads at a time, before
+/// they are merged.
+const WARM_AHEAD: usize = 32;
+
+/// Updates of a section whose records [`Merger::warm`] loads (a quiet
+/// node's section has one: its tick counter).
+const WARM_FEW: usize = 4;
 
 /// A recycled section keeps an update vector of at most this capacity (a
 /// keyframe tick's big ones are freed).
@@ -407,7 +415,11 @@ impl Merger {
         for (id, rx) in &frame.retired_sources {
             c.gone_sources.insert(*id, rx.clone());
         }
-        for sec in &frame.sections {
+        for (i, sec) in frame.sections.iter().enumerate() {
+            if i % WARM_AHEAD == 0 {
+                let end = frame.sections.len().min(i + WARM_AHEAD);
+                self.warm(c, &frame.sections[i..end]);
+            }
             let n = sec.updates.len();
             sum.updates += n;
             self.stats.updates_in += n as u64;
@@ -480,6 +492,54 @@ impl Merger {
         c.gone_series.clear();
         c.gone_sources.clear();
         sum
+    }
+
+    /// Loads, ahead of the work, the global records the sections `secs` of
+    /// child `c` will read: each source's entry and name, each updated
+    /// series' slot (entry and dedup mark), then its labels. Independent
+    /// loads in tight loops overlap their cache misses, where merging one
+    /// update after the other would wait for each in turn (at a gateway of
+    /// 10,000 nodes few of them are in cache). Reads only, through the
+    /// handles cached in the decoder's tags (a stale or missing tag is
+    /// skipped: the real work resolves it).
+    fn warm(&self, c: &Child, secs: &[RxSection]) {
+        let handle = |tag: u64| Slot::from_tag(tag).map(|s| s.h);
+        // The handles found, for the second pass (a section of many
+        // updates walks handles of one source, mostly adjacent, which the
+        // hardware follows by itself: its first few are enough).
+        let mut srcs = [u32::MAX; WARM_AHEAD];
+        let mut series = [u32::MAX; WARM_AHEAD * WARM_FEW];
+        let mut n = 0;
+        for (i, sec) in secs.iter().take(WARM_AHEAD).enumerate() {
+            if let Some(h) = c.dec.source(sec.source).and_then(|rx| handle(rx.tag()))
+                && let Some(e) = self.table.source(h)
+            {
+                std::hint::black_box(e.last_ts_ms);
+                srcs[i] = h;
+            }
+            for &(id, _) in sec.updates.iter().take(WARM_FEW) {
+                if let Some(h) = c.dec.series(id).and_then(|rx| handle(rx.tag()))
+                    && let Some(m) = self.table.mark(h)
+                {
+                    std::hint::black_box(m.last_ts);
+                    if let Some(x) = series.get_mut(n) {
+                        *x = h;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        // What those records point to: the source's name, the labels.
+        for &h in srcs.iter().filter(|&&h| h != u32::MAX) {
+            if let Some(e) = self.table.source(h) {
+                std::hint::black_box(e.name.as_bytes().first());
+            }
+        }
+        for &h in &series[..n] {
+            if let Some(e) = self.table.get(h) {
+                std::hint::black_box(e.labels.len());
+            }
+        }
     }
 
     /// The child says series `id` (`rx`) ended at `r`: retire it globally,

@@ -73,6 +73,14 @@ struct Cli {
     /// time, so this only changes the wall time).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Write the gateway's inputs to this file (to run the gateway alone
+    /// again with --gateway-from, e.g. under a profiler).
+    #[arg(long)]
+    save_inbox: Option<std::path::PathBuf>,
+    /// Run only the gateway, over inputs a run with the same settings saved
+    /// with --save-inbox (leaf and relay figures are then 0).
+    #[arg(long)]
+    gateway_from: Option<std::path::PathBuf>,
     /// Print the report as JSON instead of a table row.
     #[arg(long)]
     json: bool,
@@ -110,6 +118,8 @@ fn main() -> Result<()> {
         failover_ms: cli.failover_ms,
         warmup_ticks: cli.warmup,
         threads: cli.threads,
+        save_inbox: cli.save_inbox,
+        gateway_from: cli.gateway_from,
         ..SimConfig::default()
     };
     if let Some(w) = cli.window_log {

@@ -26,6 +26,7 @@
 //! with random phases is exact (a test below keeps it so).
 
 mod gateway;
+mod inbox;
 mod leaf;
 mod measure;
 mod relay;
@@ -116,6 +117,11 @@ pub struct SimConfig {
     /// Threads the roles run on (figures are per-thread CPU time, so this
     /// changes the wall time only).
     pub threads: usize,
+    /// Write the gateway's inputs here (see `inbox`) before it runs.
+    pub save_inbox: Option<std::path::PathBuf>,
+    /// Run the gateway alone over inputs saved by an earlier run with the
+    /// same settings (no leaves, no relays: their figures stay 0).
+    pub gateway_from: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -138,6 +144,8 @@ impl Default for SimConfig {
             warmup_ticks: None,
             codec: sim_codec(),
             threads: 1,
+            save_inbox: None,
+            gateway_from: None,
         }
     }
 }
@@ -181,6 +189,9 @@ pub enum FabricError {
     /// The freshness histogram could not be made.
     #[error("histogram: {0}")]
     Histogram(String),
+    /// A saved gateway inbox could not be written or read.
+    #[error("gateway inbox: {0}")]
+    Inbox(String),
     /// Records were routed to a relay that had already run (a bug).
     #[error("records for node {0} after its relay ran")]
     Order(usize),
@@ -214,7 +225,13 @@ pub fn run(cfg: SimConfig) -> Result<Report, FabricError> {
     drop(hosts);
     let ctx = Ctx::new(plan, cfg);
     let clock = CpuClock::new();
-    let (tally, gw_inbox) = schedule::run_roles(&ctx, &clock, ctx.cfg.threads)?;
+    let (tally, gw_inbox) = match &ctx.cfg.gateway_from {
+        Some(path) => (report::Tally::default(), inbox::load(path, &ctx.cfg)?),
+        None => schedule::run_roles(&ctx, &clock, ctx.cfg.threads)?,
+    };
+    if let Some(path) = &ctx.cfg.save_inbox {
+        inbox::save(path, &ctx.cfg, &gw_inbox)?;
+    }
     let rss_before_gateway = rss_bytes().0;
     let gw = gateway::run_gateway(&ctx, &clock, &gw_inbox)?;
     let rss_with_gateway = rss_bytes().0;

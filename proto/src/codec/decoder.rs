@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use prost::Message;
+use smallvec::SmallVec;
 
 use crate::model::Labels;
 use crate::schema::frame as pb;
@@ -19,7 +20,7 @@ use crate::schema::frame as pb;
 use super::compact;
 use super::dense::IdTable;
 use super::encoder::get_uvarint;
-use super::packed::{LinkModel, SourceCoding, WireState};
+use super::packed::{LinkModel, WireState};
 use super::pbview::{self, Columns};
 use super::quantise::Encoding;
 use super::zstream::ZDecoder;
@@ -51,25 +52,128 @@ impl RxSeries {
 }
 
 /// A source as the receiver holds it.
+///
+/// Laid out by hand in two aligned cache lines: what every section of the
+/// source reads (its latest timestamp, the receiver's tag, the packed-section
+/// state with the last changed ids inline) is in the first, so a quiet
+/// source's repeat section touches one line; its members and name in the
+/// second.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct RxSource {
-    /// Node name.
-    pub name: String,
-    /// Sampling tick, ms.
-    pub tick_ms: u32,
     /// Timestamp of the latest section seen for it, ms.
     pub last_ts_ms: i64,
-    /// Its packed-section state, which both ends keep alike (beside the
-    /// source: a section finds both in one lookup, one cache line).
-    coding: SourceCoding,
     /// The receiver's own word about this source (see
     /// [`LinkDecoder::set_source_tag`]); 0 until set, and again after a
     /// redefinition.
     tag: u64,
+    /// Its packed-section state, which both ends keep alike (beside the
+    /// source: a section finds both in one lookup, one cache line).
+    coding: RxCoding,
+    /// Sampling tick, ms.
+    pub tick_ms: u32,
     /// Its live series ids, ascending: the order packed sections walk
     /// (beside the source: a sparse section's member count is in the
     /// record it already reads).
-    members: BTreeSet<u32>,
+    members: Members,
+    /// Node name.
+    pub name: String,
+}
+
+/// The receiving end's copy of a source's packed-section state (the
+/// sender's `SourceCoding`): the same numbers, the last changed ids inline
+/// (a quiet source's repeat section reads no second allocation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct RxCoding {
+    /// Packed sections decoded so far (wrapping): the walk count.
+    walks: u32,
+    /// First changed id of the latest sparse section (0: none yet).
+    first: u32,
+    /// Ids whose values the source's latest packed section carried,
+    /// ascending (a repeat section changes exactly these again).
+    last: SmallVec<[u32; LAST_INLINE]>,
+}
+
+/// Last changed ids kept inline (a quiet node changes its tick counter
+/// alone; a few more spill to the heap).
+const LAST_INLINE: usize = 5;
+
+/// A source's live series ids, ascending, in one contiguous vector while
+/// they are few (a dense section walks them in order, no tree to chase);
+/// past [`MEMBERS_VEC_MAX`] a tree, so a peer defining a huge source in
+/// descending id order costs O(log n) a definition, not O(n).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Members {
+    Few(Vec<u32>),
+    Many(BTreeSet<u32>),
+}
+
+/// Most members kept in the contiguous form (an insert moves at most this
+/// many ids, 16 KiB).
+const MEMBERS_VEC_MAX: usize = 4096;
+
+impl Default for Members {
+    fn default() -> Self {
+        Members::Few(Vec::new())
+    }
+}
+
+impl Members {
+    /// The lowest member.
+    fn first(&self) -> Option<u32> {
+        match self {
+            Members::Few(v) => v.first().copied(),
+            Members::Many(t) => t.first().copied(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Members::Few(v) => v.len(),
+            Members::Many(t) => t.len(),
+        }
+    }
+
+    fn insert(&mut self, id: u32) {
+        match self {
+            Members::Few(v) => {
+                // Ids are mostly defined in ascending order: a push.
+                if v.last().is_none_or(|&l| l < id) {
+                    v.push(id);
+                } else if let Err(at) = v.binary_search(&id) {
+                    v.insert(at, id);
+                }
+                if v.len() > MEMBERS_VEC_MAX {
+                    *self = Members::Many(v.iter().copied().collect());
+                }
+            }
+            Members::Many(t) => {
+                t.insert(id);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        match self {
+            Members::Few(v) => {
+                if let Ok(at) = v.binary_search(&id) {
+                    v.remove(at);
+                }
+            }
+            Members::Many(t) => {
+                t.remove(&id);
+            }
+        }
+    }
+
+    /// Every member, ascending.
+    #[cfg(test)]
+    fn ids(&self) -> Vec<u32> {
+        match self {
+            Members::Few(v) => v.clone(),
+            Members::Many(t) => t.iter().copied().collect(),
+        }
+    }
 }
 
 impl RxSource {
@@ -135,7 +239,6 @@ pub struct LinkDecoder {
     sources: IdTable<RxSource>,
     model: LinkModel,
     raw: Vec<u8>,
-    walk: Vec<u32>,
     /// A zstd-mode frame's sections, as offsets into `raw`, and its other
     /// fields (see `pbview`): reused from frame to frame.
     section_at: Vec<(usize, usize)>,
@@ -147,6 +250,11 @@ pub struct LinkDecoder {
     spare: Vec<Vec<(u32, f64)>>,
     spare_sections: Vec<RxSection>,
 }
+
+/// Sections whose records [`LinkDecoder::warm`] loads at a time, before
+/// they are applied: enough misses to overlap, few enough lines to stay
+/// in the closest caches until used.
+const WARM_AHEAD: usize = 32;
 
 /// Most update vectors a decoder keeps for reuse; each at most
 /// [`SPARE_CAP`] long (a keyframe's big ones are freed).
@@ -168,7 +276,6 @@ impl LinkDecoder {
             sources: IdTable::new(IdTable::<RxSource>::limit_for(cfg.max_sources)),
             model: LinkModel::default(),
             raw: Vec::new(),
-            walk: Vec::new(),
             section_at: Vec::new(),
             rest: Vec::new(),
             cols: Columns::default(),
@@ -178,6 +285,7 @@ impl LinkDecoder {
     }
 
     /// The series with id `id` on this link.
+    #[inline]
     pub fn series(&self, id: u32) -> Option<&RxSeries> {
         self.series.get(id)
     }
@@ -215,6 +323,7 @@ impl LinkDecoder {
     }
 
     /// The source with id `id` on this link.
+    #[inline]
     pub fn source(&self, id: u32) -> Option<&RxSource> {
         self.sources.get(id)
     }
@@ -322,7 +431,11 @@ impl LinkDecoder {
                 sections: std::mem::take(&mut self.spare_sections),
                 ..RxFrame::default()
             };
-            for s in &secs {
+            for (i, s) in secs.iter().enumerate() {
+                if i % WARM_AHEAD == 0 {
+                    let ahead = &secs[i..secs.len().min(i + WARM_AHEAD)];
+                    self.warm(ahead.iter().map(|s| s.source));
+                }
                 let mut rs = self.open_section(s.source, ts.wrapping_add(s.ts_offset_ms), 0)?;
                 if s.repeat {
                     self.apply_repeat(s.packed, s.source, &mut rs)?;
@@ -399,8 +512,10 @@ impl LinkDecoder {
             ts_ms: ts,
             keyframe: f.keyframe,
             raw_bytes,
+            sections: std::mem::take(&mut self.spare_sections),
             ..RxFrame::default()
         };
+        out.sections.reserve(sections.len());
         for s in f.sources {
             let id = s.id;
             self.define_source(s)?;
@@ -417,7 +532,15 @@ impl LinkDecoder {
             }
         }
         let mut seen_in_keyframe: Vec<u32> = Vec::new();
-        for &(a, b) in sections {
+        for (i, &(a, b)) in sections.iter().enumerate() {
+            if i % WARM_AHEAD == 0 && !f.keyframe {
+                let ahead = &sections[i..sections.len().min(i + WARM_AHEAD)];
+                self.warm(
+                    ahead
+                        .iter()
+                        .filter_map(|&(a, b)| raw.get(a..b).and_then(pbview::peek_source)),
+                );
+            }
             let rs = self.apply_section(&raw[a..b], ts, f.keyframe)?;
             if f.keyframe {
                 seen_in_keyframe.extend(rs.updates.iter().map(|u| u.0));
@@ -455,7 +578,7 @@ impl LinkDecoder {
     fn remove_series(&mut self, id: u32) -> Option<RxSeries> {
         let s = self.series.remove(id)?;
         if let Some(src) = self.sources.get_mut(s.source) {
-            src.members.remove(&id);
+            src.members.remove(id);
         }
         Some(s)
     }
@@ -488,12 +611,12 @@ impl LinkDecoder {
             }
             None => {
                 let src = RxSource {
-                    name: s.name,
-                    tick_ms: s.tick_ms,
                     last_ts_ms: 0,
-                    coding: SourceCoding::default(),
                     tag: 0,
-                    members: BTreeSet::new(),
+                    coding: RxCoding::default(),
+                    tick_ms: s.tick_ms,
+                    members: Members::default(),
+                    name: s.name,
                 };
                 // Invariant: `in_range` held just above.
                 let _ = self.sources.insert(s.id, src);
@@ -547,7 +670,7 @@ impl LinkDecoder {
         if let Some(old) = self.series.get(id).map(|s| s.source)
             && let Some(src) = self.sources.get_mut(old)
         {
-            src.members.remove(&id);
+            src.members.remove(id);
         }
         let mut walks = 0;
         if let Some(src) = self.sources.get_mut(d.source) {
@@ -569,3 +692,65 @@ impl LinkDecoder {
 }
 
 mod sections;
+
+#[cfg(test)]
+mod layout_tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A source's record is two aligned cache lines, and what every
+    /// section reads (timestamp, tag, coding with its inline ids) is in the
+    /// first.
+    #[test]
+    fn a_source_record_is_two_lines_its_hot_part_in_the_first() {
+        assert_eq!(std::mem::size_of::<RxSource>(), 128);
+        assert_eq!(std::mem::align_of::<RxSource>(), 64);
+        assert!(std::mem::offset_of!(RxSource, coding) + std::mem::size_of::<RxCoding>() <= 64);
+    }
+
+    proptest! {
+        /// Members answer as an ordered set would, in the vector form and
+        /// (`big`: started past its bound) the tree form.
+        #[test]
+        fn members_act_as_an_ordered_set(big in any::<bool>(), ops in prop::collection::vec((any::<bool>(), 0u32..6000), 0..600)) {
+            let mut m = Members::default();
+            let mut want = BTreeSet::new();
+            if big {
+                for id in 10_000..10_000 + MEMBERS_VEC_MAX as u32 + 1 {
+                    m.insert(id);
+                    want.insert(id);
+                }
+                prop_assert!(matches!(m, Members::Many(_)));
+            }
+            for (add, id) in ops {
+                if add {
+                    m.insert(id);
+                    want.insert(id);
+                } else {
+                    m.remove(id);
+                    want.remove(&id);
+                }
+                prop_assert_eq!(m.len(), want.len());
+                prop_assert_eq!(m.first(), want.first().copied());
+            }
+            let got = m.ids();
+            prop_assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        }
+    }
+
+    /// Past the vector's bound the members become a tree, in order.
+    #[test]
+    fn many_members_become_a_tree() {
+        let mut m = Members::default();
+        // Descending: every insert lands at the front.
+        for id in (0..=MEMBERS_VEC_MAX as u32).rev() {
+            m.insert(id);
+        }
+        assert!(matches!(m, Members::Many(_)));
+        assert_eq!(m.len(), MEMBERS_VEC_MAX + 1);
+        assert_eq!(m.ids(), (0..=MEMBERS_VEC_MAX as u32).collect::<Vec<_>>());
+    }
+}
