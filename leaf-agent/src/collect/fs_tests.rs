@@ -398,8 +398,11 @@ fn keyed_ticks_between_reads_repeat_the_last_values() {
         let n = u64::from(c2.fetch_add(1, Ordering::SeqCst));
         Ok(FsStat::from_raw(4096, 4096, 8 + n, 4, 2))
     });
+    // A generous timeout: a slow worker under load must not turn a read
+    // into a stale mark (the test counts reads, not timeouts).
     let opts = FilesystemOptions {
         every_ticks: 3,
+        timeout: Duration::from_secs(10),
         ..FilesystemOptions::default()
     };
     let mut c = FilesystemCollector::with_stat("n1", &proc_root, opts, stat);
