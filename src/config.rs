@@ -110,6 +110,10 @@ pub struct NodeFile {
     /// it where parents may go without CPU for longer. Absent: 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_timeout_ms: Option<u64>,
+    /// Filesystem usage (`statvfs` of each mount) is read every this many
+    /// ticks, the last values repeated in between. Absent: 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem_every_ticks: Option<u32>,
 }
 
 /// Planned ack timeout of a link at `depth` (1: the parent is the
@@ -494,6 +498,7 @@ pub fn node_file(
         buffer_age_secs: default_buffer_age(),
         max_series_per_child: None,
         answer_timeout_ms: None,
+        filesystem_every_ticks: None,
         gateways: if gateways.len() > 1 {
             gateways
         } else {
@@ -705,6 +710,11 @@ mod tests {
         let back: NodeFile =
             toml::from_str(&toml::to_string_pretty(&set).expect("toml")).expect("round trip");
         assert_eq!(back, set);
+        // So is the filesystem interval (absent: the collector's 10 ticks).
+        assert_eq!(old.filesystem_every_ticks, None);
+        let set: NodeFile = toml::from_str(&format!("filesystem_every_ticks = 1\n{text}"))
+            .expect("a config with a filesystem interval");
+        assert_eq!(set.filesystem_every_ticks, Some(1));
     }
 
     #[test]

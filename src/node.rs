@@ -15,7 +15,7 @@ use canopy_aggregator::schedule::TickSchedule;
 use canopy_leaf::agent::{self, AgentConfig, Output};
 use canopy_leaf::collect::synthetic::SyntheticTicks;
 use canopy_leaf::sim::SimJobs;
-use canopy_leaf::{Collector, SimNode, host_collectors};
+use canopy_leaf::{Collector, HostOptions, SimNode, host_collectors_with};
 use canopy_proto::codec::{BoundsPolicy, CodecConfig};
 use canopy_proto::link::{
     BufferLimits, DEFAULT_ACK_TIMEOUT, DEFAULT_ANSWER_TIMEOUT, Dialer, Identity, LinkTuning,
@@ -455,7 +455,14 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
             Box::new(SyntheticTicks::new(&f.host)),
         ]
     } else {
-        host_collectors(&f.host, Path::new("/proc"), Path::new("/sys/fs/cgroup"))
+        host_collectors_with(
+            &f.host,
+            Path::new("/proc"),
+            Path::new("/sys/fs/cgroup"),
+            &HostOptions {
+                filesystem_every_ticks: f.filesystem_every_ticks,
+            },
+        )
     };
     if sim_jobs > 0 {
         collectors.push(Box::new(SimJobs::new(&f.host, 0x5eed, sim_jobs)));

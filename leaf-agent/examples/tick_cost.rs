@@ -11,6 +11,11 @@
 //! `TICK_COST_OUT=FILE` it also writes every record to FILE (to check that
 //! an encoder change leaves the bytes as they were: `cmp` two runs, with
 //! `TICK_COST_SIM_ONLY=1` so the host's collectors do not run).
+//! With `TICK_COST_EVICT=MIB` it writes a buffer of that many MiB between
+//! ticks (what other processes do to the caches while a leaf sleeps a
+//! second) and prints the median time of a tick on stderr: a real leaf's
+//! ticks run with cold caches, where instruction counts understate what
+//! the memory a tick touches costs.
 #![allow(clippy::print_stderr)]
 
 use std::path::Path;
@@ -64,7 +69,20 @@ fn main() {
     let mut out = Vec::new();
     let (mut bytes, mut key_bytes, mut keys) = (0usize, 0usize, 0usize);
     let t0: i64 = 1_700_000_000_000;
+    let evict_mib: usize = std::env::var("TICK_COST_EVICT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut evict = vec![0u8; evict_mib << 20];
+    let mut times = Vec::with_capacity(ticks);
     for i in 0..ticks {
+        if evict_mib > 0 {
+            for (k, b) in evict.iter_mut().step_by(64).enumerate() {
+                *b = b.wrapping_add(k as u8);
+            }
+            std::hint::black_box(&evict);
+        }
+        let started = std::time::Instant::now();
         let ts = t0 + 1000 * i as i64;
         obs.clear();
         sender.begin_tick(ts);
@@ -105,6 +123,23 @@ fn main() {
             }
         }
         sender.end_tick();
+        times.push(started.elapsed());
+    }
+    if evict_mib > 0 && ticks > 2 {
+        // Steady delta ticks only (not the first, not keyframes).
+        let mut t: Vec<_> = times
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 60 != 0)
+            .map(|(_, d)| d.as_secs_f64() * 1e6)
+            .collect();
+        t.sort_by(f64::total_cmp);
+        eprintln!(
+            "tick time with {evict_mib} MiB written between ticks: median {:.1} us, p25 {:.1}, p75 {:.1}",
+            t[t.len() / 2],
+            t[t.len() / 4],
+            t[t.len() * 3 / 4]
+        );
     }
     if let (Some(d), Some(path)) = (dump, std::env::var_os("TICK_COST_OUT"))
         && let Err(e) = std::fs::write(&path, d)

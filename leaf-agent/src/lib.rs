@@ -21,7 +21,7 @@ pub mod sched;
 pub mod sim;
 pub mod ticker;
 
-pub use collect::{Collector, Observation, host_collectors};
+pub use collect::{Collector, HostOptions, Observation, host_collectors, host_collectors_with};
 pub use error::LeafError;
 pub use sim::SimNode;
 

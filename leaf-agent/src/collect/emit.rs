@@ -49,6 +49,8 @@ struct Cached {
     pairs: Vec<String>,
     labels: Labels,
     key: Option<SeriesKey>,
+    /// The value recorded last ([`SeriesCache::replay`]).
+    value: f64,
 }
 
 impl Cached {
@@ -63,6 +65,7 @@ impl Cached {
                 .collect(),
             labels: Observation::new(name, kind, node, labels, 0.0).labels,
             key: None,
+            value: f64::NAN,
         }
     }
 
@@ -118,6 +121,16 @@ impl SeriesCache {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
+
+    /// Records every cached series again with the value it was last
+    /// recorded with: a collector that samples its source only every few
+    /// ticks keeps its series alive (the sender retires a series a tick
+    /// leaves out) without reading the source, by key, in series order.
+    pub fn replay(&mut self, sink: &mut Sink<'_>) {
+        for c in &mut self.slots {
+            sink.record(&mut c.key, &c.labels, c.kind, c.value);
+        }
+    }
 }
 
 /// Records one tick's series by key (see the module documentation); when
@@ -142,6 +155,7 @@ impl Emit for Recorder<'_, '_> {
             }
         }
         let c = &mut slots[i];
+        c.value = v;
         self.sink.record(&mut c.key, &c.labels, c.kind, v);
     }
 }

@@ -382,3 +382,68 @@ fn a_changed_mountinfo_is_parsed_again() {
     assert!(!after.contains(&"/home".to_string()), "{after:?}");
     assert_eq!(after.len() + 1, before.len());
 }
+
+/// The sampler's keyed path reads the mounts once every `every_ticks`
+/// ticks and repeats the last values in between: no series is retired and
+/// no value moves until the next read.
+#[test]
+fn keyed_ticks_between_reads_repeat_the_last_values() {
+    use canopy_proto::codec::{BoundsPolicy, Sender};
+    let dir = TestDir::new();
+    let proc_root = proc_with_mountinfo(&dir);
+    let calls = Arc::new(AtomicU32::new(0));
+    let c2 = Arc::clone(&calls);
+    // Every call sees a larger filesystem, so a read shows in the values.
+    let stat = Arc::new(move |_: &Path| -> io::Result<FsStat> {
+        let n = u64::from(c2.fetch_add(1, Ordering::SeqCst));
+        Ok(FsStat::from_raw(4096, 4096, 8 + n, 4, 2))
+    });
+    // A generous timeout: a slow worker under load must not turn a read
+    // into a stale mark (the test counts reads, not timeouts).
+    let opts = FilesystemOptions {
+        every_ticks: 3,
+        timeout: Duration::from_secs(10),
+        ..FilesystemOptions::default()
+    };
+    let mut c = FilesystemCollector::with_stat("n1", &proc_root, opts, stat);
+    let mut tx = Sender::new(BoundsPolicy::default());
+    let src = tx.source("n1", 1000);
+    // Per tick: statvfs calls so far, and the table's (labels, value).
+    let mut ticks: Vec<(u32, Vec<(String, f64)>)> = Vec::new();
+    for t in 0..7i64 {
+        let ts = 1000 * (t + 1);
+        tx.begin_tick(ts);
+        tx.tick_source(src, ts);
+        let mut obs = Vec::new();
+        c.collect_into(&mut Sink::new(&mut tx, src, &mut obs))
+            .unwrap();
+        assert!(obs.is_empty(), "recorded by key");
+        let (table, cs) = tx.finish_tick();
+        assert!(
+            cs.sections.iter().all(|s| s.retired.is_empty()),
+            "tick {t}: nothing retired"
+        );
+        let mut rows: Vec<(String, f64)> = table
+            .iter()
+            .map(|(_, e)| (format!("{:?}", e.labels), e.value))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        ticks.push((calls.load(Ordering::SeqCst), rows));
+        tx.end_tick();
+    }
+    let mounts = ticks[0].0;
+    assert!(mounts > 0, "the fixture has mounts to ask");
+    let asked: Vec<u32> = ticks.iter().map(|t| t.0 / mounts).collect();
+    assert_eq!(asked, [1, 1, 1, 2, 2, 2, 3], "read at ticks 0, 3 and 6");
+    for t in [1, 2, 4, 5] {
+        assert_eq!(ticks[t].1, ticks[t - 1].1, "tick {t} repeats");
+    }
+    for t in [3, 6] {
+        assert_eq!(
+            ticks[t].1.len(),
+            ticks[t - 1].1.len(),
+            "tick {t}: same series"
+        );
+        assert_ne!(ticks[t].1, ticks[t - 1].1, "tick {t} read anew");
+    }
+}

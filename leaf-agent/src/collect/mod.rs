@@ -220,6 +220,33 @@ pub fn host_collectors(
     proc_root: &Path,
     cgroup_root: &Path,
 ) -> Vec<Box<dyn Collector + Send>> {
+    host_collectors_with(node, proc_root, cgroup_root, &HostOptions::default())
+}
+
+/// Settings of the host's collectors (the node file's, see
+/// [`host_collectors_with`]); the default is [`host_collectors`]'s.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostOptions {
+    /// Filesystem usage is read every this many ticks (`None`:
+    /// [`filesystem::DEFAULT_FS_EVERY_TICKS`]; see
+    /// [`filesystem::FilesystemOptions::every_ticks`]).
+    pub filesystem_every_ticks: Option<u32>,
+}
+
+/// [`host_collectors`] with settings.
+pub fn host_collectors_with(
+    node: &str,
+    proc_root: &Path,
+    cgroup_root: &Path,
+    opts: &HostOptions,
+) -> Vec<Box<dyn Collector + Send>> {
+    let fs_opts = filesystem::FilesystemOptions {
+        every_ticks: opts
+            .filesystem_every_ticks
+            .unwrap_or(filesystem::DEFAULT_FS_EVERY_TICKS)
+            .max(1),
+        ..filesystem::FilesystemOptions::default()
+    };
     let sys_root = proc_root.with_file_name("sys");
     let dirs = cgroup_v1::JobDirsCache::new();
     vec![
@@ -230,9 +257,7 @@ pub fn host_collectors(
         Box::new(DiskStatsCollector::new(node, proc_root)),
         Box::new(PressureCollector::new(node, proc_root)),
         Box::new(filesystem::FilesystemCollector::new(
-            node,
-            proc_root,
-            filesystem::FilesystemOptions::default(),
+            node, proc_root, fs_opts,
         )),
         Box::new(
             SlurmJobsCollector::new(

@@ -606,32 +606,64 @@ impl LinkModel {
     ) {
         let walk = self.walk;
         let mut prev = false;
-        let mut changes = coded.iter();
-        let mut next = changes.next();
-        for &h in members {
-            let st = &state[h as usize];
-            let peer = st
-                .twin
-                .and_then(|t| state.get(t as usize))
-                .and_then(|t| t.as_peer(walk));
-            let st = &mut state[h as usize];
-            let change = match next {
-                Some(&(c, w, counter)) if c == h => {
-                    next = changes.next();
-                    Some((w, counter))
-                }
-                _ => None,
+        let mut rest = members;
+        for &(c, w, counter) in coded {
+            // The unchanged members before `c`, a `0` flag each, in a loop
+            // with no call in it, so the coder's state stays in registers
+            // (about half of a busy source's members).
+            let run = rest.iter().take_while(|&&h| h != c).count();
+            let (unchanged, tail) = rest.split_at(run);
+            prev = Self::put_unchanged(e, state, unchanged, walk, prev);
+            let Some((&h, after)) = tail.split_first() else {
+                break; // invariant: every change is a member
             };
-            let changed = change.is_some();
+            rest = after;
+            let peer = Self::peer_of(state, h, walk);
+            let st = &mut state[h as usize];
             let ctx = st.age_at(walk) * 2 + usize::from(peer.map_or(prev, |p| p.1));
-            e.bit(&mut st.flag[ctx], changed);
-            prev = changed;
-            if let Some((w, counter)) = change {
-                st.mark = walk;
-                self.put_value(e, (h, st), w, counter, peer.map(|p| p.0));
-            }
+            e.bit(&mut st.flag[ctx], true);
+            prev = true;
+            st.mark = walk;
+            self.put_value(e, (h, st), w, counter, peer.map(|p| p.0));
         }
+        prev = Self::put_unchanged(e, state, rest, walk, prev);
         self.prev_changed = prev;
+    }
+
+    /// What member `h` predicts from in walk `walk`: its twin's value and
+    /// whether the twin changed ([`WireState::as_peer`]).
+    #[inline(always)]
+    fn peer_of(state: &[WireState], h: u32, walk: u32) -> Option<(i64, bool)> {
+        state[h as usize]
+            .twin
+            .and_then(|t| state.get(t as usize))
+            .and_then(|t| t.as_peer(walk))
+    }
+
+    /// Codes a `0` flag for each of `members` (none changed), as
+    /// [`LinkModel::put_dense`] would one by one; `prev`: whether the
+    /// member before them changed. Returns whether the last one did
+    /// (false), or `prev` when there are none.
+    #[inline(always)]
+    fn put_unchanged(
+        e: &mut RangeEncoder,
+        state: &mut [WireState],
+        members: &[u32],
+        walk: u32,
+        mut prev: bool,
+    ) -> bool {
+        if members.is_empty() {
+            return prev;
+        }
+        let mut run = e.run();
+        for &h in members {
+            let peer_changed = Self::peer_of(state, h, walk).map_or(prev, |p| p.1);
+            let st = &mut state[h as usize];
+            let ctx = st.age_at(walk) * 2 + usize::from(peer_changed);
+            run.bit(&mut st.flag[ctx], false);
+            prev = false;
+        }
+        prev
     }
 
     /// Decodes whether series `st` changed in this section.

@@ -319,6 +319,19 @@ impl RangeEncoder {
         (self.low, self.range) = (low, range);
     }
 
+    /// The coder's state taken out for a run of adaptive decisions coded
+    /// in the caller's loop ([`BitRun::bit`]); put back when the run is
+    /// dropped. The same bits as [`RangeEncoder::bit`] one by one; in a
+    /// loop with no call in it the state stays in registers.
+    #[inline(always)]
+    pub(crate) fn run(&mut self) -> BitRun<'_> {
+        BitRun {
+            low: self.low,
+            range: self.range,
+            e: self,
+        }
+    }
+
     /// Codes the `log2(N)` low bits of `sym` (most significant first) as
     /// a path down the binary tree `probs` (node 1 the root, node `k`'s
     /// children `2k` and `2k + 1`): what `bit` would do level by level,
@@ -419,6 +432,30 @@ impl RangeEncoder {
         // back at the end: not sent.
         self.bytes.out.pop();
         self.bytes.out
+    }
+}
+
+/// A run of adaptive decisions on a [`RangeEncoder`] (see
+/// [`RangeEncoder::run`]).
+pub(crate) struct BitRun<'a> {
+    low: u64,
+    range: u32,
+    e: &'a mut RangeEncoder,
+}
+
+impl BitRun<'_> {
+    /// Codes `bit` with the adaptive probability `p`, then adapts `p`.
+    #[inline(always)]
+    pub(crate) fn bit(&mut self, p: &mut Prob, bit: bool) {
+        code_bit(&mut self.low, &mut self.range, &mut self.e.bytes, p, bit);
+    }
+}
+
+impl Drop for BitRun<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.e.low = self.low;
+        self.e.range = self.range;
     }
 }
 

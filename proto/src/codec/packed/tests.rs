@@ -57,6 +57,48 @@ proptest! {
         prop_assert!(d.finish().is_ok());
     }
 
+    /// A dense walk (its unchanged members coded in runs) writes the bits
+    /// and leaves the states that flags and values coded member by member
+    /// do, with twins (found in every 8th walk), ages and absent members.
+    #[test]
+    fn dense_walk_matches_member_by_member(
+        n in 1usize..40,
+        changes in prop::collection::vec((any::<bool>(), extreme(), any::<bool>()), 40),
+        twins in prop::collection::vec(prop::option::of(0u32..48), 40),
+        walks in 1u32..18,
+    ) {
+        let mut a = vec![WireState::default(); 40];
+        for (st, &t) in a.iter_mut().zip(&twins) {
+            st.twin = t;
+        }
+        let mut b = a.clone();
+        let (mut ma, mut mb) = (LinkModel::default(), LinkModel::default());
+        let (mut ea, mut eb) = (RangeEncoder::new(Vec::new()), RangeEncoder::new(Vec::new()));
+        let members: Vec<u32> = (0..n as u32).collect();
+        for walk in 1..=walks {
+            ma.start_section(walk);
+            mb.start_section(walk);
+            let coded: Vec<(u32, i64, bool)> = members
+                .iter()
+                .map(|&h| (h, changes[(h + walk) as usize % 40]))
+                .filter(|c| c.1.0)
+                .map(|(h, c)| (h, c.1.wrapping_add(i64::from(walk)), c.2))
+                .collect();
+            ma.put_dense(&mut ea, &mut a, &members, &coded);
+            let mut next = coded.iter().peekable();
+            for &h in &members {
+                let peer = b[h as usize].twin().and_then(|t| b.get(t as usize)).and_then(|t| t.as_peer(walk));
+                let change = next.next_if(|c| c.0 == h);
+                mb.put_flag(&mut eb, &mut b[h as usize], change.is_some(), peer.map(|p| p.1));
+                if let Some(&(_, w, counter)) = change {
+                    mb.put_value(&mut eb, (h, &mut b[h as usize]), w, counter, peer.map(|p| p.0));
+                }
+            }
+            prop_assert_eq!(&a, &b, "walk {}", walk);
+        }
+        prop_assert_eq!(ea.finish(), eb.finish());
+    }
+
     /// The step-grid residual (i64 fast paths) is the 128-bit one.
     #[test]
     fn stepped_matches_the_wide_arithmetic(
