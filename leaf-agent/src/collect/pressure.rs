@@ -49,6 +49,23 @@ pub fn parse_pressure(text: &str) -> Result<Pressure, LeafError> {
     })
 }
 
+/// The metric names of resource `res`: waiting (`some`), and stalled
+/// (`full`) except for `cpu`, whose `full` line is not exported. Fixed
+/// strings, so a tick formats no names.
+fn names(res: &str) -> (&'static str, Option<&'static str>) {
+    match res {
+        "io" => (
+            "canopy_node_pressure_io_waiting_seconds_total",
+            Some("canopy_node_pressure_io_stalled_seconds_total"),
+        ),
+        "memory" => (
+            "canopy_node_pressure_memory_waiting_seconds_total",
+            Some("canopy_node_pressure_memory_stalled_seconds_total"),
+        ),
+        _ => ("canopy_node_pressure_cpu_waiting_seconds_total", None),
+    }
+}
+
 /// Reads `<proc_root>/pressure/*` each tick.
 #[derive(Debug)]
 pub struct PressureCollector {
@@ -118,11 +135,10 @@ impl PressureCollector {
                     continue;
                 }
             };
-            let some = format!("canopy_node_pressure_{res}_waiting_seconds_total");
-            out.counter(&some, &self.node, &[], p.some_usec as f64 / 1e6);
-            if let (Some(full), true) = (p.full_usec, res != "cpu") {
-                let name = format!("canopy_node_pressure_{res}_stalled_seconds_total");
-                out.counter(&name, &self.node, &[], full as f64 / 1e6);
+            let (some, stalled) = names(res);
+            out.counter(some, &self.node, &[], p.some_usec as f64 / 1e6);
+            if let (Some(full), Some(stalled)) = (p.full_usec, stalled) {
+                out.counter(stalled, &self.node, &[], full as f64 / 1e6);
             }
         }
         first.map_or(Ok(()), Err)

@@ -403,3 +403,49 @@ fn cgroup_v1_scan_reports_slurm_layout_without_jobs() {
     assert!(jobs.is_empty() && layout);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The keyed path reads `/proc/loadavg` once per re-read interval and
+/// repeats the last values in between (nothing retired, nothing moved);
+/// a zero interval reads every tick.
+#[test]
+fn keyed_loadavg_reads_once_per_interval_and_repeats_between() {
+    use canopy_proto::codec::{BoundsPolicy, Sender};
+    use std::time::Duration;
+    let d = crate::TestDir::new();
+    let file = d.path().join("loadavg");
+    // Per tick: the (load1) value the table holds after the tick.
+    let run = |reread: Duration| -> Vec<f64> {
+        let mut c = loadavg::LoadAvgCollector::with_reread("n1", d.path(), reread);
+        let mut tx = Sender::new(BoundsPolicy::default());
+        let src = tx.source("n1", 1000);
+        let mut load1 = Vec::new();
+        for t in 0..4i64 {
+            std::fs::write(&file, format!("{t}.50 0.20 0.10 1/80 4242\n")).unwrap();
+            let ts = 1000 * (t + 1);
+            tx.begin_tick(ts);
+            tx.tick_source(src, ts);
+            let mut obs = Vec::new();
+            c.collect_into(&mut Sink::new(&mut tx, src, &mut obs))
+                .unwrap();
+            assert!(obs.is_empty(), "recorded by key");
+            let (table, cs) = tx.finish_tick();
+            assert!(cs.sections.iter().all(|s| s.retired.is_empty()), "tick {t}");
+            assert_eq!(table.iter().count(), 3, "tick {t}: load1, load5, load15");
+            load1.extend(
+                table
+                    .iter()
+                    .filter(|(_, e)| e.labels.name() == "canopy_node_load1")
+                    // The sender quantises gauges: one decimal is exact.
+                    .map(|(_, e)| (e.value * 10.0).round() / 10.0),
+            );
+            tx.end_tick();
+        }
+        load1
+    };
+    assert_eq!(
+        run(Duration::from_secs(3600)),
+        [0.5; 4],
+        "read once, repeated"
+    );
+    assert_eq!(run(Duration::ZERO), [0.5, 1.5, 2.5, 3.5], "read every tick");
+}
