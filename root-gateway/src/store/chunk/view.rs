@@ -1,0 +1,226 @@
+//! Reading a chunk: [`ChunkView`], the encoded samples of an open or a
+//! sealed chunk, and the sample decoders it runs (a fast path for the
+//! common regular-tick samples, the general one for the rest).
+
+use canopy_proto::model::Sample;
+
+use super::*;
+
+/// A chunk's encoded samples and what decoding them needs (no encoder
+/// state): the open chunk's [`Chunk::view`], or a sealed chunk's run in a
+/// series' [`Sealed`] buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkView<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) bit_len: u32,
+    pub(super) count: u16,
+    pub(super) first_ts: i64,
+    /// The newest sample's timestamp (for a sealed chunk, the next chunk's
+    /// first one, an upper bound: only [`ChunkView::estimate`] reads it).
+    pub(super) last_ts: i64,
+}
+
+impl<'a> ChunkView<'a> {
+    /// A sealed chunk's view of `bytes` (a snapshot's), or `None` when the
+    /// fields cannot be a chunk's: 1 to [`CHUNK_SAMPLES`] samples, at least
+    /// the first value's 64 bits, at most [`MAX_SEALED_BITS`], and exactly
+    /// the bytes the bits need.
+    pub fn sealed(bytes: &'a [u8], bit_len: u32, count: usize, first_ts: i64) -> Option<Self> {
+        ((1..=CHUNK_SAMPLES).contains(&count)
+            && (64..=MAX_SEALED_BITS).contains(&bit_len)
+            && bytes.len() == bit_len.div_ceil(8) as usize)
+            .then_some(ChunkView {
+                bytes,
+                bit_len,
+                count: count as u16,
+                first_ts,
+                last_ts: first_ts,
+            })
+    }
+
+    /// Length of the encoded stream in bits.
+    pub fn bit_len(&self) -> u32 {
+        self.bit_len
+    }
+
+    /// The encoded bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Timestamp of the first sample.
+    pub fn first_ts(&self) -> i64 {
+        self.first_ts
+    }
+
+    /// Encoded size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// About how many samples fall in `[from, to]`, assuming they are
+    /// spread evenly (to size buffers; never more than the chunk holds).
+    pub fn estimate(&self, from: i64, to: i64) -> usize {
+        let (first, last) = (self.first_ts, self.last_ts);
+        let span = i128::from(last) - i128::from(first);
+        let overlap = i128::from(to.min(last)) - i128::from(from.max(first));
+        if self.count < 2 || span <= 0 || overlap < 0 {
+            return self.len().min(1);
+        }
+        let n = overlap * i128::from(self.count - 1) / span + 2;
+        usize::try_from(n).unwrap_or(0).min(self.len())
+    }
+
+    /// The first and last encoded bytes, XORed (0 when empty): reading
+    /// them loads a small chunk's bytes into the cache, for a reader that
+    /// loads a selection's chunks before decoding them.
+    pub fn touch(&self) -> u8 {
+        self.bytes.first().copied().unwrap_or(0) ^ self.bytes.last().copied().unwrap_or(0)
+    }
+
+    /// Decodes the samples with `ts_ms >= from`, oldest first, into `out`,
+    /// and stops after the first sample past `to`, which is pushed too
+    /// (callers that imply ticks need the next change point after a
+    /// window). True when it stopped there; false at the end of the chunk
+    /// (or of a damaged stream).
+    pub fn decode_window(&self, from: i64, to: i64, out: &mut Vec<Sample>) -> bool {
+        if self.count == 0 {
+            return false;
+        }
+        let mut r = Reader::new(self.bytes, self.bit_len);
+        let Some(first) = r.read(64) else {
+            return false;
+        };
+        let mut st = State::first(self.first_ts, first);
+        let emit = |st: &State, out: &mut Vec<Sample>| -> bool {
+            if st.ts >= from {
+                out.push(Sample {
+                    ts_ms: st.ts,
+                    value: f64::from_bits(st.bits),
+                });
+            }
+            st.ts > to
+        };
+        if emit(&st, out) {
+            return true;
+        }
+        for _ in 1..self.count {
+            if next_fast(&mut r, &mut st).is_none() {
+                return false;
+            }
+            if emit(&st, out) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Decodes every sample, oldest first.
+    #[cfg(test)]
+    pub fn decode(&self, out: &mut Vec<Sample>) {
+        self.decode_window(i64::MIN, i64::MAX, out);
+    }
+}
+
+/// Decodes the sample after `st` into `st` like [`next`], reading the
+/// common samples (a regular tick with the previous value's form, when
+/// that is an unchanged value or a decimal or float-sum delta: flat series,
+/// counters) from one look-ahead word; anything else goes to [`next`].
+#[inline(always)]
+fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
+    // 57 stream bits are in a peeked word when that many are left.
+    if r.left() >= 57 {
+        let w = r.peek();
+        if w >> 63 == 0 {
+            if st.last == SAME {
+                r.skip(1);
+                st.ts = st.ts.wrapping_add(st.delta);
+                return Some(());
+            }
+            if (st.last == DEC || st.last == SUM) && st.exp != NONE {
+                let k = st.k();
+                let body = w << 1;
+                let q = body.leading_ones();
+                // Bits: the code, the quotient and its zero, k bits.
+                let total = 1 + q + 1 + k;
+                if q < RICE_ESCAPE && total <= 57 {
+                    // `k` may be 0: shift in two steps.
+                    let low = ((body << (q + 1)) >> 1) >> (63 - k);
+                    let z = (u64::from(q) << k) | low;
+                    r.skip(total);
+                    st.ts = st.ts.wrapping_add(st.delta);
+                    let d = st.pred.wrapping_add(unzigzag(z));
+                    st.mant = st.mant.wrapping_add(d);
+                    st.adapt(d, z);
+                    st.bits = if st.last == SUM {
+                        (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
+                    } else {
+                        value_of(st.mant, st.exp).to_bits()
+                    };
+                    return Some(());
+                }
+            }
+        }
+    }
+    next(r, st)
+}
+
+/// Decodes the sample after `st` into `st`; `None` on a damaged stream.
+#[inline(always)]
+pub(super) fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
+    let form = if r.bit()? {
+        let dod = read_dod(r)?;
+        st.delta = st.delta.wrapping_add(unzigzag(dod));
+        st.ts = st.ts.wrapping_add(st.delta);
+        let rank = r.ones(MAX_RANK)? as u8;
+        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+    } else {
+        st.ts = st.ts.wrapping_add(st.delta);
+        st.last
+    };
+    match form {
+        SAME => {}
+        DEC | SUM | DEC_RESID => {
+            if st.exp == NONE {
+                return None;
+            }
+            let z = get_rice(r, st.k())?;
+            let d = st.pred.wrapping_add(unzigzag(z));
+            st.mant = st.mant.wrapping_add(d);
+            st.adapt(d, z);
+            st.bits = match form {
+                SUM => (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits(),
+                DEC => value_of(st.mant, st.exp).to_bits(),
+                _ => {
+                    let n = r.read(4)? as u32;
+                    value_of(st.mant, st.exp).to_bits() ^ r.read(n)?
+                }
+            };
+        }
+        XOR => {
+            get_window(r, &mut st.lead, &mut st.sig, &mut st.bits)?;
+            st.exp = NONE;
+        }
+        NEW_EXP => {
+            let e = r.read(3)? as u8;
+            let prev = approx(f64::from_bits(st.bits), e)?;
+            let z = get_delta(r)?;
+            st.mant = prev.wrapping_add(unzigzag(z));
+            st.exp = e;
+            let resid = get_resid(r)?;
+            st.bits = value_of(st.mant, e).to_bits() ^ resid;
+            st.restart(unzigzag(z));
+            st.last = if resid == 0 { DEC } else { DEC_RESID };
+            return Some(());
+        }
+        // A rank past the last form: damaged.
+        _ => return None,
+    }
+    st.last = form;
+    Some(())
+}
