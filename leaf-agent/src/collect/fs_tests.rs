@@ -411,25 +411,14 @@ fn keyed_ticks_between_reads_repeat_the_last_values() {
     // Per tick: statvfs calls so far, and the table's (labels, value).
     let mut ticks: Vec<(u32, Vec<(String, f64)>)> = Vec::new();
     for t in 0..7i64 {
-        let ts = 1000 * (t + 1);
-        tx.begin_tick(ts);
-        tx.tick_source(src, ts);
-        let mut obs = Vec::new();
-        c.collect_into(&mut Sink::new(&mut tx, src, &mut obs))
-            .unwrap();
-        assert!(obs.is_empty(), "recorded by key");
-        let (table, cs) = tx.finish_tick();
-        assert!(
-            cs.sections.iter().all(|s| s.retired.is_empty()),
-            "tick {t}: nothing retired"
-        );
-        let mut rows: Vec<(String, f64)> = table
-            .iter()
-            .map(|(_, e)| (format!("{:?}", e.labels), e.value))
-            .collect();
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        ticks.push((calls.load(Ordering::SeqCst), rows));
-        tx.end_tick();
+        super::tests::keyed_tick(&mut tx, src, 1000 * (t + 1), &mut c, |table| {
+            let mut rows: Vec<(String, f64)> = table
+                .iter()
+                .map(|(_, e)| (format!("{:?}", e.labels), e.value))
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            ticks.push((calls.load(Ordering::SeqCst), rows));
+        });
     }
     let mounts = ticks[0].0;
     assert!(mounts > 0, "the fixture has mounts to ask");

@@ -404,6 +404,30 @@ fn cgroup_v1_scan_reports_slurm_layout_without_jobs() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Runs one tick of `c` on the keyed path at `ts` and hands the sender's
+/// table to `read`, checking what every keyed tick must hold: the values
+/// are recorded by key (no observations) and no series is retired.
+pub(super) fn keyed_tick(
+    tx: &mut canopy_proto::codec::Sender,
+    src: u32,
+    ts: i64,
+    c: &mut dyn Collector,
+    read: impl FnOnce(&canopy_proto::codec::SeriesTable),
+) {
+    tx.begin_tick(ts);
+    tx.tick_source(src, ts);
+    let mut obs = Vec::new();
+    c.collect_into(&mut Sink::new(tx, src, &mut obs)).unwrap();
+    assert!(obs.is_empty(), "tick at {ts}: recorded by key");
+    let (table, cs) = tx.finish_tick();
+    assert!(
+        cs.sections.iter().all(|s| s.retired.is_empty()),
+        "tick at {ts}: nothing retired"
+    );
+    read(table);
+    tx.end_tick();
+}
+
 /// The keyed path reads `/proc/loadavg` once per re-read interval and
 /// repeats the last values in between (nothing retired, nothing moved);
 /// a zero interval reads every tick.
@@ -421,24 +445,16 @@ fn keyed_loadavg_reads_once_per_interval_and_repeats_between() {
         let mut load1 = Vec::new();
         for t in 0..4i64 {
             std::fs::write(&file, format!("{t}.50 0.20 0.10 1/80 4242\n")).unwrap();
-            let ts = 1000 * (t + 1);
-            tx.begin_tick(ts);
-            tx.tick_source(src, ts);
-            let mut obs = Vec::new();
-            c.collect_into(&mut Sink::new(&mut tx, src, &mut obs))
-                .unwrap();
-            assert!(obs.is_empty(), "recorded by key");
-            let (table, cs) = tx.finish_tick();
-            assert!(cs.sections.iter().all(|s| s.retired.is_empty()), "tick {t}");
-            assert_eq!(table.iter().count(), 3, "tick {t}: load1, load5, load15");
-            load1.extend(
-                table
-                    .iter()
-                    .filter(|(_, e)| e.labels.name() == "canopy_node_load1")
-                    // The sender quantises gauges: one decimal is exact.
-                    .map(|(_, e)| (e.value * 10.0).round() / 10.0),
-            );
-            tx.end_tick();
+            keyed_tick(&mut tx, src, 1000 * (t + 1), &mut c, |table| {
+                assert_eq!(table.iter().count(), 3, "tick {t}: load1, load5, load15");
+                load1.extend(
+                    table
+                        .iter()
+                        .filter(|(_, e)| e.labels.name() == "canopy_node_load1")
+                        // The sender quantises gauges: one decimal is exact.
+                        .map(|(_, e)| (e.value * 10.0).round() / 10.0),
+                );
+            });
         }
         load1
     };
