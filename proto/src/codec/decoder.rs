@@ -12,7 +12,6 @@
 use std::collections::BTreeSet;
 
 use prost::Message;
-use smallvec::SmallVec;
 
 use crate::model::Labels;
 use crate::schema::frame as pb;
@@ -20,7 +19,7 @@ use crate::schema::frame as pb;
 use super::compact;
 use super::dense::IdTable;
 use super::encoder::get_uvarint;
-use super::packed::{LinkModel, WireState};
+use super::packed::{LinkModel, SourceCoding, WireState};
 use super::pbview::{self, Columns};
 use super::quantise::Encoding;
 use super::zstream::ZDecoder;
@@ -69,7 +68,7 @@ pub struct RxSource {
     tag: u64,
     /// Its packed-section state, which both ends keep alike (beside the
     /// source: a section finds both in one lookup, one cache line).
-    coding: RxCoding,
+    coding: SourceCoding,
     /// Sampling tick, ms.
     pub tick_ms: u32,
     /// Its live series ids, ascending: the order packed sections walk
@@ -79,24 +78,6 @@ pub struct RxSource {
     /// Node name.
     pub name: String,
 }
-
-/// The receiving end's copy of a source's packed-section state (the
-/// sender's `SourceCoding`): the same numbers, the last changed ids inline
-/// (a quiet source's repeat section reads no second allocation).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct RxCoding {
-    /// Packed sections decoded so far (wrapping): the walk count.
-    walks: u32,
-    /// First changed id of the latest sparse section (0: none yet).
-    first: u32,
-    /// Ids whose values the source's latest packed section carried,
-    /// ascending (a repeat section changes exactly these again).
-    last: SmallVec<[u32; LAST_INLINE]>,
-}
-
-/// Last changed ids kept inline (a quiet node changes its tick counter
-/// alone; a few more spill to the heap).
-const LAST_INLINE: usize = 5;
 
 /// A source's live series ids, ascending, in one contiguous vector while
 /// they are few (a dense section walks them in order, no tree to chase);
@@ -613,7 +594,7 @@ impl LinkDecoder {
                 let src = RxSource {
                     last_ts_ms: 0,
                     tag: 0,
-                    coding: RxCoding::default(),
+                    coding: SourceCoding::default(),
                     tick_ms: s.tick_ms,
                     members: Members::default(),
                     name: s.name,
@@ -708,7 +689,7 @@ mod layout_tests {
     fn a_source_record_is_two_lines_its_hot_part_in_the_first() {
         assert_eq!(std::mem::size_of::<RxSource>(), 128);
         assert_eq!(std::mem::align_of::<RxSource>(), 64);
-        assert!(std::mem::offset_of!(RxSource, coding) + std::mem::size_of::<RxCoding>() <= 64);
+        assert!(std::mem::offset_of!(RxSource, coding) + std::mem::size_of::<SourceCoding>() <= 64);
     }
 
     proptest! {

@@ -67,6 +67,8 @@
 //! Keyframe columns carry each value's change since the previous keyframe
 //! (`encode_column`), so zstd sees mostly zeros.
 
+use smallvec::SmallVec;
+
 use super::hist::Hists;
 use super::idhash::FirstSeen;
 use super::rangecoder::{Freqs, Prob, RangeDecoder, RangeEncoder};
@@ -114,9 +116,15 @@ pub(crate) struct SourceCoding {
     /// First changed id of the latest sparse section (0: none yet).
     pub first: u32,
     /// Ids whose values the source's latest packed section carried,
-    /// ascending (a repeat section changes exactly these again).
-    pub last: Vec<u32>,
+    /// ascending (a repeat section changes exactly these again); the first
+    /// few inline, so a quiet source's repeat section reads no second
+    /// allocation on the receiving end.
+    pub last: SmallVec<[u32; LAST_INLINE]>,
 }
+
+/// Last changed ids kept inline in [`SourceCoding`] (a quiet node changes
+/// its tick counter alone; a few more spill to the heap).
+const LAST_INLINE: usize = 5;
 
 /// `m + (x - m) / 16` (floored): the running mean's step. Exact in i128,
 /// so extreme values cannot overflow; the result lies between `m` and `x`,

@@ -7,7 +7,7 @@ use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
 use super::super::pbview::SectionView;
 use super::super::rangecoder::RangeDecoder;
 use super::*;
-use super::{Members, RxCoding, WARM_AHEAD};
+use super::{Members, SourceCoding, WARM_AHEAD};
 
 /// A source whose latest packed section changed at most this many series
 /// has them all loaded ahead by [`LinkDecoder::warm`] (a quiet node: its
@@ -292,7 +292,7 @@ impl LinkDecoder {
 struct Sparse<'a> {
     model: &'a mut LinkModel,
     series: &'a mut IdTable<RxSeries>,
-    coding: &'a mut RxCoding,
+    coding: &'a mut SourceCoding,
 }
 
 impl Sparse<'_> {
