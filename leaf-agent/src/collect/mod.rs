@@ -243,8 +243,7 @@ pub fn host_collectors_with(
     let fs_opts = filesystem::FilesystemOptions {
         every_ticks: opts
             .filesystem_every_ticks
-            .unwrap_or(filesystem::DEFAULT_FS_EVERY_TICKS)
-            .max(1),
+            .unwrap_or(filesystem::DEFAULT_FS_EVERY_TICKS),
         ..filesystem::FilesystemOptions::default()
     };
     let sys_root = proc_root.with_file_name("sys");
