@@ -8,6 +8,12 @@
 //! sample  0                           a regular tick, the value in the
 //!                                     previous value's form (+ its body)
 //!         1 + timestamp + rank + body anything else
+//!   after a value in the dec or sum form at the 2nd regular tick in a
+//!   row or later (folded: no flag bit)
+//!         rice'                       a regular tick, the same form: the
+//!                                     body's Rice code, quotients from 4
+//!                                     on written one higher
+//!         11110 + timestamp + rank + body anything else
 //! timestamp (dod = delta-of-delta, zigzag)
 //!   0                     dod = 0 (a regular tick)
 //!   10   + 7 bits         |dod| small (ms jitter)
@@ -44,8 +50,9 @@
 //!        1 + lead (6) + sig-1 (6) + sig bits
 //! ```
 //!
-//! A counter or a flat series thus costs one bit a sample plus its
-//! Rice code.
+//! A flat series thus costs one bit a sample, a counter its Rice code
+//! (the flag folded into the code since snapshot v5: ~8% of a counter's
+//! bits in the side-by-side data; v3/v4 chunks are converted on load).
 //!
 //! A value is *decimal* at exponent `e` (0..=7) when `m / 10^e` (or `m` for
 //! `e = 0`) gives back its bits, up to a residual of at most 15 low bits,
@@ -67,16 +74,18 @@ use super::bits::{Reader, Writer, bit_len, unzigzag, zigzag};
 
 mod codes;
 use codes::{
-    approx, decimal, delta_cost, form_of, get_delta, get_resid, get_rice, get_window, put_delta,
-    put_resid, put_rice, rank_code, rank_of, read_dod, resid_cost, rice_cost, value_of,
+    approx, decimal, delta_cost, form_of, get_delta, get_resid, get_rice, get_rice_folded,
+    get_window, put_delta, put_fold_escape, put_resid, put_rice, put_rice_folded, rank_code,
+    rank_of, read_dod, resid_cost, rice_cost, value_of,
 };
 
 /// Samples per chunk before a new one is started.
 pub const CHUNK_SAMPLES: usize = 240;
-/// Most bits a chunk's stream can take: at most 4 + 64 timestamp bits and
-/// 4 + 90 + 19 value bits (an escaped Rice code and a residual) a sample,
-/// after the first value's 64 (fits the 16 bits a sealed chunk keeps).
-pub const MAX_SEALED_BITS: u32 = CHUNK_SAMPLES as u32 * 181 + 64;
+/// Most bits a chunk's stream can take: at most a 5-bit escape, 4 + 64
+/// timestamp bits, a 5-bit rank and 90 + 4 + 15 value bits (a long Rice
+/// code and a residual) a sample, after the first value's 64 (fits the 16
+/// bits a sealed chunk keeps).
+pub const MAX_SEALED_BITS: u32 = CHUNK_SAMPLES as u32 * 190 + 64;
 /// No decimal exponent / no XOR window yet.
 const NONE: u8 = 0xff;
 /// Largest decimal exponent.
@@ -90,6 +99,11 @@ const MAX_RESID: u32 = 15;
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
 /// A Rice quotient this large or larger is written as an escape.
 const RICE_ESCAPE: u32 = 20;
+/// The quotient of a folded Rice code that escapes to a full sample.
+const ESC_Q: u32 = 4;
+/// Regular ticks in a row after which a dec or sum value's next sample
+/// is written folded.
+const FOLD_AFTER: u8 = 2;
 
 /// The value forms, in the order ranks 1.. list them (see the module docs).
 const SAME: u8 = 0;
@@ -123,6 +137,11 @@ struct State {
     /// The previous value's form (`SAME`, `DEC`, `SUM`, `DEC_RESID` or `XOR`),
     /// the one ranked first for the next value.
     last: u8,
+    /// Samples in a row at a regular tick (timestamp delta-of-delta 0),
+    /// at most [`FOLD_AFTER`]: after that many, a dec or sum value's next
+    /// sample has no flag bit (so a jittered series keeps the cheap flag
+    /// escape instead of the folded code's 5-bit one).
+    reg: u8,
 }
 
 impl State {
@@ -138,6 +157,7 @@ impl State {
             lead: NONE,
             sig: 0,
             last: SAME,
+            reg: 0,
         }
     }
 
@@ -165,6 +185,35 @@ impl State {
     fn restart(&mut self, d: i64) {
         self.pred = d;
         self.mag = (((zigzag(d) >> 3) as i64) as f32).to_bits();
+    }
+}
+
+/// True when the sample after `st` has no flag bit: after a value in the
+/// dec or sum form, [`FOLD_AFTER`] regular ticks in a row, a regular tick
+/// in the same form is its folded Rice code alone (see the module docs).
+#[inline(always)]
+fn folds(st: &State) -> bool {
+    (st.last == DEC || st.last == SUM) && st.reg >= FOLD_AFTER
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: encode as the v4 release did (a flag bit on every
+    /// sample, no folded codes), to make v4 snapshots to load.
+    pub(crate) static WRITE_V4: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True when the encoder folds flag bits into Rice codes (always, but in
+/// tests that write v4 chunks).
+#[inline(always)]
+fn folding() -> bool {
+    #[cfg(test)]
+    {
+        !WRITE_V4.with(std::cell::Cell::get)
+    }
+    #[cfg(not(test))]
+    {
+        true
     }
 }
 
@@ -247,6 +296,8 @@ pub struct Chunk {
     /// Encoder only: the wait after the last fruitless search (doubles up
     /// to [`MAX_SKIP`], back to 0 when a search succeeds).
     backoff: u8,
+    /// `State::reg`.
+    reg: u8,
 }
 
 /// An open chunk's encoder state unpacked for one [`Chunk::push`].
@@ -303,6 +354,7 @@ impl Chunk {
                 lead: self.lead,
                 sig: self.sig,
                 last: self.last,
+                reg: self.reg,
             },
             skip: self.skip,
             backoff: self.backoff,
@@ -329,6 +381,7 @@ impl Chunk {
         self.mag = e.st.mag;
         self.count = count;
         (self.exp, self.lead, self.sig, self.last) = (e.st.exp, e.st.lead, e.st.sig, e.st.last);
+        self.reg = e.st.reg;
         (self.skip, self.backoff) = (e.skip, e.backoff);
         true
     }
@@ -408,11 +461,20 @@ impl Enc {
         let dod = zigzag(delta.wrapping_sub(self.st.delta));
         let form = (bits != self.st.bits).then(|| self.choose(v));
         let rank = rank_of(form.as_ref().map_or(SAME, Form::number), self.st.last);
-        if dod == 0 && rank == 0 {
-            // The common sample: a regular tick, the previous value's form.
-            w.put(0, 1);
+        let folded = folds(&self.st) && folding();
+        let regular = dod == 0 && rank == 0;
+        if regular {
+            // The common sample: a regular tick, the previous value's form
+            // (after a dec or sum value, its Rice code alone).
+            if !folded {
+                w.put(0, 1);
+            }
         } else {
-            w.put(1, 1);
+            if folded {
+                put_fold_escape(w);
+            } else {
+                w.put(1, 1);
+            }
             match bit_len(dod) {
                 0 => w.put(0, 1),
                 1..=7 => w.put((0b10 << 7) | dod, 9),
@@ -429,9 +491,14 @@ impl Enc {
         }
         self.st.ts = ts;
         self.st.delta = delta;
+        self.st.reg = if dod == 0 {
+            (self.st.reg + 1).min(FOLD_AFTER)
+        } else {
+            0
+        };
         match form {
             None => self.st.last = SAME,
-            Some(f) => self.put_value(w, f, bits),
+            Some(f) => self.put_value(w, f, bits, folded && regular),
         }
         self.count = self.count.saturating_add(1);
     }
@@ -480,12 +547,17 @@ impl Enc {
     }
 
     /// Writes the body of form `f` for a value of bits `bits` and moves
-    /// the state on.
-    fn put_value(&mut self, w: &mut Writer, f: Form, bits: u64) {
+    /// the state on; `fold`: its Rice code is the folded one (a regular
+    /// tick after a value of the same dec or sum form).
+    fn put_value(&mut self, w: &mut Writer, f: Form, bits: u64, fold: bool) {
         self.st.last = f.number();
         match f {
             Form::Decimal(d, z, r) => {
-                put_rice(w, z, self.st.k());
+                if fold {
+                    put_rice_folded(w, z, self.st.k());
+                } else {
+                    put_rice(w, z, self.st.k());
+                }
                 if r != 0 {
                     let n = bit_len(r);
                     w.put(u64::from(n), 4);
@@ -495,7 +567,11 @@ impl Enc {
                 self.st.adapt(d, z);
             }
             Form::Sum(d, z) => {
-                put_rice(w, z, self.st.k());
+                if fold {
+                    put_rice_folded(w, z, self.st.k());
+                } else {
+                    put_rice(w, z, self.st.k());
+                }
                 self.st.mant = self.st.mant.wrapping_add(d);
                 self.st.adapt(d, z);
             }
@@ -590,6 +666,10 @@ impl Chunk {
         put_varint(out, self.pred);
         out.extend_from_slice(&self.mag.to_le_bytes());
         out.extend_from_slice(&[self.exp, self.lead, self.sig, self.last]);
+        // v5 (v4, written by tests, has no `reg`).
+        if folding() {
+            out.push(self.reg);
+        }
         put_uvarint(out, u64::from(self.bit_len));
         out.extend_from_slice(self.used());
     }
@@ -612,9 +692,11 @@ impl Chunk {
         let pred = c.varint()?;
         let mag = c.u32_le()?;
         let (exp, lead, sig, last) = (c.u8()?, c.u8()?, c.u8()?, c.u8()?);
+        let reg = c.u8()?;
         if (exp != NONE && exp > MAX_EXP)
             || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
             || last > XOR
+            || reg > FOLD_AFTER
         {
             return Err(CodecError::Malformed("chunk encoder state out of range"));
         }
@@ -632,6 +714,7 @@ impl Chunk {
                 lead,
                 sig,
                 last,
+                reg,
             },
             skip: 0,
             backoff: 0,
@@ -711,3 +794,4 @@ pub use sealed::{Runs, Sealed};
 mod tests;
 pub(in crate::store) mod v1;
 pub(in crate::store) mod v2;
+pub(in crate::store) mod v4;

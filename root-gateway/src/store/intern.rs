@@ -1,12 +1,14 @@
 //! Interned label strings: every series of a [`LiveStore`](super::LiveStore)
 //! holds its labels as a compact list of string ids into one shared table,
 //! so a label value common to many series (a job, a node, a metric name)
-//! is stored once, and a series' label set costs 8 bytes per label.
+//! is stored once, and a series' label set costs a few bytes per label
+//! (varint ids).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use foldhash::fast::RandomState;
+use smallvec::SmallVec;
 
 use super::{Labels, Matcher};
 
@@ -15,74 +17,142 @@ use super::{Labels, Matcher};
 #[cfg(test)]
 pub(crate) type SymLabels = Box<[u32]>;
 
-/// Every held series' label ids, end to end in one buffer: at a series'
-/// offset the number of ids, then the ids. An entry keeps a 4-byte offset
-/// where a boxed slice took 16 bytes in the entry and an allocation of its
-/// own (8 bytes of malloc header and rounding to 16). Sets of removed
-/// series leave holes until [`LabelArena::compact`] rewrites the buffer.
+/// A series' label ids decoded from the [`LabelArena`]: name, value, ...
+/// (on the stack for up to 16 labels).
+pub(crate) type Syms = SmallVec<[u32; 32]>;
+
+/// Every held series' label ids, end to end in one byte buffer: at a
+/// series' offset the number of ids, then the ids, each a LEB128 varint.
+/// Names and common values are interned first and have small ids, so most
+/// ids take one or two bytes where a `u32` took four (issue 5: RSS per
+/// series; 44 -> ~20 bytes a series in the side-by-side). An entry keeps a
+/// 4-byte offset where a boxed slice took 16 bytes in the entry and an
+/// allocation of its own. Sets of removed series leave holes until
+/// [`LabelArena::compact`] rewrites the buffer.
 #[derive(Debug, Default)]
 pub(crate) struct LabelArena {
-    ids: Vec<u32>,
-    /// Words of `ids` no series uses any more.
+    bytes: Vec<u8>,
+    /// Bytes of `bytes` no series uses any more.
     dead: usize,
 }
 
+/// Appends `v` as a LEB128 varint.
+fn put_id(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a LEB128 varint at `*at`, moving `*at` past it (`None` past the
+/// end or for more than 5 bytes).
+#[inline]
+fn get_id(b: &[u8], at: &mut usize) -> Option<u32> {
+    let mut v = 0u32;
+    for shift in (0..35).step_by(7) {
+        let x = *b.get(*at)?;
+        *at += 1;
+        v |= u32::from(x & 0x7f).checked_shl(shift).unwrap_or(0);
+        if x < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
 impl LabelArena {
-    /// The label ids at offset `at` (empty for an offset not from `push`).
+    /// The label ids at offset `at` (empty for an offset not from `intern`).
     #[inline]
-    pub(crate) fn get(&self, at: u32) -> &[u32] {
-        let at = at as usize;
-        let n = self.ids.get(at).copied().unwrap_or(0) as usize;
-        self.ids
-            .get(at.saturating_add(1)..at.saturating_add(1).saturating_add(n))
-            .unwrap_or_default()
+    pub(crate) fn get(&self, at: u32) -> Syms {
+        let mut i = at as usize;
+        let mut out = Syms::new();
+        let Some(n) = get_id(&self.bytes, &mut i) else {
+            return out;
+        };
+        for _ in 0..n {
+            match get_id(&self.bytes, &mut i) {
+                Some(id) => out.push(id),
+                None => return Syms::new(),
+            }
+        }
+        out
+    }
+
+    /// Bytes the set at `at` takes (its count and ids).
+    fn set_len(&self, at: u32) -> usize {
+        let mut i = at as usize;
+        let Some(n) = get_id(&self.bytes, &mut i) else {
+            return 0;
+        };
+        for _ in 0..n {
+            if get_id(&self.bytes, &mut i).is_none() {
+                break;
+            }
+        }
+        i - at as usize
+    }
+
+    /// The first byte of the set at `at` (0 past the end): reading it
+    /// loads the set into the cache.
+    #[inline]
+    pub(crate) fn touch(&self, at: u32) -> u8 {
+        self.bytes.get(at as usize).copied().unwrap_or(0)
     }
 
     /// Adds `labels` interned in `strings`; its offset, or `None` when the
-    /// buffer would pass 2^32 words (offsets are `u32`).
+    /// buffer would pass 2^32 bytes (offsets are `u32`).
     pub(crate) fn intern(&mut self, strings: &mut Interner, labels: &Labels) -> Option<u32> {
-        let at = u32::try_from(self.ids.len()).ok()?;
-        let n = labels.len().checked_mul(2)?;
-        let end = self.ids.len().checked_add(n)?.checked_add(1)?;
+        let at = u32::try_from(self.bytes.len()).ok()?;
+        let n = u32::try_from(labels.len().checked_mul(2)?).ok()?;
+        // At most 5 bytes an id and the count.
+        let end = self
+            .bytes
+            .len()
+            .checked_add((n as usize).checked_add(1)?.checked_mul(5)?)?;
         if end > u32::MAX as usize {
             return None;
         }
-        self.ids.push(u32::try_from(n).ok()?);
+        put_id(&mut self.bytes, n);
         for (name, value) in labels.iter() {
             let a = strings.id(name);
             let b = strings.id(value);
-            self.ids.extend([a, b]);
+            put_id(&mut self.bytes, a);
+            put_id(&mut self.bytes, b);
         }
         Some(at)
     }
 
-    /// Marks the set at `at` unused (its words are reclaimed by `compact`).
+    /// Marks the set at `at` unused (its bytes are reclaimed by `compact`).
     pub(crate) fn free(&mut self, at: u32) {
-        self.dead += 1 + self.get(at).len();
+        self.dead += self.set_len(at);
     }
 
     /// Heap bytes (capacity).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.ids.capacity() * std::mem::size_of::<u32>()
+        self.bytes.capacity()
     }
 
     /// True when freed sets are more than half the buffer (and not a few,
     /// unless they are all of it).
     pub(crate) fn wants_compaction(&self) -> bool {
-        self.dead * 2 > self.ids.len() && (self.dead > 4096 || self.dead == self.ids.len())
+        self.dead * 2 > self.bytes.len() && (self.dead > 4096 || self.dead == self.bytes.len())
     }
 
     /// Copies the sets still in use to a fresh buffer, moving each offset
     /// `offsets` yields (every live series' offset, once) to its new place.
     pub(crate) fn compact<'a>(&mut self, offsets: impl Iterator<Item = &'a mut u32>) {
-        let mut ids = Vec::with_capacity(self.ids.len().saturating_sub(self.dead));
+        let mut bytes = Vec::with_capacity(self.bytes.len().saturating_sub(self.dead));
         for at in offsets {
-            let set = self.get(*at);
-            *at = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-            ids.push(u32::try_from(set.len()).unwrap_or(0));
-            ids.extend_from_slice(set);
+            let from = *at as usize;
+            let set = self
+                .bytes
+                .get(from..from + self.set_len(*at))
+                .unwrap_or_default();
+            *at = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            bytes.extend_from_slice(set);
         }
-        self.ids = ids;
+        self.bytes = bytes;
         self.dead = 0;
     }
 }
@@ -412,25 +482,29 @@ mod tests {
             .map(|l| arena.intern(&mut strings, l).expect("fits"))
             .collect();
         for (l, &a) in sets.iter().zip(&at) {
-            assert!(strings.same(arena.get(a), l));
+            assert!(strings.same(&arena.get(a), l));
         }
-        assert_eq!(arena.get(u32::MAX), &[] as &[u32]);
+        assert!(arena.get(u32::MAX).is_empty());
         // Free two thirds: past half the buffer, so compaction is due.
         let mut kept = Vec::new();
+        let mut dead_bytes = 0;
         for (i, a) in at.drain(..).enumerate() {
             if i % 3 == 0 {
                 kept.push((i, a));
             } else {
+                dead_bytes += arena.set_len(a);
                 arena.free(a);
             }
         }
+        // Ids past 127 take two bytes: the set of the 3000th node does.
+        assert!(arena.set_len(kept[kept.len() - 1].1) > 7);
         assert!(arena.wants_compaction());
-        let before = arena.ids.len();
+        let before = arena.bytes.len();
         arena.compact(kept.iter_mut().map(|(_, a)| a));
         assert!(!arena.wants_compaction());
-        assert_eq!(arena.ids.len(), before / 3);
+        assert_eq!(arena.bytes.len(), before - dead_bytes);
         for (i, a) in &kept {
-            assert_eq!(strings.labels(arena.get(*a)), sets[*i]);
+            assert_eq!(strings.labels(&arena.get(*a)), sets[*i]);
         }
     }
 

@@ -16,7 +16,7 @@ use canopy_proto::model::{is_stale_nan, stale_nan};
 
 use super::chunk::{Chunk, ChunkView, Runs, Sealed};
 use super::index::SeriesIndex;
-use super::intern::{Interner, LabelArena};
+use super::intern::{Interner, LabelArena, Syms};
 use super::{Appender, Labels, Sample, StoreError};
 
 /// Typed settings of a [`LiveStore`].
@@ -411,10 +411,12 @@ impl LiveStore {
             }
         }
         if !gone.is_empty() {
-            let mut sets: Vec<(u32, &[u32])> = gone
+            let held: Vec<(u32, Syms)> = gone
                 .iter()
                 .map(|&(id, at)| (id, self.label_ids.get(at)))
                 .collect();
+            let mut sets: Vec<(u32, &[u32])> =
+                held.iter().map(|(id, s)| (*id, s.as_slice())).collect();
             self.index.remove_all(&mut sets, &self.strings);
             for (_, at) in gone {
                 self.label_ids.free(at);
@@ -428,7 +430,7 @@ impl LiveStore {
 
     /// The interned label ids of `e`.
     #[inline]
-    fn syms(&self, e: &Entry) -> &[u32] {
+    fn syms(&self, e: &Entry) -> Syms {
         self.label_ids.get(e.labels)
     }
 
@@ -479,7 +481,7 @@ impl LiveStore {
             self.entries
                 .get(i as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|e| self.strings.same(self.syms(e), labels))
+                .is_some_and(|e| self.strings.same(&self.syms(e), labels))
         };
         self.index.find(h, is_it).map(|i| i as usize)
     }
@@ -532,7 +534,7 @@ impl LiveStore {
         self.series_epoch += 1;
         if let Some(e) = &self.entries[id] {
             self.index
-                .insert(h, self.label_ids.get(e.labels), id as u32);
+                .insert(h, &self.label_ids.get(e.labels), id as u32);
         }
         Ok(Some(id))
     }
@@ -565,7 +567,7 @@ impl LiveStore {
                 return Err(StoreError::OutOfOrder {
                     labels: self
                         .strings
-                        .labels(self.label_ids.get(e.labels))
+                        .labels(&self.label_ids.get(e.labels))
                         .to_string(),
                     ts_ms: ts,
                     newest_ms: last_ts,
@@ -623,7 +625,7 @@ impl LiveStore {
                     self.entries
                         .get(id)
                         .and_then(Option::as_ref)
-                        .is_some_and(|e| self.strings.same(self.syms(e), labels)),
+                        .is_some_and(|e| self.strings.same(&self.syms(e), labels)),
                     "a series hint passed with another label set"
                 );
                 id
@@ -666,7 +668,7 @@ impl LiveStore {
             self.entries
                 .get(i as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|e| self.strings.same_pairs(self.syms(e), pairs.clone()))
+                .is_some_and(|e| self.strings.same_pairs(&self.syms(e), pairs.clone()))
         };
         let id = self.index.find(h, is_it)? as usize;
         Some(SeriesHint {
@@ -702,7 +704,7 @@ impl LiveStore {
     pub fn hinted_labels(&self, hint: &SeriesHint) -> Option<Labels> {
         let id = self.hinted(hint)?;
         let e = self.entries.get(id)?.as_ref()?;
-        Some(self.strings.labels(self.syms(e)))
+        Some(self.strings.labels(&self.syms(e)))
     }
 }
 

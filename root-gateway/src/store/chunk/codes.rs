@@ -4,7 +4,7 @@
 //! reader, so the encoder can compare forms by their exact bit cost.
 
 use super::super::bits::{Reader, Writer, bit_len};
-use super::{EXACT_INT, MAX_RANK, MAX_RESID, POW10, RICE_ESCAPE};
+use super::{ESC_Q, EXACT_INT, MAX_RANK, MAX_RESID, POW10, RICE_ESCAPE};
 
 /// The value of mantissa `m` at exponent `e`.
 pub(super) fn value_of(m: i64, e: u8) -> f64 {
@@ -123,6 +123,57 @@ pub(super) fn put_rice(w: &mut Writer, z: u64, k: u32) {
 pub(super) fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
     let q = r.ones(RICE_ESCAPE)?;
     if q < RICE_ESCAPE {
+        let low = r.read(k)?;
+        Some(u64::from(q).checked_shl(k).unwrap_or(0) | low)
+    } else {
+        let n = r.read(6)? as u32 + 1;
+        r.read(n)
+    }
+}
+
+/// The folded Rice code of `z` with `k` low bits: a regular tick's
+/// sample in the decimal or float-sum form, with no flag bit before it.
+/// Quotient [`ESC_Q`] is the escape to a sample written in full (the
+/// flag's `1`), so quotients from it on are written one higher; a written
+/// quotient of [`RICE_ESCAPE`] or more is the long form, as in
+/// [`put_rice`].
+#[inline(always)]
+pub(super) fn put_rice_folded(w: &mut Writer, z: u64, k: u32) {
+    let q = z >> k;
+    let q = if q < u64::from(ESC_Q) { q } else { q + 1 };
+    if q < u64::from(RICE_ESCAPE) {
+        let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
+        if q + 1 + k <= 64 {
+            let low = if k == 0 {
+                0
+            } else {
+                z & (u64::MAX >> (64 - k))
+            };
+            w.put((head << k) | low, q + 1 + k);
+        } else {
+            w.put(head, q + 1);
+            w.put(z, k);
+        }
+    } else {
+        let n = bit_len(z);
+        w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
+        w.put(u64::from(n - 1), 6);
+        w.put(z, n);
+    }
+}
+
+/// The escape of a folded Rice code: [`ESC_Q`] ones and a zero.
+#[inline(always)]
+pub(super) fn put_fold_escape(w: &mut Writer) {
+    w.put(((1u64 << ESC_Q) - 1) << 1, ESC_Q + 1);
+}
+
+/// Reads the rest of a folded Rice code whose quotient `q` (not the
+/// escape) was read: the value `z`.
+#[inline(always)]
+pub(super) fn get_rice_folded(r: &mut Reader<'_>, q: u32, k: u32) -> Option<u64> {
+    if q < RICE_ESCAPE {
+        let q = if q > ESC_Q { q - 1 } else { q };
         let low = r.read(k)?;
         Some(u64::from(q).checked_shl(k).unwrap_or(0) | low)
     } else {

@@ -456,7 +456,7 @@ fn a_state_wider_than_its_offsets_is_split_on_read() {
     put_varint(&mut state, st.mant);
     put_varint(&mut state, st.pred);
     state.extend_from_slice(&st.mag.to_le_bytes());
-    state.extend_from_slice(&[st.exp, st.lead, st.sig, st.last]);
+    state.extend_from_slice(&[st.exp, st.lead, st.sig, st.last, st.reg]);
     put_uvarint(&mut state, u64::from(bit_len));
     state.extend_from_slice(&bytes);
     let chunks = read_back(&mut Cursor::new(&state)).expect("read_state");

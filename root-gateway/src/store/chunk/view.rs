@@ -136,34 +136,35 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     // 57 stream bits are in a peeked word when that many are left.
     if r.left() >= 57 {
         let w = r.peek();
-        if w >> 63 == 0 {
-            if st.last == SAME {
+        if st.last == SAME {
+            if w >> 63 == 0 {
                 r.skip(1);
                 st.ts = st.ts.wrapping_add(st.delta);
+                st.reg = (st.reg + 1).min(FOLD_AFTER);
                 return Some(());
             }
-            if (st.last == DEC || st.last == SUM) && st.exp != NONE {
-                let k = st.k();
-                let body = w << 1;
-                let q = body.leading_ones();
-                // Bits: the code, the quotient and its zero, k bits.
-                let total = 1 + q + 1 + k;
-                if q < RICE_ESCAPE && total <= 57 {
-                    // `k` may be 0: shift in two steps.
-                    let low = ((body << (q + 1)) >> 1) >> (63 - k);
-                    let z = (u64::from(q) << k) | low;
-                    r.skip(total);
-                    st.ts = st.ts.wrapping_add(st.delta);
-                    let d = st.pred.wrapping_add(unzigzag(z));
-                    st.mant = st.mant.wrapping_add(d);
-                    st.adapt(d, z);
-                    st.bits = if st.last == SUM {
-                        (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
-                    } else {
-                        value_of(st.mant, st.exp).to_bits()
-                    };
-                    return Some(());
-                }
+        } else if folds(st) && st.exp != NONE {
+            // The folded Rice code, no flag bit (see the module docs).
+            let k = st.k();
+            let q = w.leading_ones();
+            // Bits: the quotient and its zero, k bits.
+            let total = q + 1 + k;
+            if q != ESC_Q && q < RICE_ESCAPE && total <= 57 {
+                // `k` may be 0: shift in two steps.
+                let low = ((w << (q + 1)) >> 1) >> (63 - k);
+                let q = if q > ESC_Q { q - 1 } else { q };
+                let z = (u64::from(q) << k) | low;
+                r.skip(total);
+                st.ts = st.ts.wrapping_add(st.delta);
+                let d = st.pred.wrapping_add(unzigzag(z));
+                st.mant = st.mant.wrapping_add(d);
+                st.adapt(d, z);
+                st.bits = if st.last == SUM {
+                    (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
+                } else {
+                    value_of(st.mant, st.exp).to_bits()
+                };
+                return Some(());
             }
         }
     }
@@ -173,14 +174,35 @@ fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
 /// Decodes the sample after `st` into `st`; `None` on a damaged stream.
 #[inline(always)]
 pub(super) fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
-    let form = if r.bit()? {
+    // After a dec or sum value: the folded Rice code of a regular tick in
+    // the same form, or the escape to a full sample.
+    let mut folded_z = None;
+    let full = if folds(st) {
+        let q = r.ones(RICE_ESCAPE)?;
+        if q != ESC_Q {
+            if st.exp == NONE {
+                return None;
+            }
+            folded_z = Some(get_rice_folded(r, q, st.k())?);
+        }
+        q == ESC_Q
+    } else {
+        r.bit()?
+    };
+    let form = if full {
         let dod = read_dod(r)?;
+        st.reg = if dod == 0 {
+            (st.reg + 1).min(FOLD_AFTER)
+        } else {
+            0
+        };
         st.delta = st.delta.wrapping_add(unzigzag(dod));
         st.ts = st.ts.wrapping_add(st.delta);
         let rank = r.ones(MAX_RANK)? as u8;
         form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
     } else {
         st.ts = st.ts.wrapping_add(st.delta);
+        st.reg = (st.reg + 1).min(FOLD_AFTER);
         st.last
     };
     match form {
@@ -189,7 +211,10 @@ pub(super) fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
             if st.exp == NONE {
                 return None;
             }
-            let z = get_rice(r, st.k())?;
+            let z = match folded_z {
+                Some(z) => z,
+                None => get_rice(r, st.k())?,
+            };
             let d = st.pred.wrapping_add(unzigzag(z));
             st.mant = st.mant.wrapping_add(d);
             st.adapt(d, z);

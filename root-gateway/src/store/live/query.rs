@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError};
 use canopy_proto::model::METRIC_NAME;
 
 use super::{Entry, LiveStore};
-use crate::store::intern::Interner;
+use crate::store::intern::{Interner, Syms};
 use crate::store::{Labels, MatchOp, Matcher, Querier, Series, StoreError};
 
 impl Querier for LiveStore {
@@ -73,7 +73,7 @@ impl Querier for LiveStore {
                 return Err(StoreError::SelectLimit { limit });
             }
             n += 1;
-            cur.labels = labels.of(&self.strings, self.syms(e));
+            cur.labels = labels.of(&self.strings, &self.syms(e));
             if !f(&cur, i) {
                 break;
             }
@@ -81,7 +81,7 @@ impl Querier for LiveStore {
         done(&|i| {
             entries
                 .get(i)
-                .map(|e| self.strings.labels(self.syms(e)))
+                .map(|e| self.strings.labels(&self.syms(e)))
                 .unwrap_or_default()
         });
         Ok(())
@@ -250,7 +250,8 @@ impl LiveStore {
         let ids: Vec<u32> = self.matching(matchers).map(|(id, _)| id).collect();
         let mut order: Vec<u32> = (0..ids.len() as u32).collect();
         {
-            let sets: Vec<&[u32]> = self.entries_of(&ids).iter().map(|e| self.syms(e)).collect();
+            let held: Vec<Syms> = self.entries_of(&ids).iter().map(|e| self.syms(e)).collect();
+            let sets: Vec<&[u32]> = held.iter().map(|s| s.as_slice()).collect();
             self.strings.sort_sets(&sets, &mut order);
         }
         let sorted: Arc<[u32]> = order.iter().map(|&i| ids[i as usize]).collect();
@@ -288,7 +289,7 @@ impl LiveStore {
                     .filter_map(|(id, e)| Some((id as u32, e.as_ref()?))),
             ),
         };
-        Box::new(all.filter(move |(_, e)| self.strings.all_match(matchers, self.syms(e))))
+        Box::new(all.filter(move |(_, e)| self.strings.all_match(matchers, &self.syms(e))))
     }
 
     /// Loads the entries `ids` name and their label ids into the cache,
@@ -301,7 +302,7 @@ impl LiveStore {
             acc ^= e.labels as usize;
         }
         for e in ids.iter().filter_map(entry) {
-            acc ^= self.syms(e).first().copied().unwrap_or(0) as usize;
+            acc ^= usize::from(self.label_ids.touch(e.labels));
         }
         std::hint::black_box(acc);
     }
@@ -318,7 +319,7 @@ impl LiveStore {
     fn preload_chunks(&self, entries: &[&Entry], mint: i64, maxt: i64) {
         let mut acc = 0usize;
         for e in entries {
-            acc ^= self.syms(e).first().copied().unwrap_or(0) as usize;
+            acc ^= usize::from(self.label_ids.touch(e.labels));
             if !e.sealed.is_empty() && (e.head.len() == 0 || e.head.first_ts() > mint) {
                 acc ^= usize::from(e.sealed.touch());
             }
@@ -373,7 +374,7 @@ impl LiveStore {
             None => hits
                 .into_iter()
                 .map(|(e, samples)| Series {
-                    labels: self.strings.labels(self.syms(e)),
+                    labels: self.strings.labels(&self.syms(e)),
                     samples,
                     start_ms: None,
                 })
@@ -382,7 +383,7 @@ impl LiveStore {
                 let mut labels = KeptLabels::new(keep);
                 hits.into_iter()
                     .map(|(e, samples)| Series {
-                        labels: labels.of(&self.strings, self.syms(e)),
+                        labels: labels.of(&self.strings, &self.syms(e)),
                         samples,
                         start_ms: None,
                     })

@@ -3,7 +3,7 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v4" (or "-v3", "-v2", "-v1": read, converted)
+//! magic  "canopy-snapshot-v5" (or "-v4", "-v3", "-v2", "-v1": read, converted)
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
 //! series 0x03 labels | source+1 (0 none) | n_sealed | sealed* | open
@@ -25,9 +25,13 @@ use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
 
-/// v4: sealed chunks as bare runs, the open chunk with its state.
-const MAGIC: &[u8] = b"canopy-snapshot-v4";
-/// v3 (the release before): every chunk with its encoder state, in the
+/// v5: sealed chunks as bare runs, the open chunk with its state, in the
+/// chunk format with folded Rice codes.
+const MAGIC: &[u8] = b"canopy-snapshot-v5";
+/// v4 (the release before): the same records in the chunk format with a
+/// flag bit on every sample (converted on load: `chunk::v4`).
+const MAGIC_V4: &[u8] = b"canopy-snapshot-v4";
+/// v3 (the release before v4): every chunk with its encoder state, in the
 /// same bit format as v4's.
 const MAGIC_V3: &[u8] = b"canopy-snapshot-v3";
 /// v2 (the release before): the same records with the first bit-packed
@@ -84,7 +88,15 @@ impl SnapshotCut {
     /// Streams the cut to `w` as a snapshot; returns the bytes written.
     pub fn write(&self, w: &mut impl Write) -> io::Result<u64> {
         let str_of = |id: u32| self.strings.get(id as usize).map_or("", |s| s);
-        let mut n = write_frame(w, MAGIC)? as u64;
+        #[cfg(test)]
+        let magic = if crate::store::chunk::WRITE_V4.with(std::cell::Cell::get) {
+            MAGIC_V4
+        } else {
+            MAGIC
+        };
+        #[cfg(not(test))]
+        let magic = MAGIC;
+        let mut n = write_frame(w, magic)? as u64;
         let mut p = vec![0x01];
         put_varint(&mut p, self.now_ms);
         put_uvarint(&mut p, self.stats.rejected_series);
@@ -155,7 +167,7 @@ impl LiveStore {
             open: Vec::new(),
         };
         for e in self.entries.iter().flatten() {
-            cut.label_ids.extend_from_slice(self.syms(e));
+            cut.label_ids.extend_from_slice(&self.syms(e));
             if e.head.len() > 0 {
                 e.head.write_state(&mut cut.open);
             }
@@ -187,7 +199,8 @@ impl LiveStore {
         };
         next(&mut buf)?;
         let (v1, v2, v3) = (buf == MAGIC_V1, buf == MAGIC_V2, buf == MAGIC_V3);
-        if buf != MAGIC && !v1 && !v2 && !v3 {
+        let v4 = buf == MAGIC_V4;
+        if buf != MAGIC && !v1 && !v2 && !v3 && !v4 {
             return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
         }
         next(&mut buf)?;
@@ -250,31 +263,47 @@ impl LiveStore {
                     } else if v2 {
                         crate::store::chunk::v2::read_state(&mut c, &mut chunks)?;
                     } else {
-                        Chunk::read_state(&mut c, &mut chunks)?;
+                        crate::store::chunk::v4::read_state(&mut c, &mut chunks)?;
                     }
                 }
                 let head = chunks.pop().unwrap_or_default();
                 (Sealed::from_views(chunks.iter().map(Chunk::view)), head)
             } else {
                 let mut runs = Vec::with_capacity(n);
+                // v4's runs, converted to today's chunk format.
+                let mut converted = Vec::new();
                 let mut prev = i64::MIN;
-                for _ in 0..n {
+                for i in 0..n {
                     let first_ts = c.varint()?;
                     let count = c.len(crate::store::chunk::CHUNK_SAMPLES)?;
                     let bit_len = c.len(crate::store::chunk::MAX_SEALED_BITS as usize)?;
                     let bytes = c.bytes(bit_len.div_ceil(8))?;
-                    let run = ChunkView::sealed(bytes, bit_len as u32, count, first_ts)
-                        .filter(|_| first_ts > prev || runs.is_empty())
-                        .ok_or(CodecError::Malformed("sealed chunk out of range"))?;
+                    if first_ts <= prev && i > 0 {
+                        return Err(CodecError::Malformed("sealed chunk out of range"));
+                    }
                     prev = first_ts;
+                    if v4 {
+                        crate::store::chunk::v4::read_sealed(
+                            bytes,
+                            bit_len as u32,
+                            count,
+                            first_ts,
+                            &mut converted,
+                        )?;
+                        continue;
+                    }
+                    let run = ChunkView::sealed(bytes, bit_len as u32, count, first_ts)
+                        .ok_or(CodecError::Malformed("sealed chunk out of range"))?;
                     runs.push(run);
                 }
+                runs.extend(converted.iter().map(Chunk::view));
                 // The open chunk; more than one only when its span does
                 // not fit one (a snapshot of a release that did not bound
                 // it): all but the last are sealed after the runs.
                 let mut open = Vec::new();
                 match c.u8()? {
                     0 => {}
+                    1 if v4 => crate::store::chunk::v4::read_state(&mut c, &mut open)?,
                     1 => Chunk::read_state(&mut c, &mut open)?,
                     _ => return Err(CodecError::Malformed("bad open chunk flag")),
                 }
@@ -298,7 +327,7 @@ impl LiveStore {
                 .label_ids
                 .intern(&mut s.strings, &labels)
                 .ok_or(CodecError::Malformed("too many label ids"))?;
-            s.index.insert(h, s.label_ids.get(syms), id);
+            s.index.insert(h, &s.label_ids.get(syms), id);
             s.live += 1;
             s.series_epoch += 1;
             let mut e = Entry::new(syms, source);

@@ -1,6 +1,6 @@
 //! Snapshots: round trips, cuts that share sealed chunks, upgrades from
-//! the v1, v2 and v3 formats (fixtures under `tests/data/`), damaged v4
-//! records.
+//! the v1, v2, v3 and v4 formats (fixtures under `tests/data/`, v4 made by
+//! the encoder with folding off), damaged v5 records.
 
 #![allow(clippy::unwrap_used)]
 
@@ -83,14 +83,14 @@ fn upgrade_reads_v1_snapshot_with_every_sample() {
     let p = pts(&s, "v1_steady", 0, 9_000);
     assert_eq!(p.len(), 10);
     assert!(p.iter().all(|x| x.1 == 5.0));
-    // The loaded store keeps accepting data and writes a v4 snapshot that
+    // The loaded store keeps accepting data and writes a v5 snapshot that
     // reads back the same.
     let mut s = s;
     let l = Labels::metric("v1_steady", [("node", "n1")]);
     s.append(None, &l, 10_000, 6.0).unwrap();
     let mut v2 = Vec::new();
     s.write_snapshot(&mut v2).unwrap();
-    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v5"));
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
     assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
     // Every truncation of the v1 stream is an error, never a panic.
@@ -186,7 +186,7 @@ fn assert_series(s: &LiveStore, want: &[V1Series]) {
             .entries
             .iter()
             .flatten()
-            .find(|e| s.strings.labels(s.syms(e)).name() == *name)
+            .find(|e| s.strings.labels(&s.syms(e)).name() == *name)
             .unwrap_or_else(|| panic!("{name} missing"));
         assert_eq!(e.source().is_some(), *sourced, "{name}");
         assert_eq!(
@@ -212,10 +212,10 @@ fn upgrade_reads_v2_snapshot_with_every_sample() {
     let want = v2_series();
     assert_series(&s, &want);
     // Converted chunks are in today's format: smaller than the v2 ones,
-    // and a v4 snapshot of them reads back the same samples.
+    // and a v5 snapshot of them reads back the same samples.
     let mut v4 = Vec::new();
     s.write_snapshot(&mut v4).unwrap();
-    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v5"));
     assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
@@ -244,20 +244,20 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
         .entries
         .iter()
         .flatten()
-        .find(|e| s.strings.labels(s.syms(e)).name() == "v2_cpu")
+        .find(|e| s.strings.labels(&s.syms(e)).name() == "v2_cpu")
         .unwrap();
     assert_eq!((cpu.sealed.len(), cpu.head.len()), (1, 20));
-    // A v4 snapshot of it is smaller (no encoder state for sealed chunks)
+    // A v5 snapshot of it is smaller (no encoder state for sealed chunks)
     // and reads back the same samples.
     let mut v4 = Vec::new();
     s.write_snapshot(&mut v4).unwrap();
-    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v5"));
     assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
     let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
     // The open chunk's encoder state came through: appends continue it
     // and read back, sealing it at 240 samples.
-    let l = s.strings.labels(s.syms(cpu));
+    let l = s.strings.labels(&s.syms(cpu));
     let last = want.iter().find(|w| w.0 == "v2_cpu").unwrap().2.clone();
     let (t0, v0) = *last.last().unwrap();
     let more: Vec<(i64, f64)> = (1..=230i64)
@@ -284,11 +284,11 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     }
 }
 
-/// A v4 snapshot whose series record is damaged (sealed runs' counts,
+/// A v5 snapshot whose series record is damaged (sealed runs' counts,
 /// lengths and order, the open chunk's flag and state), with valid
 /// checksums, is refused or loads something queries read without a panic.
 #[test]
-fn damaged_v4_series_records_never_panic() {
+fn damaged_v5_series_records_never_panic() {
     use crate::store::codec::{read_frame, write_frame};
     let mut s = LiveStore::new(LiveStoreConfig::default());
     let l = Labels::metric("dmg", [("node", "n1")]);
@@ -329,4 +329,106 @@ fn damaged_v4_series_records_never_panic() {
         refused > 0 && loaded > 0,
         "{refused} refused, {loaded} loaded"
     );
+}
+
+/// Series of every kind the chunk format has codes for: a counter with
+/// jittered and skipped ticks and a reset, a quantised gauge redrawn
+/// every 4 ticks, a flat series, noisy floats and cpu seconds to the ms;
+/// 500 samples each (two sealed chunks and an open one).
+fn v4_series() -> Vec<(Labels, Vec<(i64, f64)>)> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let names = ["v4_ctr", "v4_gauge", "v4_flat", "v4_float", "v4_cpu"];
+    let mut out: Vec<(Labels, Vec<(i64, f64)>)> = names
+        .iter()
+        .map(|n| (Labels::metric(n, [("node", "n1")]), Vec::new()))
+        .collect();
+    let (mut t, mut ctr, mut cpu, mut gauge) = (1_000i64, 1e12, 5_000.0f64, 0.0);
+    for k in 0..500u64 {
+        t += match k % 97 {
+            13 => 15_000 + 7,
+            50 => 45_000,
+            _ => 15_000,
+        };
+        ctr = if k == 300 {
+            0.0
+        } else {
+            ctr + (3_000_000 + rnd() % 1_000_000) as f64
+        };
+        cpu = ((cpu + 10.5 + (rnd() % 1000) as f64 / 1e3) * 1e3).round() / 1e3;
+        if k % 4 == 0 {
+            gauge = (rnd() % 1_000_000) as f64 * 4096.0;
+        }
+        let float = (rnd() >> 11) as f64 / (1u64 << 53) as f64;
+        for (i, v) in [ctr, gauge, 64.0, float, cpu].into_iter().enumerate() {
+            out[i].1.push((t, v));
+        }
+    }
+    out
+}
+
+fn assert_v4_series(s: &LiveStore, want: &[(Labels, Vec<(i64, f64)>)]) {
+    for (l, w) in want {
+        let got = pts(s, l.name(), 0, i64::MAX);
+        assert_eq!(
+            got.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+            w.iter().map(|p| (p.0, p.1.to_bits())).collect::<Vec<_>>(),
+            "{}",
+            l.name()
+        );
+    }
+}
+
+/// A snapshot of the v4 release (chunks with a flag bit on every sample,
+/// made here by the encoder with folding off, as v4 wrote them) loads
+/// with every sample: its sealed runs and open chunks are decoded in the
+/// v4 format and pushed again. Written again it is a smaller v5 that
+/// reads back the same, and appends continue it.
+#[test]
+fn upgrade_reads_v4_snapshot_with_every_sample() {
+    use crate::store::chunk::WRITE_V4;
+    let want = v4_series();
+    WRITE_V4.with(|w| w.set(true));
+    let mut old = LiveStore::new(LiveStoreConfig::default());
+    for (l, p) in &want {
+        for &(t, v) in p {
+            old.append(None, l, t, v).unwrap();
+        }
+    }
+    let mut v4 = Vec::new();
+    old.write_snapshot(&mut v4).unwrap();
+    WRITE_V4.with(|w| w.set(false));
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v4"));
+    let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
+    assert_v4_series(&s, &want);
+    let e = s.entries.iter().flatten().next().unwrap();
+    assert_eq!((e.sealed.len(), e.head.len()), (2, 20));
+    let mut v5 = Vec::new();
+    s.write_snapshot(&mut v5).unwrap();
+    assert!(v5.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    assert!(v5.len() < v4.len(), "{} >= {}", v5.len(), v4.len());
+    let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v5[..]).unwrap();
+    assert_v4_series(&r, &want);
+    let mut more = want.clone();
+    for (l, p) in &mut more {
+        let (t0, v0) = *p.last().unwrap();
+        for i in 1..=30i64 {
+            let pt = (t0 + i * 15_000, v0 + i as f64 * 1024.0);
+            r.append(None, l, pt.0, pt.1).unwrap();
+            p.push(pt);
+        }
+    }
+    assert_v4_series(&r, &more);
+    // Every truncation of the v4 stream is an error, never a panic.
+    for cut in [20, v4.len() / 2, v4.len() - 1] {
+        assert!(
+            LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
 }

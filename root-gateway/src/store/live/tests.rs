@@ -161,9 +161,10 @@ fn memory_breakdown_counts_what_the_series_hold() {
     let m = s.memory_breakdown();
     let st = s.stats();
     assert_eq!(m.chunk_bytes, st.chunk_bytes);
-    // Three labels (name, node, job) as two u32 ids each and a length,
-    // per series, in one buffer (at most twice that: its growth room).
-    let ids = 10 * (1 + 3 * 2) * 4;
+    // Three labels (name, node, job) as two one-byte varint ids each and
+    // a length, per series, in one buffer (at most twice that: its growth
+    // room).
+    let ids = 10 * (1 + 3 * 2);
     assert!((ids..=2 * ids).contains(&m.labels), "{}", m.labels);
     // 300 samples make two chunks per series: one sealed, with an index
     // entry of 11 bytes in its series' sealed buffer, and the open one in

@@ -1,0 +1,155 @@
+//! Reading chunks of `canopy-snapshot-v3` and `-v4` snapshots (the chunk
+//! format before the folded Rice codes: every sample after the first
+//! starts with a flag bit, `0` for a regular tick in the previous value's
+//! form), so an upgraded gateway loads its predecessor's data dir. A v4
+//! chunk, open or sealed, is decoded with the v4 bit format and its
+//! samples pushed into new [`Chunk`]s; nothing writes v4 any more.
+
+use super::{
+    CHUNK_SAMPLES, Chunk, DEC, DEC_RESID, MAX_EXP, MAX_RANK, NEW_EXP, NONE, SAME, SUM, State, XOR,
+    approx, form_of, get_delta, get_resid, get_rice, get_window, read_dod, value_of,
+};
+use crate::store::bits::{Reader, unzigzag};
+use crate::store::codec::{CodecError, Cursor};
+
+/// Most bits a v4 chunk's stream can take.
+const MAX_V4_BITS: usize = CHUNK_SAMPLES * 181 + 64;
+
+/// Reads one v3/v4 chunk with its encoder state (the open chunk of a v4
+/// snapshot, every chunk of a v3 one) and converts it into `out` (one
+/// chunk, more when its span does not fit one: [`Chunk::fits`]). A stream
+/// shorter than its count, timestamps going back, or a state that does
+/// not match the samples is an error, never a panic.
+pub(in crate::store) fn read_state(
+    c: &mut Cursor<'_>,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
+    let bad = CodecError::Malformed;
+    let count = c.len(CHUNK_SAMPLES)?;
+    let first_ts = c.varint()?;
+    let last_ts = c.varint()?;
+    let _delta = c.varint()?;
+    let last_bits = c.u64_le()?;
+    let _mant = c.varint()?;
+    let _pred = c.varint()?;
+    let _mag = c.u32_le()?;
+    let (exp, lead, sig, last) = (c.u8()?, c.u8()?, c.u8()?, c.u8()?);
+    if (exp != NONE && exp > MAX_EXP)
+        || (lead != NONE && u32::from(lead) + u32::from(sig) > 64)
+        || last > XOR
+    {
+        return Err(bad("chunk encoder state out of range"));
+    }
+    let bit_len = c.len(MAX_V4_BITS)? as u32;
+    let bytes = c.bytes(bit_len.div_ceil(8) as usize)?;
+    if count == 0 {
+        out.push(Chunk::default());
+        return Ok(());
+    }
+    let st = convert(bytes, bit_len, count, first_ts, out)?;
+    if st.ts != last_ts || st.bits != last_bits {
+        return Err(bad("v4 chunk: state does not match its samples"));
+    }
+    Ok(())
+}
+
+/// Converts a v4 snapshot's sealed run (`first_ts | count | bit_len |
+/// bytes`, already read) into `out`.
+pub(in crate::store) fn read_sealed(
+    bytes: &[u8],
+    bit_len: u32,
+    count: usize,
+    first_ts: i64,
+    out: &mut Vec<Chunk>,
+) -> Result<(), CodecError> {
+    if !(1..=CHUNK_SAMPLES).contains(&count)
+        || !(64..=MAX_V4_BITS).contains(&(bit_len as usize))
+        || bytes.len() != bit_len.div_ceil(8) as usize
+    {
+        return Err(CodecError::Malformed("sealed chunk out of range"));
+    }
+    convert(bytes, bit_len, count, first_ts, out).map(|_| ())
+}
+
+/// Decodes `count` (at least 1) v4 samples and pushes them into new
+/// chunks in `out`; the state after the last one.
+fn convert(
+    bytes: &[u8],
+    bit_len: u32,
+    count: usize,
+    first_ts: i64,
+    out: &mut Vec<Chunk>,
+) -> Result<State, CodecError> {
+    let bad = CodecError::Malformed;
+    let mut r = Reader::new(bytes, bit_len);
+    let first = r.read(64).ok_or(bad("v4 chunk: no first value"))?;
+    let mut st = State::first(first_ts, first);
+    let mut chunk = Chunk::default();
+    chunk.push(st.ts, f64::from_bits(st.bits));
+    for _ in 1..count {
+        let prev = st.ts;
+        next(&mut r, &mut st).ok_or(bad("v4 chunk: stream shorter than its count"))?;
+        if st.ts < prev {
+            return Err(bad("v4 chunk: timestamps go back"));
+        }
+        if chunk.is_full() || !chunk.fits(st.ts) {
+            out.push(std::mem::take(&mut chunk));
+        }
+        chunk.push(st.ts, f64::from_bits(st.bits));
+    }
+    out.push(chunk);
+    Ok(st)
+}
+
+/// Decodes the v4 sample after `st` into `st`; `None` on a damaged stream.
+fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
+    let form = if r.bit()? {
+        let dod = read_dod(r)?;
+        st.delta = st.delta.wrapping_add(unzigzag(dod));
+        st.ts = st.ts.wrapping_add(st.delta);
+        let rank = r.ones(MAX_RANK)? as u8;
+        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+    } else {
+        st.ts = st.ts.wrapping_add(st.delta);
+        st.last
+    };
+    match form {
+        SAME => {}
+        DEC | SUM | DEC_RESID => {
+            if st.exp == NONE {
+                return None;
+            }
+            let z = get_rice(r, st.k())?;
+            let d = st.pred.wrapping_add(unzigzag(z));
+            st.mant = st.mant.wrapping_add(d);
+            st.adapt(d, z);
+            st.bits = match form {
+                SUM => (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits(),
+                DEC => value_of(st.mant, st.exp).to_bits(),
+                _ => {
+                    let n = r.read(4)? as u32;
+                    value_of(st.mant, st.exp).to_bits() ^ r.read(n)?
+                }
+            };
+        }
+        XOR => {
+            get_window(r, &mut st.lead, &mut st.sig, &mut st.bits)?;
+            st.exp = NONE;
+        }
+        NEW_EXP => {
+            let e = r.read(3)? as u8;
+            let prev = approx(f64::from_bits(st.bits), e)?;
+            let z = get_delta(r)?;
+            st.mant = prev.wrapping_add(unzigzag(z));
+            st.exp = e;
+            let resid = get_resid(r)?;
+            st.bits = value_of(st.mant, e).to_bits() ^ resid;
+            st.restart(unzigzag(z));
+            st.last = if resid == 0 { DEC } else { DEC_RESID };
+            return Some(());
+        }
+        _ => return None,
+    }
+    st.last = form;
+    Some(())
+}
