@@ -38,19 +38,6 @@ pub struct ReceiverState {
     /// The thread that stores decoded requests (see [`Applier`]); none:
     /// each request is stored on the thread that decoded it.
     applier: Option<Applier>,
-    /// Requests decoded at once, at most: one a CPU, at least 2 (so one
-    /// decodes while another is stored). Each decoding thread keeps a
-    /// request-sized scratch and its own malloc arena, and more decoders
-    /// than CPUs decode no faster: 4 senders on 2 CPUs spread requests
-    /// over more threads, each keeping its arena's high-water mark
-    /// (issue 5: RSS per series). It also bounds the decoded bodies held
-    /// at once.
-    decoders: Arc<tokio::sync::Semaphore>,
-}
-
-/// Permits of [`ReceiverState`]'s decoders.
-fn decoder_permits() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
 
 impl ReceiverState {
@@ -61,7 +48,6 @@ impl ReceiverState {
             tap,
             limits,
             applier: None,
-            decoders: Arc::new(tokio::sync::Semaphore::new(decoder_permits())),
         }
     }
 
@@ -177,8 +163,6 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
         }
     };
     let st2 = Arc::clone(&st);
-    // Held until the request is stored (the semaphore is never closed).
-    let _permit = st.decoders.acquire().await.ok();
     // Storing may write the journal: blocking I/O, off the async threads.
     match tokio::task::spawn_blocking(move || ingest_bytes(&st2, bytes)).await {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
