@@ -116,13 +116,14 @@ impl Merger {
         if self.table.source(src).is_none_or(|s| s.last_ts_ms < ts) {
             return;
         }
+        // The full path noted its path just now, which applied any due
+        // note; should one be due still, it goes first, not lost.
+        self.flush_path(src);
         let i = src as usize;
         if self.recent.len() <= i {
             self.recent.resize(i + 1, Recent::default());
         }
-        // The full path noted its path just now, which flushed any due note.
         let r = &mut self.recent[i];
-        debug_assert!(!r.has_deferred);
         *r = Recent {
             ts,
             series,
