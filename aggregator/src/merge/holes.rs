@@ -42,6 +42,16 @@ impl Merger {
         if self.cfg.hole_wait_ms <= 0 {
             return false;
         }
+        // A skipped copy's note first, in arrival order (see `dupes`).
+        self.flush_path(src);
+        self.note_path_now(src, child, ts)
+    }
+
+    /// [`Merger::note_path`] without the due notes (see `dupes`).
+    pub(super) fn note_path_now(&mut self, src: u32, child: ChildId, ts: i64) -> bool {
+        if self.cfg.hole_wait_ms <= 0 {
+            return false;
+        }
         let wait = self.cfg.hole_wait_ms;
         let Some(m) = self.table.source_mark_mut(src) else {
             return false; // invariant: `src` was just resolved
@@ -87,6 +97,8 @@ impl Merger {
     /// Applies the held sections of `src` that are contiguous with its
     /// newest timestamp, or older than `force_before` (their wait is over).
     pub(super) fn release(&mut self, src: u32, force_before: i64, sink: &mut dyn Sink) {
+        // `others_passed` reads the paths: a skipped copy's note first.
+        self.flush_path(src);
         loop {
             let Some((ts, from)) = self
                 .held

@@ -37,6 +37,7 @@
 //! its retirement.
 
 mod config;
+mod dupes;
 mod error;
 mod holes;
 mod resolve;
@@ -151,6 +152,12 @@ pub struct Merger {
     /// allocates no update vector per source per tick. At most as many as
     /// one tick had, each small (see `recycle`).
     spare: Vec<ChangeSection>,
+    /// Per source handle, what proves the other paths' copies of its last
+    /// one-update section duplicates (see `dupes`).
+    recent: Vec<dupes::Recent>,
+    /// Proven copies are skipped (off only to test that skipping changes
+    /// nothing).
+    skip_copies: bool,
 }
 
 /// Sections whose global records [`Merger::warm`] loads at a time, before
@@ -195,7 +202,17 @@ impl Merger {
             stats: MergeStats::default(),
             held: IdMap::default(),
             spare: Vec::new(),
+            recent: Vec::new(),
+            skip_copies: true,
         }
+    }
+
+    /// The same merger applying every copy in full (the reference the
+    /// tests compare skipping against).
+    #[cfg(test)]
+    pub(super) fn without_skips(mut self) -> Self {
+        self.skip_copies = false;
+        self
     }
 
     /// A child link opened (or reopened): it gets a fresh decoder, replacing
@@ -225,6 +242,8 @@ impl Merger {
     /// table (another path may carry them) until refreshed or expired.
     pub fn child_gone(&mut self, child: ChildId) {
         self.children.remove(&child);
+        // Skipped copies' notes first (see `dupes`).
+        self.flush_paths();
         // A path that is gone can fill no hole.
         for m in self.table.source_marks_mut() {
             m.paths.retain(|e| e.0 != child);
@@ -421,6 +440,9 @@ impl Merger {
                 let end = frame.sections.len().min(i + WARM_AHEAD);
                 self.warm(c, &frame.sections[i..end]);
             }
+            if self.skip_copy(child, c, sec, &mut sum) {
+                continue;
+            }
             let n = sec.updates.len();
             sum.updates += n;
             self.stats.updates_in += n as u64;
@@ -458,8 +480,15 @@ impl Merger {
                 continue;
             }
             self.heartbeat(src, sec.ts_ms, sink);
+            let mut resolved = None;
             for &(id, v) in &sec.updates {
-                self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
+                resolved = self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
+            }
+            if n == 1
+                && sec.retired.is_empty()
+                && let Some(h) = resolved
+            {
+                self.note_recent(src, h, sec.ts_ms);
             }
             if self.held.contains_key(&src) {
                 self.release(src, i64::MIN, sink);
@@ -578,20 +607,21 @@ impl Merger {
         v: f64,
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
-    ) {
+    ) -> Option<u32> {
         let (h, encoding) = match self.resolve_series(c, src, id, ts) {
             Ok(r) => r,
             Err(Miss::Duplicate) => {
                 sum.duplicates += 1;
                 self.stats.duplicates_dropped += 1;
-                return;
+                return None;
             }
             Err(Miss::OverCap) => {
                 self.stats.dropped_over_cap += 1;
-                return;
+                return None;
             }
         };
         self.accept(src, h, ts, v, Some(encoding), sink, sum);
+        Some(h)
     }
 
     /// Applies one update of global series `h` unless it is not newer than

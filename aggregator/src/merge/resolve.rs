@@ -22,6 +22,9 @@ impl Merger {
         let mut series = [u32::MAX; WARM_AHEAD * WARM_FEW];
         let mut n = 0;
         for (i, sec) in secs.iter().take(WARM_AHEAD).enumerate() {
+            if self.proven_copy(c, sec).is_some() {
+                continue; // skipped whole: nothing of it is read
+            }
             if let Some(h) = c.dec.source(sec.source).and_then(|rx| handle(rx.tag()))
                 && let Some(e) = self.table.source(h)
             {

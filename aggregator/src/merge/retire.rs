@@ -34,6 +34,9 @@ impl Merger {
         if let Some(m) = self.table.mark_mut(h) {
             m.epoch = m.epoch.wrapping_add(1);
         }
+        // What proved copies of its source's sections duplicates may
+        // name it.
+        self.forget_recent(e.source);
         let ts = r.max(last.saturating_add(1));
         let name = self
             .table
@@ -73,6 +76,7 @@ impl Merger {
             }
             let name = s.name.clone();
             let ts = r.max(s.last_ts_ms);
+            self.forget_recent(h);
             if let Some(m) = self.table.source_mark_mut(h) {
                 m.epoch = m.epoch.wrapping_add(1);
             }

@@ -44,6 +44,10 @@ pub struct MergeStats {
     /// Updates dropped because their series already had that or a newer
     /// timestamp (redundant paths, reconnect keyframes, lagging paths).
     pub duplicates_dropped: u64,
+    /// Of those, in copies of a section skipped whole (the other path's
+    /// copy of a quiet source's section, proven a duplicate without being
+    /// applied).
+    pub copies_skipped: u64,
     /// Updates dropped because the global series cap was reached.
     pub dropped_over_cap: u64,
     /// Rejected records by reason (`CodecError` variant, or `unknown_child`).

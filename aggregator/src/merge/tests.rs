@@ -731,3 +731,5 @@ fn a_single_path_source_is_never_held() {
     assert_eq!(sink.samples.len(), 4);
     assert_eq!(m.stats().sections_held, 0);
 }
+
+mod copies;

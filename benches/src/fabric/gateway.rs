@@ -155,6 +155,8 @@ pub struct GatewayOut {
     pub rejected: u64,
     /// Updates dropped as duplicates (the R-1 other copies).
     pub duplicates: u64,
+    /// Of those, in other paths' copies skipped whole (proven duplicates).
+    pub copies_skipped: u64,
     /// Updates accepted.
     pub accepted: u64,
     /// Series in its table at the end.
@@ -301,6 +303,7 @@ pub fn run_gateway(
         steady_ms,
         rejected,
         duplicates: st.duplicates_dropped,
+        copies_skipped: st.copies_skipped,
         accepted: st.updates_accepted,
         series: merger.table().len(),
         steady_in_bps: steady_bytes as f64 * 1000.0 / (hi - lo).max(1) as f64,

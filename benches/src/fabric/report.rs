@@ -112,6 +112,9 @@ pub struct GatewayFigures {
     pub accepted: u64,
     /// Updates dropped as duplicates (other paths) over the run.
     pub duplicates: u64,
+    /// Of those, in other paths' copies skipped whole (proven duplicates,
+    /// not applied).
+    pub copies_skipped: u64,
     /// Series in its table at the end.
     pub series: usize,
 }
@@ -325,6 +328,7 @@ pub fn build(
             total_cpu_s: gw.cpu_ns as f64 / 1e9,
             accepted: gw.accepted,
             duplicates: gw.duplicates,
+            copies_skipped: gw.copies_skipped,
             series: gw.series,
         },
         relay: role_cpu(&t.relay_cpu, steady_s),

@@ -95,7 +95,7 @@ fn varint(buf: &mut &[u8]) -> Result<u64, CodecError> {
 }
 
 /// A field key: (field number, wire type).
-#[inline]
+#[inline(always)]
 fn key(buf: &mut &[u8]) -> Result<(u64, u64), CodecError> {
     let k = varint(buf)?;
     if k > u64::from(u32::MAX) {
@@ -109,6 +109,7 @@ fn key(buf: &mut &[u8]) -> Result<(u64, u64), CodecError> {
 }
 
 /// A length-delimited field's bytes.
+#[inline(always)]
 fn len_bytes<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], CodecError> {
     let n = varint(buf)?;
     let n = usize::try_from(n).map_err(|_| malformed("length out of range"))?;
@@ -193,16 +194,19 @@ fn repeated<T>(
     }
 }
 
+#[inline(always)]
 fn sint32(buf: &mut &[u8]) -> Result<i32, CodecError> {
     let v = varint(buf)? as u32;
     Ok(((v >> 1) as i32) ^ -((v & 1) as i32))
 }
 
+#[inline(always)]
 fn sint64(buf: &mut &[u8]) -> Result<i64, CodecError> {
     let v = varint(buf)?;
     Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
 }
 
+#[inline(always)]
 fn uint32(buf: &mut &[u8]) -> Result<u32, CodecError> {
     Ok(varint(buf)? as u32)
 }
