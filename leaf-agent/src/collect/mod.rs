@@ -253,7 +253,7 @@ pub fn host_collectors_with(
         Box::new(MemInfoCollector::new(node, proc_root)),
         Box::new(LoadAvgCollector::new(node, proc_root)),
         Box::new(NetDevCollector::new(node, proc_root)),
-        Box::new(DiskStatsCollector::new(node, proc_root)),
+        Box::new(DiskStatsCollector::new(node, proc_root).with_sysfs(&sys_root)),
         Box::new(PressureCollector::new(node, proc_root)),
         Box::new(filesystem::FilesystemCollector::new(
             node, proc_root, fs_opts,
