@@ -96,7 +96,14 @@ pub(super) fn rice_cost(z: u64, k: u32) -> u32 {
 
 #[inline(always)]
 pub(super) fn put_rice(w: &mut Writer, z: u64, k: u32) {
-    let q = z >> k;
+    put_rice_as(w, z, k, z >> k);
+}
+
+/// Writes the Rice code of `z` with `k` low bits and the written quotient
+/// `q` (`z >> k`, or one higher past the folded code's escape); a
+/// quotient of [`RICE_ESCAPE`] or more is the long form.
+#[inline(always)]
+fn put_rice_as(w: &mut Writer, z: u64, k: u32, q: u64) {
     if q < u64::from(RICE_ESCAPE) {
         // q ones and a zero, then the k low bits: one code when it fits.
         let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
@@ -140,26 +147,7 @@ pub(super) fn get_rice(r: &mut Reader<'_>, k: u32) -> Option<u64> {
 #[inline(always)]
 pub(super) fn put_rice_folded(w: &mut Writer, z: u64, k: u32) {
     let q = z >> k;
-    let q = if q < u64::from(ESC_Q) { q } else { q + 1 };
-    if q < u64::from(RICE_ESCAPE) {
-        let (q, head) = (q as u32, ((1u64 << q) - 1) << 1);
-        if q + 1 + k <= 64 {
-            let low = if k == 0 {
-                0
-            } else {
-                z & (u64::MAX >> (64 - k))
-            };
-            w.put((head << k) | low, q + 1 + k);
-        } else {
-            w.put(head, q + 1);
-            w.put(z, k);
-        }
-    } else {
-        let n = bit_len(z);
-        w.put((1u64 << RICE_ESCAPE) - 1, RICE_ESCAPE);
-        w.put(u64::from(n - 1), 6);
-        w.put(z, n);
-    }
+    put_rice_as(w, z, k, if q < u64::from(ESC_Q) { q } else { q + 1 });
 }
 
 /// The escape of a folded Rice code: [`ESC_Q`] ones and a zero.

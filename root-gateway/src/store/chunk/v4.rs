@@ -5,10 +5,7 @@
 //! chunk, open or sealed, is decoded with the v4 bit format and its
 //! samples pushed into new [`Chunk`]s; nothing writes v4 any more.
 
-use super::{
-    CHUNK_SAMPLES, Chunk, DEC, DEC_RESID, MAX_EXP, MAX_RANK, NEW_EXP, NONE, SAME, SUM, State, XOR,
-    approx, form_of, get_delta, get_resid, get_rice, get_window, read_dod, value_of,
-};
+use super::{CHUNK_SAMPLES, Chunk, MAX_EXP, MAX_RANK, NONE, State, XOR, form_of, read_dod};
 use crate::store::bits::{Reader, unzigzag};
 use crate::store::codec::{CodecError, Cursor};
 
@@ -113,43 +110,5 @@ fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         st.ts = st.ts.wrapping_add(st.delta);
         st.last
     };
-    match form {
-        SAME => {}
-        DEC | SUM | DEC_RESID => {
-            if st.exp == NONE {
-                return None;
-            }
-            let z = get_rice(r, st.k())?;
-            let d = st.pred.wrapping_add(unzigzag(z));
-            st.mant = st.mant.wrapping_add(d);
-            st.adapt(d, z);
-            st.bits = match form {
-                SUM => (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits(),
-                DEC => value_of(st.mant, st.exp).to_bits(),
-                _ => {
-                    let n = r.read(4)? as u32;
-                    value_of(st.mant, st.exp).to_bits() ^ r.read(n)?
-                }
-            };
-        }
-        XOR => {
-            get_window(r, &mut st.lead, &mut st.sig, &mut st.bits)?;
-            st.exp = NONE;
-        }
-        NEW_EXP => {
-            let e = r.read(3)? as u8;
-            let prev = approx(f64::from_bits(st.bits), e)?;
-            let z = get_delta(r)?;
-            st.mant = prev.wrapping_add(unzigzag(z));
-            st.exp = e;
-            let resid = get_resid(r)?;
-            st.bits = value_of(st.mant, e).to_bits() ^ resid;
-            st.restart(unzigzag(z));
-            st.last = if resid == 0 { DEC } else { DEC_RESID };
-            return Some(());
-        }
-        _ => return None,
-    }
-    st.last = form;
-    Some(())
+    super::view::apply_form(r, st, form, None)
 }

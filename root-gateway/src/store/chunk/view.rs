@@ -205,6 +205,20 @@ pub(super) fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         st.reg = (st.reg + 1).min(FOLD_AFTER);
         st.last
     };
+    apply_form(r, st, form, folded_z)
+}
+
+/// Reads the value of a sample in `form` after its header (the Rice code
+/// already read when `folded_z` holds it) into `st`; `None` on a damaged
+/// stream. Shared by this format and the v3/v4 reader (`v4.rs`), whose
+/// value codes are the same.
+#[inline(always)]
+pub(super) fn apply_form(
+    r: &mut Reader<'_>,
+    st: &mut State,
+    form: u8,
+    folded_z: Option<u64>,
+) -> Option<()> {
     match form {
         SAME => {}
         DEC | SUM | DEC_RESID => {
