@@ -5,8 +5,8 @@
 //! chunk, open or sealed, is decoded with the v4 bit format and its
 //! samples pushed into new [`Chunk`]s; nothing writes v4 any more.
 
-use super::{CHUNK_SAMPLES, Chunk, MAX_EXP, MAX_RANK, NONE, State, XOR, form_of, read_dod};
-use crate::store::bits::{Reader, unzigzag};
+use super::{CHUNK_SAMPLES, Chunk, MAX_EXP, NONE, State, XOR};
+use crate::store::bits::Reader;
 use crate::store::codec::{CodecError, Cursor};
 
 /// Most bits a v4 chunk's stream can take.
@@ -101,11 +101,7 @@ fn convert(
 /// Decodes the v4 sample after `st` into `st`; `None` on a damaged stream.
 fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     let form = if r.bit()? {
-        let dod = read_dod(r)?;
-        st.delta = st.delta.wrapping_add(unzigzag(dod));
-        st.ts = st.ts.wrapping_add(st.delta);
-        let rank = r.ones(MAX_RANK)? as u8;
-        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+        super::view::full_header(r, st)?.0
     } else {
         st.ts = st.ts.wrapping_add(st.delta);
         st.last

@@ -190,22 +190,32 @@ pub(super) fn next(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
         r.bit()?
     };
     let form = if full {
-        let dod = read_dod(r)?;
-        st.reg = if dod == 0 {
+        let (form, regular) = full_header(r, st)?;
+        st.reg = if regular {
             (st.reg + 1).min(FOLD_AFTER)
         } else {
             0
         };
-        st.delta = st.delta.wrapping_add(unzigzag(dod));
-        st.ts = st.ts.wrapping_add(st.delta);
-        let rank = r.ones(MAX_RANK)? as u8;
-        form_of(if dod == 0 { rank + 1 } else { rank }, st.last)
+        form
     } else {
         st.ts = st.ts.wrapping_add(st.delta);
         st.reg = (st.reg + 1).min(FOLD_AFTER);
         st.last
     };
     apply_form(r, st, form, folded_z)
+}
+
+/// Reads a full sample's header (its delta-of-delta timestamp into `st`
+/// and its form code, ranked by the previous form): the form, and whether
+/// the sample fell on the regular tick. Shared with the v3/v4 reader.
+#[inline(always)]
+pub(super) fn full_header(r: &mut Reader<'_>, st: &mut State) -> Option<(u8, bool)> {
+    let dod = read_dod(r)?;
+    st.delta = st.delta.wrapping_add(unzigzag(dod));
+    st.ts = st.ts.wrapping_add(st.delta);
+    let rank = r.ones(MAX_RANK)? as u8;
+    let form = form_of(if dod == 0 { rank + 1 } else { rank }, st.last);
+    Some((form, dod == 0))
 }
 
 /// Reads the value of a sample in `form` after its header (the Rice code
