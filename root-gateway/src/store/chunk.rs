@@ -391,6 +391,17 @@ impl Chunk {
         self.len() >= CHUNK_SAMPLES
     }
 
+    /// Appends a sample at or after the newest, first moving this chunk
+    /// into `out` when it is full or `ts` does not fit it: how the samples
+    /// of an older format's chunk, or of one whose span is too wide, are
+    /// laid into new chunks on load.
+    pub(in crate::store) fn push_splitting(&mut self, out: &mut Vec<Chunk>, ts: i64, v: f64) {
+        if self.is_full() || !self.fits(ts) {
+            out.push(std::mem::take(self));
+        }
+        self.push(ts, v);
+    }
+
     /// About how many samples fall in `[from, to]` (see
     /// [`ChunkView::estimate`]).
     #[cfg(test)]
@@ -748,10 +759,7 @@ impl Chunk {
         }
         let mut chunk = Chunk::default();
         for p in samples {
-            if !chunk.fits(p.ts_ms) {
-                out.push(std::mem::take(&mut chunk));
-            }
-            chunk.push(p.ts_ms, p.value);
+            chunk.push_splitting(out, p.ts_ms, p.value);
         }
         out.push(chunk);
         Ok(())

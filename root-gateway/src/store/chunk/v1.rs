@@ -68,10 +68,7 @@ pub(in crate::store) fn read_state(
                 return Err(CodecError::Malformed("v1 chunk: timestamps go back"));
             }
         }
-        if !chunk.fits(ts) {
-            out.push(std::mem::take(&mut chunk));
-        }
-        chunk.push(ts, f64::from_bits(bits));
+        chunk.push_splitting(out, ts, f64::from_bits(bits));
     }
     if count > 0 && (first != first_ts || ts != last_ts || bits != last_bits) {
         return Err(CodecError::Malformed(

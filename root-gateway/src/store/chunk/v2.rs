@@ -78,10 +78,7 @@ pub(in crate::store) fn read_state(
         if st.ts < prev {
             return Err(bad("v2 chunk: timestamps go back"));
         }
-        if !chunk.fits(st.ts) {
-            out.push(std::mem::take(&mut chunk));
-        }
-        chunk.push(st.ts, f64::from_bits(st.bits));
+        chunk.push_splitting(out, st.ts, f64::from_bits(st.bits));
     }
     if st.ts != last_ts || st.bits != last_bits {
         return Err(bad("v2 chunk: state does not match its samples"));

@@ -89,10 +89,7 @@ fn convert(
         if st.ts < prev {
             return Err(bad("v4 chunk: timestamps go back"));
         }
-        if chunk.is_full() || !chunk.fits(st.ts) {
-            out.push(std::mem::take(&mut chunk));
-        }
-        chunk.push(st.ts, f64::from_bits(st.bits));
+        chunk.push_splitting(out, st.ts, f64::from_bits(st.bits));
     }
     out.push(chunk);
     Ok(st)
