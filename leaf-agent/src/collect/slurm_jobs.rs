@@ -106,6 +106,9 @@ pub struct SlurmJobsCollector {
     cpu: HashMap<u64, JobCarry<CpuTicks>>,
     /// linuxproc mode: ticks to wait before the next `/proc` scan.
     proc_skip: u32,
+    /// linuxproc mode: what the last `/proc` scan saw, so the next reads
+    /// only processes that may have changed.
+    proc_memo: slurm_procs::ProcMemo,
     labels: HashMap<u64, JobLabels>,
     /// Each reported job's label sets, reused from tick to tick.
     series: HashMap<u64, JobSeries>,
@@ -138,6 +141,7 @@ impl SlurmJobsCollector {
             io: HashMap::new(),
             cpu: HashMap::new(),
             proc_skip: 0,
+            proc_memo: slurm_procs::ProcMemo::default(),
             labels: HashMap::new(),
             series: HashMap::new(),
             first_seen: HashMap::new(),
@@ -213,7 +217,7 @@ impl SlurmJobsCollector {
             self.proc_skip -= 1;
             return;
         }
-        let s = slurm_procs::scan(&self.proc_root, MAX_PROCS);
+        let s = slurm_procs::scan_memo(&self.proc_root, MAX_PROCS, &mut self.proc_memo);
         for e in s.errors {
             self.count("proc_scan", first, e);
         }
