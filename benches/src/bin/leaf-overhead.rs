@@ -98,8 +98,13 @@ fn main() -> Result<()> {
             .iter()
             .find(|s| s.0 == "node_binary")
             .map_or("", |s| s.1.as_str());
+        let slurm = if slurm_cgroups() {
+            "Slurm cgroups present (jobs from them)"
+        } else {
+            "no Slurm cgroup (the leaf probes /proc for linuxproc jobs every 10 ticks)"
+        };
         let header = format!(
-            "leaf-overhead: nodes run `{node_bin}`; {} runs x {} s (after {} s warm-up), 1 s tick and 1 s scrapes, medians over runs; {} CPUs, load {}",
+            "leaf-overhead: nodes run `{node_bin}`; {slurm}; {} runs x {} s (after {} s warm-up), 1 s tick and 1 s scrapes, medians over runs; {} CPUs, load {}",
             cli.runs,
             cli.secs,
             cli.warmup,
@@ -109,6 +114,18 @@ fn main() -> Result<()> {
         print!("{}", overhead::table(&rows, &v, &header));
     }
     Ok(())
+}
+
+/// Whether this host has a Slurm cgroup v1 hierarchy (`slurm*` under the
+/// memory or cpuacct controller), which changes what the leaf's job
+/// collector reads each tick, so results say which case they measured.
+fn slurm_cgroups() -> bool {
+    ["memory", "cpuacct"].iter().any(|c| {
+        std::fs::read_dir(Path::new("/sys/fs/cgroup").join(c)).is_ok_and(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("slurm"))
+        })
+    })
 }
 
 /// How the nodes start: a program and the arguments before `--config`.
@@ -397,6 +414,7 @@ fn measure(
         ("clk_tck", tck.to_string()),
         ("node_exporter", exporter.display().to_string()),
         ("node_binary", node.describe()),
+        ("slurm_cgroups", slurm_cgroups().to_string()),
     ];
     Ok((rows, settings))
 }
