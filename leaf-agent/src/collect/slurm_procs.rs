@@ -144,10 +144,17 @@ struct Seen {
 /// the processes started since the last (reading every one was ~12 % of a
 /// leaf's CPU with 75 processes). Every [`FULL_SCAN_EVERY`] scans, one
 /// reads everything.
+///
+/// When the newest PID (`/proc/sys/kernel/ns_last_pid`) has not moved since
+/// the last scan, no process was started, and when none remembered is
+/// `slurmd`, slurmstepd or in a job, nothing attribution sees can have
+/// changed: the scan does not even list `/proc`.
 #[derive(Debug, Default)]
 pub struct ProcMemo {
     seen: HashMap<u32, Seen>,
     since_full: u32,
+    /// `ns_last_pid` when the last scan began.
+    last_pid: Option<u32>,
 }
 
 impl ProcMemo {
@@ -181,6 +188,23 @@ fn list(proc_root: &Path, max_procs: usize) -> Result<Vec<(u32, u64)>, LeafError
 /// what may have changed since the scan `memo` remembers (see
 /// [`ProcMemo`]), and updates `memo`.
 pub fn scan_memo(proc_root: &Path, max_procs: usize, memo: &mut ProcMemo) -> Scan {
+    // Read before listing: a process started during the listing moves it.
+    let last_pid = std::fs::read_to_string(proc_root.join("sys/kernel/ns_last_pid"))
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok());
+    let quiet = last_pid.is_some()
+        && last_pid == memo.last_pid
+        && !memo.seen.is_empty()
+        && memo.since_full < FULL_SCAN_EVERY
+        && memo.seen.values().all(|s| !s.volatile);
+    memo.last_pid = last_pid;
+    if quiet {
+        memo.since_full += 1;
+        return Scan {
+            reused: memo.seen.len() as u64,
+            ..Scan::default()
+        };
+    }
     match list(proc_root, max_procs) {
         Ok(listing) => scan_listed(proc_root, &listing, memo),
         Err(e) => {
@@ -315,7 +339,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{ProcMemo, Scan, list, scan_listed};
+    use super::{ProcMemo, Scan, list, scan_listed, scan_memo};
 
     /// procfs keeps a process's directory inode from listing to listing.
     #[test]
@@ -546,6 +570,52 @@ mod tests {
                 prop_assert!(reused > 0, "nothing reused in {} rounds", rounds.len());
             }
         }
+    }
+
+    /// With no new PID since the last scan and nothing that could become or
+    /// be a job's, a scan reads nothing, not even the listing.
+    #[test]
+    fn no_new_pid_and_no_slurm_process_skips_the_scan() {
+        let d = crate::TestDir::new();
+        let root = d.path().join("proc");
+        let mut k = Kernel::new(1 << 15);
+        k.procs.remove(&2); // no slurmd
+        k.step(&Ev::Fork(1)); // sshd -> a child
+        k.write(&root);
+        let last = root.join("sys/kernel/ns_last_pid");
+        std::fs::create_dir_all(root.join("sys/kernel")).expect("mkdir");
+        std::fs::write(&last, "500\n").expect("ns_last_pid");
+        let mut memo = ProcMemo::default();
+        let n = k.procs.len() as u64;
+        assert_eq!(scan_memo(&root, 1 << 16, &mut memo).stat_reads, n);
+        // Nothing started: nothing read. The listing is not made either: a
+        // process directory added behind the kernel's back is not seen.
+        std::fs::create_dir_all(root.join("900")).expect("mkdir");
+        std::fs::write(
+            root.join("900/stat"),
+            "900 (slurmstepd) S 1 0 0 0 0 0 0 0 0 0 1 0 0 0 20 0 1 0 9 0 0",
+        )
+        .expect("stat");
+        std::fs::write(root.join("900/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+        std::fs::write(
+            root.join("900/io"),
+            "read_bytes: 0\nwrite_bytes: 0\nsyscr: 0\nsyscw: 0\n",
+        )
+        .expect("io");
+        let quiet = scan_memo(&root, 1 << 16, &mut memo);
+        assert_eq!(
+            (quiet.stat_reads, quiet.reused, quiet.saw_stepd),
+            (0, n, false)
+        );
+        // A new PID: listed and read, and the slurmstepd is seen.
+        std::fs::write(&last, "900\n").expect("ns_last_pid");
+        let s = scan_memo(&root, 1 << 16, &mut memo);
+        assert_eq!(s.stat_reads, 1);
+        assert!(s.saw_stepd && s.jobs.contains_key(&7));
+        // A slurmstepd is remembered: the next scan reads it again even
+        // though no PID moved.
+        let s = scan_memo(&root, 1 << 16, &mut memo);
+        assert!(s.stat_reads >= 1 && s.saw_stepd);
     }
 
     /// A remembered process whose parent exited and whose parent's PID went
