@@ -58,7 +58,7 @@ use tracing::{debug, info, warn};
 
 pub use config::{FrameSummary, HOLE_WAIT_TICKS, MergeConfig};
 pub use error::AggregatorError;
-pub use sink::{MergeStats, NullSink, Sink};
+pub use sink::{MergeStats, NullSink, SeriesKey, Sink};
 
 /// Caller-chosen id of one child link (unique among live links).
 pub type ChildId = u64;
@@ -649,6 +649,10 @@ impl Merger {
         }
         m.last_ts = ts;
         m.touched_tick = tick;
+        let key = SeriesKey {
+            handle: h,
+            epoch: m.epoch,
+        };
         e.value = v;
         if let Some(enc) = encoding
             && enc != e.encoding
@@ -657,7 +661,7 @@ impl Merger {
             self.push_def(h);
         }
         if let (Some(e), Some(s)) = (self.table.get(h), self.table.source(src)) {
-            sink.sample(&s.name, &e.labels, ts, v);
+            sink.sample_keyed(key, &s.name, &e.labels, ts, v);
         }
         if self.cfg.forward {
             let i = self.section(src, ts);
