@@ -438,7 +438,7 @@ impl Merger {
         for (i, sec) in frame.sections.iter().enumerate() {
             if i % WARM_AHEAD == 0 {
                 let end = frame.sections.len().min(i + WARM_AHEAD);
-                self.warm(c, &frame.sections[i..end]);
+                self.warm(c, &frame.sections[i..end], sink.reads_labels());
             }
             if self.skip_copy(child, c, sec, &mut sum) {
                 continue;

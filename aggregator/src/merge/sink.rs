@@ -38,6 +38,13 @@ pub trait Sink {
         let _ = key;
         self.sample(source, labels, ts_ms, value);
     }
+    /// True when [`Sink::sample_keyed`] reads the source name and labels of
+    /// every sample (the merger then loads them ahead, with the records a
+    /// batch of sections reads); a sink that keeps per-series state by
+    /// [`SeriesKey`], or keeps nothing, says false and spares those loads.
+    fn reads_labels(&self) -> bool {
+        true
+    }
     /// `source` ticked at `ts_ms` (newer than any earlier heartbeat of it).
     fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32);
     /// The series ended at `ts_ms` (strictly after its last sample): write a
@@ -51,6 +58,9 @@ pub struct NullSink;
 
 impl Sink for NullSink {
     fn sample(&mut self, _: &str, _: &Labels, _: i64, _: f64) {}
+    fn reads_labels(&self) -> bool {
+        false
+    }
     fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
     fn retire(&mut self, _: &str, _: &Labels, _: i64) {}
 }

@@ -200,6 +200,11 @@ impl Sink for GatewaySink {
         self.count(node, ts_ms, value);
     }
 
+    /// Keyed samples read a series' labels once per key.
+    fn reads_labels(&self) -> bool {
+        false
+    }
+
     fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
 
     fn retire(&mut self, _: &str, _: &Labels, _: i64) {
