@@ -58,7 +58,7 @@ use tracing::{debug, info, warn};
 
 pub use config::{FrameSummary, HOLE_WAIT_TICKS, MergeConfig};
 pub use error::AggregatorError;
-pub use sink::{MergeStats, NullSink, Sink};
+pub use sink::{MergeStats, NullSink, SeriesKey, Sink};
 
 /// Caller-chosen id of one child link (unique among live links).
 pub type ChildId = u64;
@@ -438,7 +438,7 @@ impl Merger {
         for (i, sec) in frame.sections.iter().enumerate() {
             if i % WARM_AHEAD == 0 {
                 let end = frame.sections.len().min(i + WARM_AHEAD);
-                self.warm(c, &frame.sections[i..end]);
+                self.warm(c, &frame.sections[i..end], sink.reads_labels());
             }
             if self.skip_copy(child, c, sec, &mut sum) {
                 continue;
@@ -649,6 +649,10 @@ impl Merger {
         }
         m.last_ts = ts;
         m.touched_tick = tick;
+        let key = SeriesKey {
+            handle: h,
+            epoch: m.epoch,
+        };
         e.value = v;
         if let Some(enc) = encoding
             && enc != e.encoding
@@ -657,7 +661,7 @@ impl Merger {
             self.push_def(h);
         }
         if let (Some(e), Some(s)) = (self.table.get(h), self.table.source(src)) {
-            sink.sample(&s.name, &e.labels, ts, v);
+            sink.sample_keyed(key, &s.name, &e.labels, ts, v);
         }
         if self.cfg.forward {
             let i = self.section(src, ts);

@@ -7,13 +7,14 @@ use super::*;
 impl Merger {
     /// Loads, ahead of the work, the global records the sections `secs` of
     /// child `c` will read: each source's entry and name, each updated
-    /// series' slot (entry and dedup mark), then its labels. Independent
+    /// series' slot (entry and dedup mark), then (with `names`, for a sink
+    /// that reads them) its name and labels. Independent
     /// loads in tight loops overlap their cache misses, where merging one
     /// update after the other would wait for each in turn (at a gateway of
     /// 10,000 nodes few of them are in cache). Reads only, through the
     /// handles cached in the decoder's tags (a stale or missing tag is
     /// skipped: the real work resolves it).
-    pub(super) fn warm(&self, c: &Child, secs: &[RxSection]) {
+    pub(super) fn warm(&self, c: &Child, secs: &[RxSection], names: bool) {
         let handle = |tag: u64| Slot::from_tag(tag).map(|s| s.h);
         // The handles found, for the second pass (a section of many
         // updates walks handles of one source, mostly adjacent, which the
@@ -43,7 +44,11 @@ impl Merger {
                 }
             }
         }
-        // What those records point to: the source's name, the labels.
+        // What those records point to: the source's name, the labels
+        // (only for a sink that reads them).
+        if !names {
+            return;
+        }
         for &h in srcs.iter().filter(|&&h| h != u32::MAX) {
             if let Some(e) = self.table.source(h) {
                 std::hint::black_box(e.name.as_bytes().first());

@@ -4,6 +4,19 @@ use std::collections::BTreeMap;
 
 use canopy_proto::Labels;
 
+/// A global series as the merger names it to a sink: its handle in the
+/// merger's table and the handle's generation. The pair names one series
+/// for as long as it lives (a handle is reused only under a new
+/// generation), so a sink may keep per-series state in a dense array
+/// indexed by `handle` instead of reading the labels of every sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeriesKey {
+    /// The series' handle in the merger's table (dense, from 0).
+    pub handle: u32,
+    /// The handle's generation (wraps after 2^32 retirements of it).
+    pub epoch: u32,
+}
+
 /// Receives accepted (deduplicated) data, in arrival order.
 ///
 /// The root gateway implements it over its store; a pure relay uses
@@ -12,6 +25,26 @@ use canopy_proto::Labels;
 pub trait Sink {
     /// One accepted sample of series `labels` of `source`.
     fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64);
+    /// [`Sink::sample`], with the series' [`SeriesKey`]: what the merger
+    /// calls. By default the key is dropped.
+    fn sample_keyed(
+        &mut self,
+        key: SeriesKey,
+        source: &str,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) {
+        let _ = key;
+        self.sample(source, labels, ts_ms, value);
+    }
+    /// True when [`Sink::sample_keyed`] reads the source name and labels of
+    /// every sample (the merger then loads them ahead, with the records a
+    /// batch of sections reads); a sink that keeps per-series state by
+    /// [`SeriesKey`], or keeps nothing, says false and spares those loads.
+    fn reads_labels(&self) -> bool {
+        true
+    }
     /// `source` ticked at `ts_ms` (newer than any earlier heartbeat of it).
     fn heartbeat(&mut self, source: &str, ts_ms: i64, tick_ms: u32);
     /// The series ended at `ts_ms` (strictly after its last sample): write a
@@ -25,6 +58,9 @@ pub struct NullSink;
 
 impl Sink for NullSink {
     fn sample(&mut self, _: &str, _: &Labels, _: i64, _: f64) {}
+    fn reads_labels(&self) -> bool {
+        false
+    }
     fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
     fn retire(&mut self, _: &str, _: &Labels, _: i64) {}
 }

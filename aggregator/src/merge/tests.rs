@@ -18,12 +18,33 @@ pub(super) struct RecSink {
     pub samples: Vec<(String, Labels, i64, u64)>,
     pub heartbeats: Vec<(String, i64)>,
     pub retires: Vec<(String, Labels, i64)>,
+    /// The series each key named (a key must never name two).
+    pub keys: HashMap<SeriesKey, (String, Labels)>,
 }
 
 impl Sink for RecSink {
     fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
         self.samples
             .push((source.to_string(), labels.clone(), ts_ms, value.to_bits()));
+    }
+    fn sample_keyed(
+        &mut self,
+        key: SeriesKey,
+        source: &str,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) {
+        let named = self
+            .keys
+            .entry(key)
+            .or_insert_with(|| (source.to_string(), labels.clone()));
+        assert_eq!(
+            (named.0.as_str(), &named.1),
+            (source, labels),
+            "{key:?} named two series"
+        );
+        self.sample(source, labels, ts_ms, value);
     }
     fn heartbeat(&mut self, source: &str, ts_ms: i64, _tick_ms: u32) {
         self.heartbeats.push((source.to_string(), ts_ms));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use canopy_aggregator::merge::{Merger, Sink};
+use canopy_aggregator::merge::{Merger, SeriesKey, Sink};
 use canopy_proto::Labels;
 use hdrhistogram::Histogram;
 
@@ -43,6 +43,10 @@ pub struct GatewaySink {
     by_number: Vec<Option<usize>>,
     /// Plan index by name, for names `host_number` does not read.
     index: HashMap<String, usize>,
+    /// Per series handle: the generation it was looked at under and what
+    /// it is ([`KEY_UNSEEN`], [`KEY_OTHER`] or a node's plan index), so a
+    /// keyed sample reads 8 dense bytes, not its source name and labels.
+    by_key: Vec<(u32, u32)>,
     /// Per node, in plan order.
     pub nodes: Vec<NodeTicks>,
     /// Arrival minus sample time of every sample in the steady window, ms.
@@ -55,25 +59,37 @@ pub struct GatewaySink {
     pub retired: u64,
 }
 
+/// `GatewaySink::by_key`: a handle not looked at yet.
+const KEY_UNSEEN: u32 = u32::MAX;
+/// `GatewaySink::by_key`: a series that is no node's tick counter.
+const KEY_OTHER: u32 = u32::MAX - 1;
+
 impl GatewaySink {
     fn new(ctx: &Ctx) -> Result<Self, FabricError> {
-        let hosts = ctx.plan.hosts();
+        let names: Vec<&str> = ctx.plan.hosts().iter().map(|h| h.name.as_str()).collect();
+        Self::for_hosts(&names, ctx.steady_window())
+    }
+
+    /// A sink for nodes named `hosts` (in plan order), measuring freshness
+    /// over `window`.
+    fn for_hosts(hosts: &[&str], window: (i64, i64)) -> Result<Self, FabricError> {
         let mut by_number = vec![None; hosts.len()];
         let mut index = HashMap::new();
         for (i, h) in hosts.iter().enumerate() {
-            match host_number(&h.name).filter(|&j| j < by_number.len()) {
+            match host_number(h).filter(|&j| j < by_number.len()) {
                 Some(j) => by_number[j] = Some(i),
                 None => {
-                    index.insert(h.name.clone(), i);
+                    index.insert((*h).to_string(), i);
                 }
             }
         }
         Ok(Self {
             now_ms: 0,
-            window: ctx.steady_window(),
+            window,
             by_number,
             index,
-            nodes: vec![NodeTicks::default(); ctx.plan.hosts().len()],
+            by_key: Vec::new(),
+            nodes: vec![NodeTicks::default(); hosts.len()],
             freshness: Histogram::new_with_bounds(1, 24 * 3_600_000, 3)
                 .map_err(|e| FabricError::Histogram(e.to_string()))?,
             steady_samples: 0,
@@ -108,8 +124,20 @@ fn host_number(name: &str) -> Option<usize> {
     n.checked_sub(1)
 }
 
-impl Sink for GatewaySink {
-    fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+impl GatewaySink {
+    /// The plan index of the node whose tick counter series `labels` of
+    /// `source` is, if it is one.
+    fn tick_node(&self, source: &str, labels: &Labels) -> Option<usize> {
+        if labels.name() == TICKS_METRIC {
+            self.node_of(source)
+        } else {
+            None
+        }
+    }
+
+    /// Counts one sample: freshness, and the tick accounting of `node`
+    /// when the sample is that node's tick counter.
+    fn count(&mut self, node: Option<usize>, ts_ms: i64, value: f64) {
         self.samples += 1;
         if ts_ms >= self.window.0 && ts_ms < self.window.1 {
             self.steady_samples += 1;
@@ -120,10 +148,9 @@ impl Sink for GatewaySink {
             self.freshness
                 .saturating_record(age.clamp(1, FRESHNESS_MAX_MS));
         }
-        if labels.name() == TICKS_METRIC
-            && let Some(i) = self.node_of(source)
+        if let Some(i) = node
+            && let Some(n) = self.nodes.get_mut(i)
         {
-            let n = &mut self.nodes[i];
             let v = value as u32;
             if v != n.last + 1 {
                 n.out_of_sequence += 1;
@@ -131,6 +158,51 @@ impl Sink for GatewaySink {
             n.got += 1;
             n.last = n.last.max(v);
         }
+    }
+}
+
+impl Sink for GatewaySink {
+    fn sample(&mut self, source: &str, labels: &Labels, ts_ms: i64, value: f64) {
+        let node = self.tick_node(source, labels);
+        self.count(node, ts_ms, value);
+    }
+
+    /// As `sample`, but what the series is (which node's tick counter, if
+    /// any) is looked up once per handle and generation: real bookkeeping,
+    /// exactly the same counts (see the test), without reading a source
+    /// name and labels per sample.
+    fn sample_keyed(
+        &mut self,
+        key: SeriesKey,
+        source: &str,
+        labels: &Labels,
+        ts_ms: i64,
+        value: f64,
+    ) {
+        let i = key.handle as usize;
+        if self.by_key.len() <= i {
+            // Bounded by the merger's table (its series cap).
+            self.by_key.resize(i + 1, (0, KEY_UNSEEN));
+        }
+        let (epoch, what) = self.by_key[i];
+        let what = if what != KEY_UNSEEN && epoch == key.epoch {
+            what
+        } else {
+            let what = self
+                .tick_node(source, labels)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n < KEY_OTHER)
+                .unwrap_or(KEY_OTHER);
+            self.by_key[i] = (key.epoch, what);
+            what
+        };
+        let node = (what != KEY_OTHER).then_some(what as usize);
+        self.count(node, ts_ms, value);
+    }
+
+    /// Keyed samples read a series' labels once per key.
+    fn reads_labels(&self) -> bool {
+        false
     }
 
     fn heartbeat(&mut self, _: &str, _: i64, _: u32) {}
@@ -314,8 +386,49 @@ pub fn run_gateway(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{super::host_name, host_number};
+    use canopy_aggregator::merge::{SeriesKey, Sink};
+    use canopy_proto::Labels;
+    use proptest::prelude::*;
+
+    use super::{super::host_name, GatewaySink, TICKS_METRIC, host_number};
+
+    proptest! {
+        /// The keyed check (what a series is, looked up once per handle
+        /// and generation) counts exactly what the per-sample label check
+        /// counts, whatever handles and generations name the series (as
+        /// the merger gives them: a key names one series), through reuse
+        /// of a handle under a new generation.
+        #[test]
+        fn keyed_samples_count_as_labelled_ones(
+            named in proptest::collection::vec((0usize..6, any::<bool>()), 4 * 3),
+            feed in proptest::collection::vec((0u32..4, 0u32..3, 0i64..40, 0u32..8), 0..200),
+        ) {
+            let mut hosts: Vec<String> = (0..4).map(host_name).collect();
+            hosts.push("gw-other".to_string());
+            let names: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            let mut keyed = GatewaySink::for_hosts(&names, (10, 30)).unwrap();
+            let mut plain = GatewaySink::for_hosts(&names, (10, 30)).unwrap();
+            // Source 5 is no node's.
+            let sources: Vec<String> = hosts.iter().cloned().chain(["cn000099".to_string()]).collect();
+            for (h, e, ts, v) in feed {
+                let (src, tick) = named[(h * 3 + e) as usize];
+                let metric = if tick { TICKS_METRIC } else { "node_load1" };
+                let labels = Labels::from_pairs([("__name__", metric), ("job", "x")]);
+                let key = SeriesKey { handle: h, epoch: e };
+                keyed.now_ms = ts + 3;
+                plain.now_ms = ts + 3;
+                keyed.sample_keyed(key, &sources[src], &labels, ts, f64::from(v));
+                plain.sample(&sources[src], &labels, ts, f64::from(v));
+            }
+            prop_assert_eq!(&keyed.nodes, &plain.nodes);
+            prop_assert_eq!(keyed.samples, plain.samples);
+            prop_assert_eq!(keyed.steady_samples, plain.steady_samples);
+            prop_assert_eq!(keyed.freshness.len(), plain.freshness.len());
+            prop_assert_eq!(keyed.freshness.max(), plain.freshness.max());
+        }
+    }
 
     #[test]
     fn host_number_reads_exactly_host_names() {
