@@ -84,19 +84,11 @@ fn read_opt(p: &Path) -> Result<Option<Vec<u8>>, LeafError> {
     }
 }
 
-/// Reads and parses a `stat` file; a vanished process is `None`, other
-/// failures are recorded in `s`.
-fn read_stat(p: &Path, s: &mut Scan) -> Option<StatLine> {
-    s.stat_reads += 1;
-    match read_opt(p) {
-        Ok(Some(b)) => match parse_stat_line(&String::from_utf8_lossy(&b)) {
-            Ok(st) => Some(st),
-            Err(e) => {
-                s.errors.push(e);
-                None
-            }
-        },
-        Ok(None) => None,
+/// Reads and parses one of a process's files; a vanished process is
+/// `None`, other failures are recorded in `s`.
+fn read_parsed<T>(p: &Path, s: &mut Scan, parse: fn(&str) -> Result<T, LeafError>) -> Option<T> {
+    match read_opt(p).and_then(|b| b.map(|b| parse(&String::from_utf8_lossy(&b))).transpose()) {
+        Ok(v) => v,
         Err(e) => {
             s.errors.push(e);
             None
@@ -104,10 +96,10 @@ fn read_stat(p: &Path, s: &mut Scan) -> Option<StatLine> {
     }
 }
 
-/// Scans `proc_root` (at most `max_procs` processes), reading every
-/// process: what [`scan_memo`] does with an empty memo.
-pub fn scan(proc_root: &Path, max_procs: usize) -> Scan {
-    scan_memo(proc_root, max_procs, &mut ProcMemo::default())
+/// Reads and parses a process's `stat` (see [`read_parsed`]), counted.
+fn read_stat(p: &Path, s: &mut Scan) -> Option<StatLine> {
+    s.stat_reads += 1;
+    read_parsed(p, s, parse_stat_line)
 }
 
 /// Scans after which one reads every process again, whatever the memo
@@ -239,18 +231,20 @@ fn scan_listed(proc_root: &Path, listing: &[(u32, u64)], memo: &mut ProcMemo) ->
     let mut stats = BTreeMap::new();
     let mut seen = HashMap::with_capacity(listing.len());
     for &(pid, ino) in listing {
-        if same(pid) {
-            let old = memo.seen[&pid];
-            if !old.volatile && (old.ppid == 0 || same(old.ppid)) {
-                nodes.push(ProcNode {
-                    pid,
-                    ppid: old.ppid,
-                    stepd_job: None,
-                });
-                seen.insert(pid, old);
-                s.reused += 1;
-                continue;
-            }
+        // What the last scan saw of this same process (same inode).
+        let old = memo.seen.get(&pid).filter(|o| o.ino == ino).copied();
+        if let Some(old) = old
+            && !old.volatile
+            && (old.ppid == 0 || same(old.ppid))
+        {
+            nodes.push(ProcNode {
+                pid,
+                ppid: old.ppid,
+                stepd_job: None,
+            });
+            seen.insert(pid, old);
+            s.reused += 1;
+            continue;
         }
         let dir = proc_root.join(pid.to_string());
         let Some(st) = read_stat(&dir.join("stat"), &mut s) else {
@@ -260,15 +254,12 @@ fn scan_listed(proc_root: &Path, listing: &[(u32, u64)], memo: &mut ProcMemo) ->
         if st.comm == "slurmstepd" {
             s.saw_stepd = true;
             // A slurmstepd's job does not change while it runs.
-            stepd_job = memo
-                .seen
-                .get(&pid)
-                .filter(|_| same(pid))
-                .and_then(|o| o.stepd_job)
-                .or_else(|| match read_opt(&dir.join("cmdline")) {
-                    Ok(Some(cmd)) => parse_slurmstepd_cmdline(&cmd).map(|(j, _)| j),
-                    _ => None,
-                });
+            stepd_job =
+                old.and_then(|o| o.stepd_job)
+                    .or_else(|| match read_opt(&dir.join("cmdline")) {
+                        Ok(Some(cmd)) => parse_slurmstepd_cmdline(&cmd).map(|(j, _)| j),
+                        _ => None,
+                    });
         }
         seen.insert(
             pid,
@@ -310,19 +301,8 @@ fn scan_listed(proc_root: &Path, listing: &[(u32, u64)], memo: &mut ProcMemo) ->
             }
         };
         let p = proc_root.join(pid.to_string()).join("io");
-        let io = match read_opt(&p) {
-            Ok(Some(b)) => match parse_proc_io(&String::from_utf8_lossy(&b)) {
-                Ok(io) => io,
-                Err(e) => {
-                    s.errors.push(e);
-                    continue;
-                }
-            },
-            Ok(None) => continue,
-            Err(e) => {
-                s.errors.push(e);
-                continue;
-            }
+        let Some(io) = read_parsed(&p, &mut s, parse_proc_io) else {
+            continue;
         };
         s.jobs
             .entry(job)
