@@ -552,6 +552,30 @@ mod tests {
         }
     }
 
+    /// Every `FULL_SCAN_EVERY` scans one reads every process again, whatever
+    /// the memo says.
+    #[test]
+    fn a_full_scan_comes_every_sixty_scans() {
+        let d = crate::TestDir::new();
+        let root = d.path().join("proc");
+        let mut k = Kernel::new(1 << 15);
+        for i in 0..10 {
+            k.step(&Ev::Fork(2 + i % 2)); // children of sshd (pid 3) and its child
+        }
+        k.write(&root);
+        let n = k.procs.len() as u64;
+        let slurmd = k.procs.values().filter(|p| p.comm == "slurmd").count() as u64;
+        let mut memo = ProcMemo::default();
+        // A full scan, then FULL_SCAN_EVERY that use the memo, and again.
+        let every = super::FULL_SCAN_EVERY as usize + 1;
+        let reads: Vec<u64> = (0..=2 * every)
+            .map(|_| scan_listed(&root, &k.listing(), &mut memo).stat_reads)
+            .collect();
+        let full: Vec<usize> = (0..reads.len()).filter(|&i| reads[i] == n).collect();
+        assert_eq!(full, vec![0, every, 2 * every], "{reads:?}");
+        assert!(reads.iter().all(|&r| r == n || r == slurmd), "{reads:?}");
+    }
+
     /// With no new PID since the last scan and nothing that could become or
     /// be a job's, a scan reads nothing, not even the listing.
     #[test]
