@@ -636,7 +636,8 @@ fn canopy_up_says_it_runs_open_on_loopback() {
         .spawn()
         .expect("canopy up starts");
     let stdout = child.stdout.take().expect("stdout");
-    let mut procs = Procs(vec![child]);
+    let mut procs = Procs::default();
+    procs.0.push(child);
     let line = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)

@@ -17,40 +17,54 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_canopy");
 
 /// Child processes killed (SIGKILL) and reaped on drop, so a failed
-/// assertion leaves nothing running.
+/// assertion leaves nothing running. Each one's log (stderr) is kept in a
+/// file; when the test panics, the drop prints every process's exit status
+/// and the tail of its log, so a failure on CI says what the processes did.
 #[derive(Default)]
-pub struct Procs(pub Vec<Child>);
+pub struct Procs(pub Vec<Child>, Logs);
+
+/// Where the processes of one [`Procs`] write their logs, and what each was
+/// started as.
+#[derive(Default)]
+pub struct Logs {
+    dir: Option<tempfile::TempDir>,
+    files: Vec<(String, std::path::PathBuf)>,
+}
+
+/// How many lines of each process's log a failed test prints.
+const LOG_TAIL_LINES: usize = 40;
 
 impl Procs {
-    /// Starts `canopy ARGS` with its output discarded; returns its index.
+    /// Starts `canopy ARGS` with its log (stderr) kept; returns its index.
     ///
-    /// With `CANOPY_TEST_LOGS=DIR` in the environment, its log (stderr) is
-    /// kept in `DIR/<test pid>-<test>/<n>-<config or role>.log` instead, to
-    /// see what each process did in a failed run.
+    /// With `CANOPY_TEST_LOGS=DIR` in the environment, the log is kept in
+    /// `DIR/<test pid>-<test>/<n>-<config or role>.log` (and stays after
+    /// the test), to see what each process did in any run.
     pub fn spawn(&mut self, args: &[&str]) -> usize {
-        if let Some(dir) = std::env::var_os("CANOPY_TEST_LOGS") {
-            let what = args
-                .iter()
-                .position(|a| *a == "--config")
-                .and_then(|i| args.get(i + 1))
-                .and_then(|f| std::path::Path::new(f).file_stem())
-                .and_then(|s| s.to_str())
-                .or(args.first().copied())
-                .unwrap_or("canopy");
+        let what = args
+            .iter()
+            .position(|a| *a == "--config")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|f| std::path::Path::new(f).file_stem())
+            .and_then(|s| s.to_str())
+            .or(args.first().copied())
+            .unwrap_or("canopy");
+        let name = format!("{:02}-{what}.log", self.0.len());
+        let dir = if let Some(dir) = std::env::var_os("CANOPY_TEST_LOGS") {
             let test = std::thread::current().name().unwrap_or("test").to_string();
             let dir = std::path::PathBuf::from(dir).join(format!("{}-{test}", std::process::id()));
-            let name = format!("{:02}-{what}.log", self.0.len());
             std::fs::create_dir_all(&dir).expect("CANOPY_TEST_LOGS directory");
-            return self.spawn_logged(args, &dir.join(name));
-        }
-        let child = Command::new(BIN)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("canopy starts");
-        self.0.push(child);
-        self.0.len() - 1
+            dir
+        } else {
+            let tmp = match self.1.dir.take() {
+                Some(t) => t,
+                None => tempfile::tempdir().expect("a directory for the logs"),
+            };
+            let dir = tmp.path().to_path_buf();
+            self.1.dir = Some(tmp);
+            dir
+        };
+        self.spawn_logged(args, &dir.join(name))
     }
 
     /// Starts `canopy ARGS` with its stderr (its log) written to `log`.
@@ -64,6 +78,7 @@ impl Procs {
             .spawn()
             .expect("canopy starts");
         self.0.push(child);
+        self.1.files.push((args.join(" "), log.to_path_buf()));
         self.0.len() - 1
     }
 
@@ -73,10 +88,41 @@ impl Procs {
         c.kill().expect("SIGKILL delivered");
         c.wait().expect("reaped");
     }
+
+    /// Each process's command line, exit status (or that it still runs)
+    /// and the last lines of its log.
+    fn report(&mut self) -> String {
+        let mut out = String::new();
+        for (i, c) in self.0.iter_mut().enumerate() {
+            let status = match c.try_wait() {
+                Ok(Some(s)) => format!("exited: {s}"),
+                Ok(None) => "running".to_string(),
+                Err(e) => format!("status unknown: {e}"),
+            };
+            let (args, log) = self
+                .1
+                .files
+                .get(i)
+                .map_or(("?", None), |(a, l)| (a.as_str(), Some(l)));
+            out.push_str(&format!("--- process {i}: canopy {args} ({status})\n"));
+            let text = log
+                .and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            for l in &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
 }
 
 impl Drop for Procs {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the test failed; its processes:\n{}", self.report());
+        }
         for c in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
