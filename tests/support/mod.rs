@@ -11,6 +11,7 @@ pub mod ticks;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The `canopy` binary under test.
@@ -163,12 +164,38 @@ pub fn canopy(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
-/// A TCP port free on 127.0.0.1 right now.
+/// A TCP port free on 127.0.0.1 right now, for a process the test starts
+/// next to listen on.
+///
+/// Drawn below the kernel's ephemeral range, from a counter spread by PID,
+/// and checked free by a bind: a port from `bind(127.0.0.1:0)` lies in
+/// that range, where the kernel also picks the source port of every
+/// outgoing connection (the tests' own HTTP polls among them) and another
+/// thread's `bind(0)`, so it could be taken before the process bound it.
+/// The counter keeps two tests of one binary from drawing the same port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    let span = ephemeral_low().saturating_sub(LOW).max(1_000);
+    let seed = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(LOW + seed.wrapping_add(n.wrapping_mul(101)) % span)
+            .expect("below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port below the ephemeral range")
+}
+
+/// The first port of the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), 32768 when it cannot be read.
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
 }
 
 /// A base for a block of loopback QUIC ports, spread by PID so tests in
@@ -180,10 +207,7 @@ pub fn free_port() -> u16 {
 /// while that node was not started yet (a CI run failed on it).
 pub fn port_base(spread: u32) -> u16 {
     const LOW: u32 = 10_000;
-    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
+    let ephemeral = ephemeral_low();
     // Room for a whole block (hosts and gateways) under the range.
     let span = ephemeral.saturating_sub(LOW + 100).max(1_000);
     u16::try_from(LOW + (std::process::id() * 37 + spread) % span).expect("fits")
