@@ -353,3 +353,43 @@ fn applier_stores_requests_from_many_threads() {
         assert_eq!(got.last(), Some(&(40_000, 0.5)));
     }
 }
+
+/// Requests in flight at once through the router: each is decoded on the
+/// blocking pool and stored on the applier thread while its handler waits
+/// without a thread. Every sample lands in order, a refusal comes back to
+/// its own request, and the receiver keeps at most one scratch space per
+/// request that was in flight, not one per thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_share_a_bounded_scratch_pool() {
+    let store = SharedStore::new(LiveStore::new(LiveStoreConfig::default()));
+    let st = ReceiverState::new(store.clone(), None, WireLimits::default());
+    let app = router(st.clone());
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            let node = format!("p{t}");
+            for k in 0..25i64 {
+                let b = body(
+                    &node,
+                    &[(1000 * (2 * k + 1), k as f64), (1000 * (2 * k + 2), 0.5)],
+                );
+                assert_eq!(post(&app, b).await.0, StatusCode::NO_CONTENT);
+            }
+            let (status, msg) = post(&app, body(&node, &[(500, 9.0)])).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{msg}");
+            assert!(msg.contains("1 of 1 samples refused"), "{msg}");
+        }));
+    }
+    for t in tasks {
+        t.await.expect("sender task");
+    }
+    for t in 0..4 {
+        let got = stored(&store, &format!("p{t}"));
+        assert_eq!(got.len(), 50, "p{t}");
+        assert!(got.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(got.last(), Some(&(50_000, 0.5)));
+    }
+    let kept = st.scratch_kept();
+    assert!((1..=4).contains(&kept), "{kept} scratch spaces kept");
+}
