@@ -4,8 +4,9 @@
 //! 400 with a plain-text reason (as Prometheus answers); the gateway keeps
 //! serving.
 
-use std::sync::mpsc::{SendError, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::mpsc::{SendError, SyncSender, sync_channel};
 
 use axum::Router;
 use axum::body::Body;
@@ -37,8 +38,6 @@ pub struct ReceiverState {
     /// The thread that stores decoded requests (see [`Applier`]); none:
     /// each request is stored on the thread that decoded it.
     applier: Option<Applier>,
-    /// Scratch space of finished requests, for the next ones.
-    scratch: ScratchPool,
 }
 
 impl ReceiverState {
@@ -49,7 +48,6 @@ impl ReceiverState {
             tap,
             limits,
             applier: None,
-            scratch: ScratchPool::default(),
         }
     }
 
@@ -106,14 +104,6 @@ impl Applier {
         if let Err(SendError(job)) = self.jobs.send(job) {
             job();
         }
-    }
-
-    /// Queues `job` for the applier thread without waiting: `Err(job)`
-    /// when the queue is full or the thread is gone.
-    fn try_run(&self, job: Job) -> Result<(), Job> {
-        self.jobs.try_send(job).map_err(|e| match e {
-            TrySendError::Full(job) | TrySendError::Disconnected(job) => job,
-        })
     }
 }
 
@@ -172,92 +162,31 @@ async fn write(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body: B
             return bad(StatusCode::BAD_REQUEST, err.to_string());
         }
     };
-    let res = match st.applier.clone() {
-        Some(applier) => ingest_queued(st, &applier, bytes).await,
-        // Storing may write the journal: blocking I/O, off the async threads.
-        None => tokio::task::spawn_blocking(move || ingest_bytes(&st, bytes))
-            .await
-            .unwrap_or_else(|e| Err(join_failed(&e))),
-    };
-    match res {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err((status, msg)) => bad(status, msg),
-    }
-}
-
-fn join_failed(e: &tokio::task::JoinError) -> (StatusCode, String) {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("remote_write ingest failed: {e}"),
-    )
-}
-
-fn applier_stopped() -> (StatusCode, String) {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "remote_write ingest failed: the store's applier stopped".to_string(),
-    )
-}
-
-/// [`ingest_bytes`] for the HTTP handler: the request is decoded on the
-/// blocking pool, then stored on the `applier` thread while the handler
-/// awaits the answer without holding a thread. A pool thread that waited
-/// for the applier was a thread more per request in flight (8 after
-/// `sbs_send`'s 4 senders, not 4), each with a glibc arena and scratch of
-/// its own (issue 5: RSS per series).
-async fn ingest_queued(
-    st: Arc<ReceiverState>,
-    applier: &Applier,
-    body: Bytes,
-) -> Result<(), (StatusCode, String)> {
     let st2 = Arc::clone(&st);
-    let decoded = tokio::task::spawn_blocking(move || {
-        let mut sc = st2.scratch.take();
-        match decode(&st2, &body, &mut sc) {
-            Ok(()) => Ok((sc, body)),
-            Err(e) => {
-                st2.scratch.give_back(sc);
-                Err((StatusCode::BAD_REQUEST, e.to_string()))
-            }
-        }
-    })
-    .await;
-    let (mut sc, body) = match decoded {
-        Ok(Ok(d)) => d,
-        Ok(Err(e)) => return Err(e),
-        Err(e) => return Err(join_failed(&e)),
-    };
-    if sc.series.is_empty() {
-        st.scratch.give_back(sc);
-        return Ok(());
+    // Storing may write the journal: blocking I/O, off the async threads.
+    match tokio::task::spawn_blocking(move || ingest_bytes(&st2, bytes)).await {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err((status, msg))) => bad(status, msg),
+        Err(e) => bad(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("remote_write ingest failed: {e}"),
+        ),
     }
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    let job: Job = Box::new(move || {
-        let r = store(&st, &body, &mut sc);
-        st.scratch.give_back(sc);
-        let _ = reply.send(r);
-    });
-    if let Err(job) = applier.try_run(job) {
-        // The queue is full (or the thread gone): wait for room off the
-        // async threads. A job that never runs drops `reply`: a 500.
-        let applier = applier.clone();
-        let _ = tokio::task::spawn_blocking(move || applier.run(job)).await;
-    }
-    answer.await.unwrap_or_else(|_| Err(applier_stopped()))
 }
 
 /// Samples applied to the store per write lock (bounds how long one
 /// request holds it; queries run between the slices).
 const SAMPLES_PER_APPLY: usize = 64 * 1024;
 
-/// Scratch space is kept between requests only while its decompression
-/// buffer is at most this many bytes...
+/// Per-thread scratch space is kept between requests only while its
+/// decompression buffer is at most this many bytes...
 const KEEP_BUFFER_BYTES: usize = 4 << 20;
 /// ...and the last request held at most this many samples.
 const KEEP_SAMPLES: usize = 256 << 10;
 
-/// Scratch space of [`ingest`], reused across requests: the decompressed
-/// body, the decoded request and what the store made of its series. Nothing in it outlives a request but capacity: no label set is
+/// Per-thread scratch space of [`ingest`], reused across requests: the
+/// decompressed body, the decoded request and what the store made of its
+/// series. Nothing in it outlives a request but capacity: no label set is
 /// kept between requests (the store holds each one, once).
 #[derive(Default)]
 struct Scratch {
@@ -276,73 +205,47 @@ struct Scratch {
     slices: Vec<usize>,
 }
 
-/// Scratch spaces kept between requests, at most this many (more only
-/// when more requests were in flight at once).
-const KEEP_SCRATCH: usize = 8;
-
-/// The receiver's scratch spaces between requests: one per request in
-/// flight at most, not one per thread that ever decoded (a request's
-/// scratch moves to the applier thread and back), so the blocking pool's
-/// idle threads hold none (issue 5: RSS per series).
-#[derive(Clone, Default)]
-struct ScratchPool(Arc<Mutex<Vec<Scratch>>>);
-
-impl std::fmt::Debug for ScratchPool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScratchPool").finish_non_exhaustive()
-    }
-}
-
-impl ScratchPool {
-    /// A kept scratch space for one request, or a fresh one.
-    fn take(&self) -> Scratch {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default()
-    }
-
-    /// Keeps `sc` for a later request once its request is done. Parsed
-    /// label sets are the store's now (or refused): not kept; nor is a
-    /// scratch grown past [`KEEP_BUFFER_BYTES`] or [`KEEP_SAMPLES`], nor
-    /// one past [`KEEP_SCRATCH`].
-    fn give_back(&self, mut sc: Scratch) {
-        sc.series.clear();
-        if sc.raw.capacity() <= KEEP_BUFFER_BYTES && sc.batch.sample_count() <= KEEP_SAMPLES {
-            let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            if kept.len() < KEEP_SCRATCH {
-                kept.push(sc);
-            }
-        }
-    }
-
-    /// Scratch spaces kept.
-    #[cfg(test)]
-    fn kept(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
-    }
-}
-
-#[cfg(test)]
-impl ReceiverState {
-    /// Scratch spaces kept between requests (shared by clones).
-    pub(super) fn scratch_kept(&self) -> usize {
-        self.scratch.kept()
-    }
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 /// Decodes and stores one remote_write body (blocking: it may write the
 /// journal); `Err` is the HTTP status and reason to answer. Public for the
 /// ingest benchmark (`examples/ingest_bench.rs`).
 pub fn ingest(st: &ReceiverState, body: &[u8]) -> Result<(), (StatusCode, String)> {
-    let mut sc = st.scratch.take();
+    let mut sc = Scratch::take();
     let res = match decode(st, body, &mut sc) {
         Ok(()) => store(st, body, &mut sc),
         Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
     };
-    st.scratch.give_back(sc);
+    sc.give_back();
     res
+}
+
+impl Scratch {
+    /// This thread's scratch, taken out for one request (a fresh one if
+    /// it is out already: never, but not a panic either).
+    fn take() -> Scratch {
+        SCRATCH.with(|cell| {
+            cell.try_borrow_mut()
+                .map(|mut g| std::mem::take(&mut *g))
+                .unwrap_or_default()
+        })
+    }
+
+    /// Hands the scratch back to this thread once its request is done.
+    /// Parsed label sets are the store's now (or refused): not kept; nor is
+    /// a scratch grown past [`KEEP_BUFFER_BYTES`] or [`KEEP_SAMPLES`].
+    fn give_back(mut self) {
+        self.series.clear();
+        if self.raw.capacity() <= KEEP_BUFFER_BYTES && self.batch.sample_count() <= KEEP_SAMPLES {
+            SCRATCH.with(|cell| {
+                if let Ok(mut g) = cell.try_borrow_mut() {
+                    *g = self;
+                }
+            });
+        }
+    }
 }
 
 /// [`ingest`], the request decoded on this thread and stored on the
@@ -351,7 +254,7 @@ pub fn ingest_bytes(st: &Arc<ReceiverState>, body: Bytes) -> Result<(), (StatusC
     let Some(applier) = &st.applier else {
         return ingest(st, &body);
     };
-    let mut sc = st.scratch.take();
+    let mut sc = Scratch::take();
     let res = match decode(st, &body, &mut sc) {
         Err(e) => Err((StatusCode::BAD_REQUEST, e.to_string())),
         Ok(()) if sc.series.is_empty() => Ok(()),
@@ -367,11 +270,16 @@ pub fn ingest_bytes(st: &Arc<ReceiverState>, body: Bytes) -> Result<(), (StatusC
                     sc = back;
                     r
                 }
-                Err(_) => return Err(applier_stopped()),
+                Err(_) => {
+                    return Err((
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "remote_write ingest failed: the store's applier stopped".to_string(),
+                    ));
+                }
             }
         }
     };
-    st.scratch.give_back(sc);
+    sc.give_back();
     res
 }
 
