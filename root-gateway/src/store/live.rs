@@ -163,7 +163,8 @@ struct Entry {
     /// sources by far; 4 bytes where an `Option<u32>` takes 8).
     source_plus_one: u32,
     /// The sealed chunks, in one buffer a snapshot cut can share while
-    /// the store moves on (sealed chunks are never written again).
+    /// the store moves on (sealed chunks are never written again); a thin
+    /// pointer, 8 bytes.
     sealed: Sealed,
     /// The open chunk (the newest), kept in the entry: one chunk header a
     /// series, read in the same cache lines as the entry.
