@@ -1,8 +1,8 @@
 //! One-pass range evaluation gives bit-for-bit the step-by-step results on
-//! data with counter resets, gaps, staleness markers, start times and two
-//! metric names, for every aggregation and function shape it takes; so do
-//! instant queries of those shapes (and `topk`/`bottomk` over them), which
-//! run as a one-step sweep.
+//! data with counter resets, gaps, staleness markers, start times, values
+//! below zero and two metric names, for every aggregation and function
+//! shape it takes; so do instant queries of those shapes (and
+//! `topk`/`bottomk` over them), which run as a one-step sweep.
 
 use canopy_gateway::promql::{Engine, EngineOpts, RangeSeries, Value};
 use canopy_gateway::store::{
@@ -65,7 +65,9 @@ fn store() -> MemStore {
                 if k % 97 == (i * 11) % 97 {
                     v = 0.5;
                 }
-                v
+                // One series starts below zero and crosses it: rate's
+                // stop at the zero point needs a first value >= 0.
+                if i == 7 { v - 900.0 } else { v }
             };
             let start = (i % 5 == 1).then_some(if k < 250 { 1_000 } else { 250 * 15_000 - 1 });
             s.append_with_start(&l, t, value, start).expect("append");

@@ -318,6 +318,108 @@ struct Pass<'n> {
     pts: Vec<Point>,
     sts: Vec<i64>,
     brk: Vec<u32>,
+    /// Scratch of the rate kernel's batched path.
+    batch: RateBatch,
+}
+
+/// The windows of one series that the rate kernel evaluates, as a struct
+/// of arrays: a series without start times has its windows' inputs
+/// gathered first, then the kernel's arithmetic runs over them in one
+/// branch-free loop. Its divisions chain (to the average gap, the
+/// extrapolation factor, the per-second rate), so evaluated window by
+/// window their latency, not the divider, set the pace; in one loop the
+/// windows overlap (and the compiler vectorises it). The operations are
+/// the scalar kernel's, in its order: the same bits.
+#[derive(Default)]
+struct RateBatch {
+    /// The step of each window.
+    step: Vec<u32>,
+    /// First value, and last minus first.
+    first_v: Vec<f64>,
+    result: Vec<f64>,
+    /// Window start to the first point, last point to the window end,
+    /// first point to last, in ms (exact as f64: times fit in 2^53).
+    to_start_ms: Vec<f64>,
+    to_end_ms: Vec<f64>,
+    sampled_ms: Vec<f64>,
+    /// Points in the window, minus one.
+    gaps: Vec<f64>,
+    /// The kernel's answer per window.
+    out: Vec<f64>,
+    /// Windows with a counter break (index into the arrays, value), taken
+    /// by the scalar kernel's reset scan instead; in index order.
+    scanned: Vec<(usize, f64)>,
+}
+
+impl RateBatch {
+    fn clear(&mut self) {
+        self.step.clear();
+        self.first_v.clear();
+        self.result.clear();
+        self.to_start_ms.clear();
+        self.to_end_ms.clear();
+        self.sampled_ms.clear();
+        self.gaps.clear();
+        self.scanned.clear();
+    }
+
+    /// Adds the window `p` (at least two points, no start times) of step
+    /// `k`, ending at `tt`, `range` ms long.
+    fn push(&mut self, k: usize, p: &[Point], tt: i64, range: i64) {
+        let (first, last) = (p[0], p[p.len() - 1]);
+        self.step.push(u32::try_from(k).unwrap_or(u32::MAX));
+        self.first_v.push(first.v);
+        self.result.push(last.v - first.v);
+        self.to_start_ms.push((first.t - (tt - range)) as f64);
+        self.to_end_ms.push((tt - last.t) as f64);
+        self.sampled_ms.push((last.t - first.t) as f64);
+        self.gaps.push((p.len() - 1) as f64);
+    }
+
+    /// Runs the kernel over every window pushed: [`functions::extrapolated_rate`]
+    /// for windows of two or more points, no start times and no break.
+    fn run(&mut self, counter: bool, is_rate: bool, range: i64) {
+        let per = range as f64 / 1e3;
+        let n = self.step.len();
+        self.out.clear();
+        self.out.resize(n, 0.0);
+        let (fv, res) = (&self.first_v[..n], &self.result[..n]);
+        let (ts, te) = (&self.to_start_ms[..n], &self.to_end_ms[..n]);
+        let (sm, gaps) = (&self.sampled_ms[..n], &self.gaps[..n]);
+        let out = &mut self.out[..n];
+        for i in 0..n {
+            let to_start = ts[i] / 1e3;
+            let to_end = te[i] / 1e3;
+            let sampled = sm[i] / 1e3;
+            let avg = sampled / gaps[i];
+            let threshold = avg * 1.1;
+            let mut to_start = if to_start >= threshold {
+                avg / 2.0
+            } else {
+                to_start
+            };
+            if counter {
+                // Counters cannot go below zero: stop at the zero point.
+                let to_zero = sampled * (fv[i] / res[i]);
+                let stop = res[i] > 0.0 && fv[i] >= 0.0 && to_zero < to_start;
+                to_start = if stop { to_zero } else { to_start };
+            }
+            let to_end = if to_end >= threshold {
+                avg / 2.0
+            } else {
+                to_end
+            };
+            let mut factor = if sampled != 0.0 {
+                (sampled + to_start + to_end) / sampled
+            } else {
+                1.0
+            };
+            if is_rate {
+                factor /= per;
+            }
+            out[i] = res[i] * factor;
+        }
+    }
 }
 
 impl<'n> Pass<'n> {
@@ -351,6 +453,7 @@ impl<'n> Pass<'n> {
             pts: Vec::new(),
             sts: Vec::new(),
             brk: Vec::new(),
+            batch: RateBatch::default(),
         }
     }
 
@@ -398,6 +501,12 @@ impl<'n> Pass<'n> {
                     c: 0.0,
                 },
             );
+        }
+        if let Some((is_counter, is_rate)) = self.kernel
+            && sts.is_empty()
+        {
+            self.batched(o, points, is_counter, is_rate);
+            return Ok(());
         }
         let (start, step, range) = (self.start, self.step, self.range);
         let (mut a, mut b) = (0usize, 0usize);
@@ -447,20 +556,100 @@ impl<'n> Pass<'n> {
                         p.push(Point { t, v });
                     }
                 }
-                Some(op) => {
-                    let x = &mut self.acc[o * self.nsteps + k];
-                    x.n += 1;
-                    match op {
-                        Agg::Sum => (x.s, x.c) = functions::kahan_inc(v, x.s, x.c),
-                        Agg::Min if x.n == 1 || v < x.s || x.s.is_nan() => x.s = v,
-                        Agg::Max if x.n == 1 || v > x.s || x.s.is_nan() => x.s = v,
-                        _ => {}
-                    }
-                }
+                Some(op) => fold(&mut self.acc[o * self.nsteps + k], op, v),
             }
         }
         self.overlap |= overlap;
         Ok(())
+    }
+}
+
+impl Pass<'_> {
+    /// [`Pass::series`] for the rate kernel on a series without start
+    /// times (`self.pts`, `self.brk` filled): windows gathered in step
+    /// order, the kernel run over all of them at once, then folded or
+    /// pushed in step order, as the step-by-step loop would.
+    fn batched(
+        &mut self,
+        o: usize,
+        mut points: Option<&mut Vec<Point>>,
+        is_counter: bool,
+        is_rate: bool,
+    ) {
+        let (start, step, range) = (self.start, self.step, self.range);
+        let (pts, brk, batch) = (&self.pts, &self.brk, &mut self.batch);
+        batch.clear();
+        let (mut a, mut b) = (0usize, 0usize);
+        for (k, h) in self.held.iter_mut().enumerate() {
+            let tt = (start + step * k as i64).saturating_sub(self.off);
+            let lo = tt.saturating_sub(range);
+            while a < pts.len() && pts[a].t <= lo {
+                a += 1;
+            }
+            b = b.max(a);
+            while b < pts.len() && pts[b].t <= tt {
+                b += 1;
+            }
+            if a == b {
+                continue;
+            }
+            *h += b - a;
+            if b - a < 2 {
+                // One point and no start time: no rate.
+                continue;
+            }
+            let w = &pts[a..b];
+            if self.counter && brk[b] - brk[a + 1] > 0 {
+                let mut overlap = false;
+                let r = functions::extrapolated_rate(
+                    w,
+                    &[],
+                    (tt, range),
+                    is_counter,
+                    is_rate,
+                    &mut overlap,
+                    true,
+                );
+                let v = r.unwrap_or(f64::NAN);
+                batch.scanned.push((batch.step.len(), v));
+            }
+            batch.push(k, w, tt, range);
+        }
+        batch.run(is_counter, is_rate, range);
+        let mut scanned = batch.scanned.iter().peekable();
+        for (i, (&k, &v)) in batch.step.iter().zip(&batch.out).enumerate() {
+            let v = match scanned.peek() {
+                Some(&&(j, sv)) if j == i => {
+                    scanned.next();
+                    sv
+                }
+                _ => v,
+            };
+            let k = k as usize;
+            self.held[k] += 1;
+            match self.agg {
+                None => {
+                    if let Some(p) = points.as_deref_mut() {
+                        p.push(Point {
+                            t: start + step * k as i64,
+                            v,
+                        });
+                    }
+                }
+                Some(op) => fold(&mut self.acc[o * self.nsteps + k], op, v),
+            }
+        }
+    }
+}
+
+/// Folds `v` into one group's state at one step.
+fn fold(x: &mut Acc, op: Agg, v: f64) {
+    x.n += 1;
+    match op {
+        Agg::Sum => (x.s, x.c) = functions::kahan_inc(v, x.s, x.c),
+        Agg::Min if x.n == 1 || v < x.s || x.s.is_nan() => x.s = v,
+        Agg::Max if x.n == 1 || v > x.s || x.s.is_nan() => x.s = v,
+        _ => {}
     }
 }
 
