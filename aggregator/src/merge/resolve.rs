@@ -33,7 +33,7 @@ impl Merger {
                 srcs[i] = h;
             }
             for &(id, _) in sec.updates.iter().take(WARM_FEW) {
-                if let Some(h) = c.dec.series(id).and_then(|rx| handle(rx.tag()))
+                if let Some(h) = c.dec.update_key(sec.source, id).and_then(|k| handle(k.0))
                     && let Some(m) = self.table.mark(h)
                 {
                     std::hint::black_box(m.last_ts);
@@ -98,23 +98,28 @@ impl Merger {
         Some(h)
     }
 
-    /// Global handle of a child's series, defining it if new, with the
-    /// encoding the child gives it (one lookup of the child's series).
+    /// Global handle of a child's series `id`, updated in a section of
+    /// the child's source `rx_src` (global `src`), defining it if new, with
+    /// the encoding the child gives it (one lookup of the child's series,
+    /// none while a quiet source's repeats hold it: see
+    /// [`LinkDecoder::update_key`]).
     pub(super) fn resolve_series(
         &mut self,
         c: &mut Child,
         src: u32,
+        rx_src: u32,
         id: u32,
         ts: i64,
     ) -> Result<(u32, canopy_proto::codec::Encoding), Miss> {
-        // Invariant: the decoder just applied an update of `id`.
-        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
-        let encoding = rx.encoding;
-        if let Some(s) = Slot::from_tag(rx.tag())
+        if let Some((tag, encoding)) = c.dec.update_key(rx_src, id)
+            && let Some(s) = Slot::from_tag(tag)
             && self.epoch_is(s.h, s.epoch)
         {
             return Ok((s.h, encoding));
         }
+        // Invariant: the decoder just applied an update of `id`.
+        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
+        let encoding = rx.encoding;
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
             Some(&h) => h,
