@@ -270,7 +270,7 @@ impl LinkDecoder {
             // The members are walked in place (lent out of the source for
             // the walk, no copy), then put back.
             let walk = std::mem::take(&mut src.members);
-            let r = self.apply_dense(&mut d, &walk, rs);
+            let r = self.apply_dense(&mut d, source, &walk, rs);
             if let Some(c) = self.sources.get_mut(source) {
                 c.members = walk;
                 // What a repeat of this source changes next (the sparse
@@ -284,24 +284,26 @@ impl LinkDecoder {
         d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
 
-    /// The twin of series `id`, as [`WireState::as_peer`] sees it.
-    pub(super) fn peer(&self, id: u32) -> Option<(i64, bool)> {
+    /// The twin of series `id` (in a packed section of `source`), as
+    /// [`WireState::as_peer`] sees it.
+    pub(super) fn peer(&self, source: u32, id: u32) -> Option<(i64, bool)> {
         let t = self.series.get(id).and_then(|s| s.wire.twin())?;
-        twin_as_peer(&self.series, &self.sources, t, self.model.walk())
+        twin_as_peer(&self.series, &self.sources, source, t, self.model.walk())
     }
 
     /// A dense packed section: a flag for every member of its source.
     pub(super) fn apply_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
+        source: u32,
         members: &Members,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         match members {
-            Members::Few(v) => self.walk_dense(d, v, rs),
+            Members::Few(v) => self.walk_dense(d, source, v, rs),
             Members::Many(t) => {
                 let v: Vec<u32> = t.iter().copied().collect();
-                self.walk_dense(d, &v, rs)
+                self.walk_dense(d, source, &v, rs)
             }
         }
     }
@@ -310,11 +312,12 @@ impl LinkDecoder {
     fn walk_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
+        source: u32,
         walk: &[u32],
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         for &id in walk {
-            let peer = self.peer(id);
+            let peer = self.peer(source, id);
             let s = self
                 .series
                 .get_mut(id)
@@ -340,17 +343,20 @@ struct Sparse<'a> {
     coding: &'a mut SourceCoding,
 }
 
-/// Twin `t` as [`WireState::as_peer`] sees it in walk `walk`, repeats its
-/// source counted lazily included: a series twinned in one source may be
+/// Twin `t` as [`WireState::as_peer`] sees it in walk `walk` of source
+/// `current` (settled before its packed section), repeats its own source
+/// counted lazily included: a series twinned in one source may be
 /// redefined into another, quiet one, whose repeats it is not settled for.
 fn twin_as_peer(
     series: &IdTable<RxSeries>,
     sources: &IdTable<RxSource>,
+    current: u32,
     t: u32,
     walk: u32,
 ) -> Option<(i64, bool)> {
     let ts = series.get(t)?;
-    if let Some(src) = sources.get(ts.source)
+    if ts.source != current
+        && let Some(src) = sources.get(ts.source)
         && src.lazy.encoding.is_some()
         && src.coding.last.first() == Some(&t)
     {
@@ -414,7 +420,7 @@ impl Sparse<'_> {
                     read_value(self.model, d, id, s, None, rs)?;
                 }
                 Some(t) => {
-                    let peer = twin_as_peer(self.series, self.sources, t, walk);
+                    let peer = twin_as_peer(self.series, self.sources, source, t, walk);
                     let s = self
                         .series
                         .get_mut(id)
