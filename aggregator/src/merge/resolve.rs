@@ -99,19 +99,23 @@ impl Merger {
     }
 
     /// Global handle of a child's series `id`, updated in a section of
-    /// the child's source `rx_src` (global `src`), defining it if new, with
-    /// the encoding the child gives it (one lookup of the child's series,
-    /// none while a quiet source's repeats hold it: see
-    /// [`LinkDecoder::update_key`]).
+    /// global source `src`, defining it if new, with the encoding the child
+    /// gives it (one lookup of the child's series, none when it is the
+    /// series `held` of the section's source: see
+    /// [`LinkDecoder::held_key`]).
     pub(super) fn resolve_series(
         &mut self,
         c: &mut Child,
         src: u32,
-        rx_src: u32,
+        held: Option<(u32, u64, canopy_proto::codec::Encoding)>,
         id: u32,
         ts: i64,
     ) -> Result<(u32, canopy_proto::codec::Encoding), Miss> {
-        if let Some((tag, encoding)) = c.dec.update_key(rx_src, id)
+        let key = match held {
+            Some((hid, tag, enc)) if hid == id => Some((tag, enc)),
+            _ => c.dec.series(id).map(|s| (s.tag(), s.encoding)),
+        };
+        if let Some((tag, encoding)) = key
             && let Some(s) = Slot::from_tag(tag)
             && self.epoch_is(s.h, s.epoch)
         {

@@ -358,6 +358,16 @@ impl LinkDecoder {
         self.series.get(id).map(|s| (s.tag, s.encoding))
     }
 
+    /// The series a quiet source `source`'s repeats hold (see `Lazy`),
+    /// with its tag and encoding: what [`LinkDecoder::update_key`] answers
+    /// for it, asked once for a whole section.
+    #[inline]
+    pub fn held_key(&self, source: u32) -> Option<(u32, u64, Encoding)> {
+        let src = self.sources.get(source)?;
+        let enc = src.lazy.encoding?;
+        Some((*src.coding.last.first()?, src.lazy.tag, enc))
+    }
+
     /// Source `source`'s [`Lazy`] state when it holds series `id`.
     #[inline]
     fn lazy_of(&self, source: u32, id: u32) -> Option<&Lazy> {

@@ -136,7 +136,7 @@ fn run(ticks: &[Tick]) -> Result<u64, TestCaseError> {
             if let Act::Busy(i) = a {
                 gauges[k][i] = (t * 7 + i) as f64 + 0.5;
             }
-            for i in 0..5 {
+            for (i, &gauge) in gauges[k].iter().enumerate() {
                 if matches!(a, Act::Drop(j) if j == i) {
                     continue;
                 }
@@ -148,7 +148,7 @@ fn run(ticks: &[Tick]) -> Result<u64, TestCaseError> {
                     let v = if matches!(a, Act::Special(j) if j == i) {
                         f64::NAN
                     } else {
-                        gauges[k][i]
+                        gauge
                     };
                     let l = Labels::metric("g", [("src", name), ("i", i.to_string())]);
                     (l, MetricKind::Gauge, v)
