@@ -51,7 +51,7 @@ pub fn decode(wire: &[u8], cfg: &CodecConfig) -> Result<Vec<Decoded>> {
             .with_context(|| format!("frame {}", out.len()))?;
         let mut series: Vec<(u32, Labels, f64)> = dec
             .series_iter()
-            .map(|(id, s)| (id, s.labels.clone(), s.value))
+            .map(|(id, s)| (id, s.labels.clone(), dec.value(id).unwrap_or(f64::NAN)))
             .collect();
         series.sort_unstable_by_key(|s| s.0);
         out.push((

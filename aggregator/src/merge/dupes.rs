@@ -57,7 +57,7 @@ impl Merger {
             return None;
         }
         let id = sec.updates.first()?.0;
-        if c.dec.series(id)?.tag() != r.series {
+        if c.dec.update_key(sec.source, id)?.0 != r.series {
             return None;
         }
         if !self.held.is_empty() && self.held.contains_key(&s.h) {

@@ -451,6 +451,9 @@ impl Merger {
                 self.stats.duplicates_dropped += n as u64;
                 continue;
             };
+            // A quiet source's repeated series, held by its source's
+            // record: found without reading the series' (asked once).
+            let held = c.dec.held_key(sec.source);
             let several = self.note_path(src, child, sec.ts_ms);
             if self.held.contains_key(&src) {
                 // This path may have passed (or filled) a held hole.
@@ -459,7 +462,7 @@ impl Merger {
             if sec.retired.is_empty() && self.opens_hole(src, sec.ts_ms, several) {
                 let mut updates = Vec::with_capacity(n);
                 for &(id, v) in &sec.updates {
-                    match self.resolve_series(c, src, id, sec.ts_ms) {
+                    match self.resolve_series(c, src, held, id, sec.ts_ms) {
                         Ok((h, enc)) => {
                             let epoch = self.epoch_of(h);
                             updates.push((Slot { h, epoch }, v, Some(enc)));
@@ -482,7 +485,7 @@ impl Merger {
             self.heartbeat(src, sec.ts_ms, sink);
             let mut resolved = None;
             for &(id, v) in &sec.updates {
-                resolved = self.update(c, src, id, sec.ts_ms, v, sink, &mut sum);
+                resolved = self.update(c, src, held, id, sec.ts_ms, v, sink, &mut sum);
             }
             if n == 1
                 && sec.retired.is_empty()
@@ -602,13 +605,14 @@ impl Merger {
         &mut self,
         c: &mut Child,
         src: u32,
+        held: Option<(u32, u64, canopy_proto::codec::Encoding)>,
         id: u32,
         ts: i64,
         v: f64,
         sink: &mut dyn Sink,
         sum: &mut FrameSummary,
     ) -> Option<u32> {
-        let (h, encoding) = match self.resolve_series(c, src, id, ts) {
+        let (h, encoding) = match self.resolve_series(c, src, held, id, ts) {
             Ok(r) => r,
             Err(Miss::Duplicate) => {
                 sum.duplicates += 1;

@@ -33,7 +33,7 @@ impl Merger {
                 srcs[i] = h;
             }
             for &(id, _) in sec.updates.iter().take(WARM_FEW) {
-                if let Some(h) = c.dec.series(id).and_then(|rx| handle(rx.tag()))
+                if let Some(h) = c.dec.update_key(sec.source, id).and_then(|k| handle(k.0))
                     && let Some(m) = self.table.mark(h)
                 {
                     std::hint::black_box(m.last_ts);
@@ -98,23 +98,32 @@ impl Merger {
         Some(h)
     }
 
-    /// Global handle of a child's series, defining it if new, with the
-    /// encoding the child gives it (one lookup of the child's series).
+    /// Global handle of a child's series `id`, updated in a section of
+    /// global source `src`, defining it if new, with the encoding the child
+    /// gives it (one lookup of the child's series, none when it is the
+    /// series `held` of the section's source: see
+    /// [`LinkDecoder::held_key`]).
     pub(super) fn resolve_series(
         &mut self,
         c: &mut Child,
         src: u32,
+        held: Option<(u32, u64, canopy_proto::codec::Encoding)>,
         id: u32,
         ts: i64,
     ) -> Result<(u32, canopy_proto::codec::Encoding), Miss> {
-        // Invariant: the decoder just applied an update of `id`.
-        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
-        let encoding = rx.encoding;
-        if let Some(s) = Slot::from_tag(rx.tag())
+        let key = match held {
+            Some((hid, tag, enc)) if hid == id => Some((tag, enc)),
+            _ => c.dec.series(id).map(|s| (s.tag(), s.encoding)),
+        };
+        if let Some((tag, encoding)) = key
+            && let Some(s) = Slot::from_tag(tag)
             && self.epoch_is(s.h, s.epoch)
         {
             return Ok((s.h, encoding));
         }
+        // Invariant: the decoder just applied an update of `id`.
+        let rx = c.series_info(id).ok_or(Miss::Duplicate)?;
+        let encoding = rx.encoding;
         let key = (src, rx.labels.clone());
         let h = match self.series_index.get(&key) {
             Some(&h) => h,

@@ -309,11 +309,12 @@ fn decoded_state(p: &[u8]) -> BTreeMap<String, (String, u64, i64)> {
     let mut dec = LinkDecoder::new(&cfg()).expect("decoder");
     dec.decode(p).expect("keyframe");
     dec.series_iter()
-        .map(|(_, s)| {
+        .map(|(id, s)| {
             let src = dec.source(s.source).expect("source");
+            let v = dec.value(id).expect("live");
             (
                 s.labels.to_string(),
-                (src.name.clone(), s.value.to_bits(), src.last_ts_ms),
+                (src.name.clone(), v.to_bits(), src.last_ts_ms),
             )
         })
         .collect()

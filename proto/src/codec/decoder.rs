@@ -34,8 +34,9 @@ pub struct RxSeries {
     pub source: u32,
     /// Wire encoding.
     pub encoding: Encoding,
-    /// Current value (`NaN` until the first value arrives).
-    pub value: f64,
+    /// Current value (`NaN` until the first value arrives), as the record
+    /// holds it: see [`RxSeries::value`].
+    value: f64,
     wire: WireState,
     /// The receiver's own word about this series (see
     /// [`LinkDecoder::set_tag`]); 0 until set, and again after a
@@ -48,15 +49,23 @@ impl RxSeries {
     pub fn tag(&self) -> u64 {
         self.tag
     }
+
+    /// The value this record holds: exact for a series handed out retired;
+    /// for a series a decoder still holds, [`LinkDecoder::value`] is (a
+    /// quiet source's repeats reach its record lazily, see `Lazy`).
+    pub fn value(&self) -> f64 {
+        self.value
+    }
 }
 
 /// A source as the receiver holds it.
 ///
-/// Laid out by hand in two aligned cache lines: what every section of the
+/// Laid out by hand in three aligned cache lines: what every section of the
 /// source reads (its latest timestamp, the receiver's tag, the packed-section
-/// state with the last changed ids inline) is in the first, so a quiet
-/// source's repeat section touches one line; its members and name in the
-/// second.
+/// state with the last changed ids inline) is in the first; what a quiet
+/// source's repeat reads instead of its series' record ([`Lazy`]) in the
+/// second, so such a section touches these two lines alone; its members and
+/// name in the third.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
 pub struct RxSource {
@@ -71,6 +80,9 @@ pub struct RxSource {
     coding: SourceCoding,
     /// Sampling tick, ms.
     pub tick_ms: u32,
+    /// Repeats of its one last changed series counted, not yet applied to
+    /// the series' record (see [`Lazy`]).
+    lazy: Lazy,
     /// Its live series ids, ascending: the order packed sections walk
     /// (beside the source: a sparse section's member count is in the
     /// record it already reads).
@@ -78,6 +90,42 @@ pub struct RxSource {
     /// Node name.
     pub name: String,
 }
+
+/// A quiet source's repeats, counted on the source's record and applied
+/// to its series' record lazily.
+///
+/// At a gateway of 10,000 nodes a quiet node's section (a repeat of its
+/// tick counter) reaches each of R decoders once a tick, and applying it
+/// reads and writes the series' record, rarely in cache. So, once a repeat
+/// applied eagerly leaves the source with one last changed series, the
+/// source's record keeps what the next repeats need (that series' wire
+/// value and increment, its encoding and tag): a repeat then counts itself
+/// here and gives the value without touching the series' record. The
+/// record is settled (the counted repeats applied, exactly as the eager
+/// path would have, in the same order) before anything else reads or
+/// writes it or the source's coding state (`LinkDecoder::settle`).
+///
+/// Invariant while `encoding` is `Some`: the source's `coding.last` is
+/// that one series, a live, known member of the source whose record holds
+/// `tag` and `encoding`, and whose wire state is the eager one but for
+/// `pending` repeats; `cur` is its eager wire value, `inc` its increment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Lazy {
+    /// Repeats counted and not yet applied.
+    pending: u32,
+    /// The series' wire value with them applied.
+    cur: i64,
+    /// Its last increment (what a repeat adds).
+    inc: i64,
+    /// Its tag ([`LinkDecoder::set_tag`]).
+    tag: u64,
+    /// Its encoding; `None`: nothing held (every repeat goes eagerly).
+    encoding: Option<Encoding>,
+}
+
+/// Most repeats counted before one is applied eagerly (settling costs one
+/// step a counted repeat).
+const LAZY_MAX: u32 = 1 << 16;
 
 /// A source's live series ids, ascending, in one contiguous vector while
 /// they are few (a dense section walks them in order, no tree to chase);
@@ -230,6 +278,9 @@ pub struct LinkDecoder {
     /// ([`LinkDecoder::recycle`]), for the next frames' sections.
     spare: Vec<Vec<(u32, f64)>>,
     spare_sections: Vec<RxSection>,
+    /// Repeats are counted lazily (see [`Lazy`]); off only to test that
+    /// this changes nothing.
+    lazy: bool,
 }
 
 /// Sections whose records [`LinkDecoder::warm`] loads at a time, before
@@ -262,13 +313,151 @@ impl LinkDecoder {
             cols: Columns::default(),
             spare: Vec::new(),
             spare_sections: Vec::new(),
+            lazy: true,
         })
+    }
+
+    /// The same decoder applying every repeat eagerly (the reference the
+    /// tests compare the lazy one against).
+    #[cfg(test)]
+    pub(crate) fn eager(mut self) -> Self {
+        self.lazy = false;
+        self
     }
 
     /// The series with id `id` on this link.
     #[inline]
     pub fn series(&self, id: u32) -> Option<&RxSeries> {
         self.series.get(id)
+    }
+
+    /// The current value of series `id` (a quiet source's counted repeats
+    /// included, see `Lazy`).
+    #[inline]
+    pub fn value(&self, id: u32) -> Option<f64> {
+        let s = self.series.get(id)?;
+        if let Some((cur, enc)) = self.lazy_of(s.source, id).map(|l| (l.cur, l.encoding))
+            && let Some(enc) = enc
+        {
+            return Some(enc.from_wire(cur));
+        }
+        Some(s.value)
+    }
+
+    /// The tag and encoding of series `id` as an update of it in a section
+    /// of `source` finds them: from the source's record while a quiet
+    /// source's repeats hold the series there (its own record is not read),
+    /// else from the series' record.
+    #[inline]
+    pub fn update_key(&self, source: u32, id: u32) -> Option<(u64, Encoding)> {
+        if let Some(l) = self.lazy_of(source, id)
+            && let Some(enc) = l.encoding
+        {
+            return Some((l.tag, enc));
+        }
+        self.series.get(id).map(|s| (s.tag, s.encoding))
+    }
+
+    /// The series a quiet source `source`'s repeats hold (see `Lazy`),
+    /// with its tag and encoding: what [`LinkDecoder::update_key`] answers
+    /// for it, asked once for a whole section.
+    #[inline]
+    pub fn held_key(&self, source: u32) -> Option<(u32, u64, Encoding)> {
+        let src = self.sources.get(source)?;
+        let enc = src.lazy.encoding?;
+        Some((*src.coding.last.first()?, src.lazy.tag, enc))
+    }
+
+    /// Source `source`'s [`Lazy`] state when it holds series `id`.
+    #[inline]
+    fn lazy_of(&self, source: u32, id: u32) -> Option<&Lazy> {
+        let src = self.sources.get(source)?;
+        (src.lazy.encoding.is_some() && src.coding.last.first() == Some(&id)).then_some(&src.lazy)
+    }
+
+    /// Applies the repeats counted on source `source` to its series'
+    /// record and lets go of it (see [`Lazy`]): before anything else reads
+    /// or writes that record or the source's coding state.
+    pub(super) fn settle(&mut self, source: u32) {
+        let Some(src) = self.sources.get_mut(source) else {
+            return;
+        };
+        if src.lazy.encoding.is_none() {
+            return;
+        }
+        let l = std::mem::take(&mut src.lazy);
+        let walk = src.coding.walks;
+        let Some(&id) = src.coding.last.first() else {
+            return; // invariant: a held series is the one last changed
+        };
+        if l.pending == 0 {
+            return;
+        }
+        if let Some(s) = self.series.get_mut(id) {
+            let counter = s.encoding.is_counter();
+            // The same steps as the eager path; only the last walk's mark
+            // stays, and nothing else moved the walk count meanwhile.
+            for _ in 0..l.pending {
+                s.wire.repeat(walk, counter);
+            }
+            s.value = s.encoding.from_wire(s.wire.last);
+        }
+    }
+
+    /// Series `id`'s record as the eager decoder holds it: a copy with the
+    /// counted repeats applied (the tests compare it with the eager one's).
+    #[cfg(test)]
+    pub(crate) fn settled_series(&self, id: u32) -> Option<RxSeries> {
+        let mut s = self.series.get(id)?.clone();
+        if let Some(l) = self.lazy_of(s.source, id)
+            && let Some(src) = self.sources.get(s.source)
+        {
+            let counter = s.encoding.is_counter();
+            for _ in 0..l.pending {
+                s.wire.repeat(src.coding.walks, counter);
+            }
+            s.value = s.encoding.from_wire(s.wire.last);
+        }
+        Some(s)
+    }
+
+    /// Source `id`'s record without its [`Lazy`] part (the eager decoder
+    /// never has one).
+    #[cfg(test)]
+    pub(crate) fn source_without_lazy(&self, id: u32) -> Option<RxSource> {
+        let mut s = self.sources.get(id)?.clone();
+        s.lazy = Lazy::default();
+        Some(s)
+    }
+
+    /// Repeats counted and not applied, over every source.
+    #[cfg(test)]
+    pub(crate) fn pending_repeats(&self) -> u64 {
+        self.sources
+            .iter()
+            .map(|(_, s)| u64::from(s.lazy.pending))
+            .sum()
+    }
+
+    /// [`LinkDecoder::settle`] for the source series `id` belongs to.
+    pub(super) fn settle_series(&mut self, id: u32) {
+        if let Some(src) = self.series.get(id).map(|s| s.source) {
+            self.settle(src);
+        }
+    }
+
+    /// [`LinkDecoder::settle`] for every source (before a keyframe, which
+    /// touches every series).
+    fn settle_all(&mut self) {
+        let held: Vec<u32> = self
+            .sources
+            .iter()
+            .filter(|(_, s)| s.lazy.encoding.is_some())
+            .map(|(id, _)| id)
+            .collect();
+        for id in held {
+            self.settle(id);
+        }
     }
 
     /// Makes series `id` hold `labels` when they are equal to its own, so
@@ -288,12 +477,22 @@ impl LinkDecoder {
     /// series the decoder just touched instead of in a map of its own.
     /// A (re)definition of `id` clears it.
     pub fn set_tag(&mut self, id: u32, tag: u64) {
-        if let Some(s) = self.series.get_mut(id) {
-            s.tag = tag;
+        let Some(s) = self.series.get_mut(id) else {
+            return;
+        };
+        s.tag = tag;
+        let source = s.source;
+        // A copy held for a quiet source's repeats follows.
+        if let Some(src) = self.sources.get_mut(source)
+            && src.lazy.encoding.is_some()
+            && src.coding.last.first() == Some(&id)
+        {
+            src.lazy.tag = tag;
         }
     }
 
-    /// Every live series on this link (ascending by id).
+    /// Every live series on this link (ascending by id); their values are
+    /// [`LinkDecoder::value`]'s, not the records'.
     pub fn series_iter(&self) -> impl Iterator<Item = (u32, &RxSeries)> {
         self.series.iter()
     }
@@ -508,6 +707,7 @@ impl LinkDecoder {
             out.new_series.push(id);
         }
         if f.keyframe {
+            self.settle_all();
             for s in self.series.values_mut() {
                 s.wire.known = false;
             }
@@ -543,6 +743,7 @@ impl LinkDecoder {
             }
         }
         for id in f.retired_sources {
+            self.settle(id);
             let s = self
                 .sources
                 .remove(id)
@@ -557,6 +758,7 @@ impl LinkDecoder {
     }
 
     fn remove_series(&mut self, id: u32) -> Option<RxSeries> {
+        self.settle_series(id);
         let s = self.series.remove(id)?;
         if let Some(src) = self.sources.get_mut(s.source) {
             src.members.remove(id);
@@ -596,6 +798,7 @@ impl LinkDecoder {
                     tag: 0,
                     coding: SourceCoding::default(),
                     tick_ms: s.tick_ms,
+                    lazy: Lazy::default(),
                     members: Members::default(),
                     name: s.name,
                 };
@@ -647,6 +850,9 @@ impl LinkDecoder {
         } else {
             Labels::from_pairs(d.labels.into_iter().map(|l| (l.name, l.value)))
         };
+        // Its source lets go of it first (the definition resets its wire
+        // state and tag).
+        self.settle_series(id);
         let value = self.series.get(id).map_or(f64::NAN, |s| s.value);
         if let Some(old) = self.series.get(id).map(|s| s.source)
             && let Some(src) = self.sources.get_mut(old)
@@ -682,14 +888,16 @@ mod layout_tests {
 
     use super::*;
 
-    /// A source's record is two aligned cache lines, and what every
+    /// A source's record is three aligned cache lines, what every
     /// section reads (timestamp, tag, coding with its inline ids) is in the
-    /// first.
+    /// first, and what a lazy repeat reads besides in the second.
     #[test]
-    fn a_source_record_is_two_lines_its_hot_part_in_the_first() {
-        assert_eq!(std::mem::size_of::<RxSource>(), 128);
+    fn a_source_record_is_three_lines_its_hot_parts_in_the_first_two() {
+        assert_eq!(std::mem::size_of::<RxSource>(), 192);
         assert_eq!(std::mem::align_of::<RxSource>(), 64);
         assert!(std::mem::offset_of!(RxSource, coding) + std::mem::size_of::<SourceCoding>() <= 64);
+        let lazy = std::mem::offset_of!(RxSource, lazy);
+        assert!(lazy >= 64 && lazy + std::mem::size_of::<Lazy>() <= 128);
     }
 
     proptest! {

@@ -7,7 +7,7 @@ use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
 use super::super::pbview::SectionView;
 use super::super::rangecoder::RangeDecoder;
 use super::*;
-use super::{Members, SourceCoding, WARM_AHEAD};
+use super::{LAZY_MAX, Lazy, Members, SourceCoding, WARM_AHEAD};
 
 /// A source whose latest packed section changed at most this many series
 /// has them all loaded ahead by [`LinkDecoder::warm`] (a quiet node: its
@@ -37,6 +37,11 @@ impl LinkDecoder {
             let Some(src) = self.sources.get(id) else {
                 continue;
             };
+            if src.lazy.encoding.is_some() {
+                // A repeat reads the source's second line, not the series.
+                std::hint::black_box(src.lazy.cur);
+                continue;
+            }
             // A busy source's series are walked in id order, which the
             // hardware follows by itself: its first one is enough.
             let last = &src.coding.last;
@@ -131,6 +136,7 @@ impl LinkDecoder {
             let id = u32::try_from(id64)
                 .map_err(|_| CodecError::Malformed("series id out of range".into()))?;
             prev = id64;
+            self.settle_series(id);
             let s = self
                 .series
                 .get_mut(id)
@@ -140,6 +146,7 @@ impl LinkDecoder {
             rs.updates.push((id, s.value));
         }
         for (id, bits) in cols.special_ids.iter().zip(&cols.special_bits) {
+            self.settle_series(*id);
             let s = self
                 .series
                 .get_mut(*id)
@@ -172,14 +179,33 @@ impl LinkDecoder {
         if !packed.is_empty() {
             return Err(bad("carries packed bytes"));
         }
-        let coding = match self.sources.get_mut(source) {
-            Some(c) if !c.coding.last.is_empty() => &mut c.coding,
+        let lazy = self.lazy;
+        match self.sources.get_mut(source) {
+            Some(c) if lazy && c.lazy.pending < LAZY_MAX => {
+                if let (Some(enc), Some(&id)) = (c.lazy.encoding, c.coding.last.first()) {
+                    // Counted on the source (see `Lazy`): the series'
+                    // record is not read.
+                    c.coding.walks = c.coding.walks.wrapping_add(1);
+                    c.lazy.pending += 1;
+                    c.lazy.cur = c.lazy.cur.wrapping_add(c.lazy.inc);
+                    rs.updates.push((id, enc.from_wire(c.lazy.cur)));
+                    return Ok(());
+                }
+            }
+            Some(_) => {}
+            None => return Err(CodecError::UnknownSource { id: source }),
+        }
+        self.settle(source);
+        let src = match self.sources.get_mut(source) {
+            Some(c) if !c.coding.last.is_empty() => c,
             Some(_) => return Err(bad("no earlier packed section of its source")),
             None => return Err(CodecError::UnknownSource { id: source }),
         };
+        let coding = &mut src.coding;
         coding.walks = coding.walks.wrapping_add(1);
         let walk = coding.walks;
         rs.updates.reserve(coding.last.len());
+        let mut held = Lazy::default();
         for &id in &coding.last {
             let s = self
                 .series
@@ -194,6 +220,17 @@ impl LinkDecoder {
             let w = s.wire.repeat(walk, s.encoding.is_counter());
             s.value = s.encoding.from_wire(w);
             rs.updates.push((id, s.value));
+            held = Lazy {
+                pending: 0,
+                cur: w,
+                inc: s.wire.inc,
+                tag: s.tag,
+                encoding: Some(s.encoding),
+            };
+        }
+        if lazy && coding.last.len() == 1 {
+            // The next repeats of this one series are counted here.
+            src.lazy = held;
         }
         Ok(())
     }
@@ -205,27 +242,35 @@ impl LinkDecoder {
         source: u32,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
+        self.settle(source);
         let mut d = RangeDecoder::new(packed);
         let src = self
             .sources
             .get_mut(source)
             .ok_or(CodecError::UnknownSource { id: source })?;
         let members = src.members.len() as u64;
-        let coding = &mut src.coding;
-        coding.walks = coding.walks.wrapping_add(1);
-        self.model.start_section(coding.walks);
+        src.coding.walks = src.coding.walks.wrapping_add(1);
+        self.model.start_section(src.coding.walks);
         if self.model.get_sparse(&mut d) {
+            // The coding state is lent out of the source for the section
+            // (the twins' sources are read beside it), then put back.
+            let mut coding = std::mem::take(&mut src.coding);
             let mut sp = Sparse {
                 model: &mut self.model,
                 series: &mut self.series,
-                coding,
+                sources: &self.sources,
+                coding: &mut coding,
             };
-            sp.apply(&mut d, source, members, rs)?;
+            let r = sp.apply(&mut d, source, members, rs);
+            if let Some(c) = self.sources.get_mut(source) {
+                c.coding = coding;
+            }
+            r?;
         } else {
             // The members are walked in place (lent out of the source for
             // the walk, no copy), then put back.
             let walk = std::mem::take(&mut src.members);
-            let r = self.apply_dense(&mut d, &walk, rs);
+            let r = self.apply_dense(&mut d, source, &walk, rs);
             if let Some(c) = self.sources.get_mut(source) {
                 c.members = walk;
                 // What a repeat of this source changes next (the sparse
@@ -239,27 +284,26 @@ impl LinkDecoder {
         d.finish().map_err(|why| CodecError::Malformed(why.into()))
     }
 
-    /// The twin of series `id`, as [`WireState::as_peer`] sees it.
-    pub(super) fn peer(&self, id: u32) -> Option<(i64, bool)> {
-        self.series
-            .get(id)
-            .and_then(|s| s.wire.twin())
-            .and_then(|t| self.series.get(t))
-            .and_then(|t| t.wire.as_peer(self.model.walk()))
+    /// The twin of series `id` (in a packed section of `source`), as
+    /// [`WireState::as_peer`] sees it.
+    pub(super) fn peer(&self, source: u32, id: u32) -> Option<(i64, bool)> {
+        let t = self.series.get(id).and_then(|s| s.wire.twin())?;
+        twin_as_peer(&self.series, &self.sources, source, t, self.model.walk())
     }
 
     /// A dense packed section: a flag for every member of its source.
     pub(super) fn apply_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
+        source: u32,
         members: &Members,
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         match members {
-            Members::Few(v) => self.walk_dense(d, v, rs),
+            Members::Few(v) => self.walk_dense(d, source, v, rs),
             Members::Many(t) => {
                 let v: Vec<u32> = t.iter().copied().collect();
-                self.walk_dense(d, &v, rs)
+                self.walk_dense(d, source, &v, rs)
             }
         }
     }
@@ -268,11 +312,12 @@ impl LinkDecoder {
     fn walk_dense(
         &mut self,
         d: &mut RangeDecoder<'_>,
+        source: u32,
         walk: &[u32],
         rs: &mut RxSection,
     ) -> Result<(), CodecError> {
         for &id in walk {
-            let peer = self.peer(id);
+            let peer = self.peer(source, id);
             let s = self
                 .series
                 .get_mut(id)
@@ -294,7 +339,32 @@ impl LinkDecoder {
 struct Sparse<'a> {
     model: &'a mut LinkModel,
     series: &'a mut IdTable<RxSeries>,
+    sources: &'a IdTable<RxSource>,
     coding: &'a mut SourceCoding,
+}
+
+/// Twin `t` as [`WireState::as_peer`] sees it in walk `walk` of source
+/// `current` (settled before its packed section), repeats its own source
+/// counted lazily included: a series twinned in one source may be
+/// redefined into another, quiet one, whose repeats it is not settled for.
+fn twin_as_peer(
+    series: &IdTable<RxSeries>,
+    sources: &IdTable<RxSource>,
+    current: u32,
+    t: u32,
+    walk: u32,
+) -> Option<(i64, bool)> {
+    let ts = series.get(t)?;
+    if ts.source != current
+        && let Some(src) = sources.get(ts.source)
+        && src.lazy.encoding.is_some()
+        && src.coding.last.first() == Some(&t)
+    {
+        // Known (the invariant), at `cur`, last changed in the source's
+        // latest walk.
+        return Some((src.lazy.cur, src.coding.walks == walk));
+    }
+    ts.wire.as_peer(walk)
 }
 
 impl Sparse<'_> {
@@ -350,7 +420,7 @@ impl Sparse<'_> {
                     read_value(self.model, d, id, s, None, rs)?;
                 }
                 Some(t) => {
-                    let peer = self.series.get(t).and_then(|t| t.wire.as_peer(walk));
+                    let peer = twin_as_peer(self.series, self.sources, source, t, walk);
                     let s = self
                         .series
                         .get_mut(id)

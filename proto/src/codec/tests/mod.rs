@@ -6,6 +6,7 @@ use super::*;
 use crate::model::{Labels, MetricKind, stale_nan};
 
 mod keys;
+mod lazy;
 mod repeat;
 mod sparse;
 
@@ -55,7 +56,7 @@ impl Pair {
         self.dec
             .series_iter()
             .find(|(_, s)| &s.labels == labels)
-            .map(|(_, s)| s.value)
+            .and_then(|(id, _)| self.dec.value(id))
     }
 
     /// Starts a new link (new encoder and decoder) on the same sender.
@@ -425,7 +426,7 @@ fn packed_sections_of_several_sources_round_trip() {
             let got = dec
                 .series_iter()
                 .find(|(_, s)| s.labels == l)
-                .map(|(_, s)| s.value);
+                .and_then(|(id, _)| dec.value(id));
             assert_eq!(got, Some(v), "{l} at tick {t}");
         }
     }

@@ -242,7 +242,7 @@ fn frame(
                 labels: s.labels.clone(),
                 source: s.source,
                 encoding: s.encoding,
-                value: s.value,
+                value: mirror.value(id).unwrap_or(f64::NAN),
             };
             r.define_series(&mut cs, id, &e);
         }
@@ -288,7 +288,7 @@ pub fn rebuild_tail<'a>(
                 labels: s.labels.clone(),
                 source: s.source,
                 encoding: s.encoding,
-                value: s.value,
+                value: mirror.value(id).unwrap_or(f64::NAN),
             },
         );
     }
