@@ -509,23 +509,11 @@ impl<'n> Pass<'n> {
             return Ok(());
         }
         let (start, step, range) = (self.start, self.step, self.range);
-        let (mut a, mut b) = (0usize, 0usize);
         let mut overlap = false;
-        for (k, h) in self.held.iter_mut().enumerate() {
+        let windows = Windows::new(pts, (start, step, self.nsteps), self.off, range);
+        for (k, tt, a, b) in windows {
             let t = start + step * k as i64;
-            let tt = t.saturating_sub(self.off);
-            let lo = tt.saturating_sub(range);
-            while a < pts.len() && pts[a].t <= lo {
-                a += 1;
-            }
-            b = b.max(a);
-            while b < pts.len() && pts[b].t <= tt {
-                b += 1;
-            }
-            if a == b {
-                continue;
-            }
-            *h += b - a;
+            self.held[k] += b - a;
             let st = if sts.is_empty() { &[][..] } else { &sts[a..b] };
             let breaks = !self.counter || brk[b] - brk[a + 1] > 0;
             let r = match self.kernel {
@@ -549,7 +537,7 @@ impl<'n> Pass<'n> {
                 )?,
             };
             let Some(v) = r else { continue };
-            *h += 1;
+            self.held[k] += 1;
             match self.agg {
                 None => {
                     if let Some(p) = points.as_deref_mut() {
@@ -579,21 +567,8 @@ impl Pass<'_> {
         let (start, step, range) = (self.start, self.step, self.range);
         let (pts, brk, batch) = (&self.pts, &self.brk, &mut self.batch);
         batch.clear();
-        let (mut a, mut b) = (0usize, 0usize);
-        for (k, h) in self.held.iter_mut().enumerate() {
-            let tt = (start + step * k as i64).saturating_sub(self.off);
-            let lo = tt.saturating_sub(range);
-            while a < pts.len() && pts[a].t <= lo {
-                a += 1;
-            }
-            b = b.max(a);
-            while b < pts.len() && pts[b].t <= tt {
-                b += 1;
-            }
-            if a == b {
-                continue;
-            }
-            *h += b - a;
+        for (k, tt, a, b) in Windows::new(pts, (start, step, self.nsteps), self.off, range) {
+            self.held[k] += b - a;
             if b - a < 2 {
                 // One point and no start time: no rate.
                 continue;
@@ -639,6 +614,67 @@ impl Pass<'_> {
                 Some(op) => fold(&mut self.acc[o * self.nsteps + k], op, v),
             }
         }
+    }
+}
+
+/// The windows of one series over a pass's steps: for each step whose
+/// window holds any point, `(step, window end with the offset applied,
+/// first point, past the last point)`. Both bounds only move forward.
+struct Windows<'p> {
+    pts: &'p [Point],
+    start: i64,
+    step: i64,
+    nsteps: usize,
+    off: i64,
+    range: i64,
+    k: usize,
+    a: usize,
+    b: usize,
+}
+
+impl<'p> Windows<'p> {
+    fn new(
+        pts: &'p [Point],
+        (start, step, nsteps): (i64, i64, usize),
+        off: i64,
+        range: i64,
+    ) -> Self {
+        Windows {
+            pts,
+            start,
+            step,
+            nsteps,
+            off,
+            range,
+            k: 0,
+            a: 0,
+            b: 0,
+        }
+    }
+}
+
+impl Iterator for Windows<'_> {
+    type Item = (usize, i64, usize, usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let pts = self.pts;
+        while self.k < self.nsteps {
+            let k = self.k;
+            self.k += 1;
+            let tt = (self.start + self.step * k as i64).saturating_sub(self.off);
+            let lo = tt.saturating_sub(self.range);
+            while self.a < pts.len() && pts[self.a].t <= lo {
+                self.a += 1;
+            }
+            self.b = self.b.max(self.a);
+            while self.b < pts.len() && pts[self.b].t <= tt {
+                self.b += 1;
+            }
+            if self.a < self.b {
+                return Some((k, tt, self.a, self.b));
+            }
+        }
+        None
     }
 }
 
