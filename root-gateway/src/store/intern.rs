@@ -115,16 +115,21 @@ impl LabelArena {
         }
         put_id(&mut self.bytes, n);
         for (name, value) in labels.iter() {
-            let a = strings.id(name);
-            let b = strings.id(value);
+            let a = strings.acquire(name);
+            let b = strings.acquire(value);
             put_id(&mut self.bytes, a);
             put_id(&mut self.bytes, b);
         }
         Some(at)
     }
 
-    /// Marks the set at `at` unused (its bytes are reclaimed by `compact`).
-    pub(crate) fn free(&mut self, at: u32) {
+    /// Marks the set at `at` unused (its bytes are reclaimed by `compact`)
+    /// and releases its strings in `strings` (a string no set uses any
+    /// more is freed).
+    pub(crate) fn free(&mut self, strings: &mut Interner, at: u32) {
+        for id in self.get(at) {
+            strings.release(id);
+        }
         self.dead += self.set_len(at);
     }
 
@@ -157,25 +162,38 @@ impl LabelArena {
     }
 }
 
-/// The table of interned strings.
+/// The table of interned strings, counted: every label set that holds a
+/// string holds a reference to it, and a string no set holds any more is
+/// freed and its id reused. Job ids, users and pod names come and go with
+/// the jobs, so on a long-running gateway a table that only grew would
+/// hold every job the cluster ever ran.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
+    /// By id; a freed id holds the empty string until it is reused.
     strings: Vec<Arc<str>>,
+    /// References to each id (occurrences in held label sets).
+    refs: Vec<u32>,
+    /// Freed ids, reused before the table grows (so ids stay small, and
+    /// their varints short).
+    free: Vec<u32>,
     /// Seeded per process (foldhash): strings come from the network.
     ids: HashMap<Arc<str>, u32, RandomState>,
 }
 
 impl Interner {
-    /// Number of distinct strings held.
+    /// Number of distinct strings held (freed ones not counted).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.strings.len()
+        self.strings.len() - self.free.len()
     }
 
-    /// Approximate heap bytes: the strings, their handles and lookup table.
+    /// Approximate heap bytes: the strings, their handles, counts, free
+    /// list and lookup table.
     pub(crate) fn heap_bytes(&self) -> usize {
         let text: usize = self.strings.iter().map(|s| s.len() + 16).sum();
-        text + self.strings.capacity() * 16 + self.ids.capacity() * 25
+        text + self.strings.capacity() * 16
+            + (self.refs.capacity() + self.free.capacity()) * 4
+            + self.ids.capacity() * 25
     }
 
     /// The table of strings by id (shared, for a snapshot cut).
@@ -193,15 +211,52 @@ impl Interner {
         self.ids.get(s).copied()
     }
 
-    pub(crate) fn id(&mut self, s: &str) -> u32 {
+    /// The id of `s`, interned if new, with one more reference to it
+    /// (given back by [`Interner::release`]).
+    pub(crate) fn acquire(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.ids.get(s) {
+            if let Some(r) = self.refs.get_mut(i as usize) {
+                // Saturated: never freed (more references than ids).
+                *r = r.saturating_add(1);
+            }
             return i;
         }
-        let i = u32::try_from(self.strings.len()).unwrap_or(u32::MAX);
         let a: Arc<str> = Arc::from(s);
-        self.strings.push(Arc::clone(&a));
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.strings[i as usize] = Arc::clone(&a);
+                self.refs[i as usize] = 1;
+                i
+            }
+            None => {
+                let i = u32::try_from(self.strings.len()).unwrap_or(u32::MAX);
+                self.strings.push(Arc::clone(&a));
+                self.refs.push(1);
+                i
+            }
+        };
         self.ids.insert(a, i);
         i
+    }
+
+    /// Gives back one reference to `id`; the last one frees the string.
+    pub(crate) fn release(&mut self, id: u32) {
+        let i = id as usize;
+        let Some(r) = self.refs.get_mut(i) else {
+            return;
+        };
+        match *r {
+            0 | u32::MAX => {}
+            1 => {
+                *r = 0;
+                let gone = std::mem::replace(&mut self.strings[i], Arc::from(""));
+                if self.ids.get(&gone) == Some(&id) {
+                    self.ids.remove(&gone);
+                }
+                self.free.push(id);
+            }
+            _ => *r -= 1,
+        }
     }
 
     /// True when `syms` stands for exactly the label set `labels`.
@@ -242,8 +297,8 @@ impl Interner {
     pub(crate) fn intern(&mut self, labels: &Labels) -> SymLabels {
         let mut out = Vec::with_capacity(labels.len() * 2);
         for (n, v) in labels.iter() {
-            let a = self.id(n);
-            let b = self.id(v);
+            let a = self.acquire(n);
+            let b = self.acquire(v);
             out.extend([a, b]);
         }
         out.into_boxed_slice()
@@ -493,7 +548,7 @@ mod tests {
                 kept.push((i, a));
             } else {
                 dead_bytes += arena.set_len(a);
-                arena.free(a);
+                arena.free(&mut strings, a);
             }
         }
         // Ids past 127 take two bytes: the set of the 3000th node does.
@@ -505,6 +560,78 @@ mod tests {
         assert_eq!(arena.bytes.len(), before - dead_bytes);
         for (i, a) in &kept {
             assert_eq!(strings.labels(&arena.get(*a)), sets[*i]);
+        }
+    }
+
+    #[test]
+    fn strings_no_set_holds_are_freed_and_their_ids_reused() {
+        let mut strings = Interner::default();
+        let mut arena = LabelArena::default();
+        let job = |j: u32| Labels::metric("cpu", [("job_id", j.to_string())]);
+        let a = arena.intern(&mut strings, &job(1)).expect("fits");
+        let b = arena.intern(&mut strings, &job(1)).expect("fits");
+        let c = arena.intern(&mut strings, &job(2)).expect("fits");
+        // __name__, cpu, job_id, 1, 2.
+        assert_eq!(strings.len(), 5);
+        let one = strings.id_of("1").expect("held");
+        arena.free(&mut strings, a);
+        // Another set still holds "1".
+        assert_eq!(strings.id_of("1"), Some(one));
+        assert_eq!(strings.labels(&arena.get(b)), job(1));
+        arena.free(&mut strings, b);
+        assert_eq!(strings.id_of("1"), None);
+        assert_eq!(strings.len(), 4);
+        // The freed id is the next one given out.
+        let d = arena.intern(&mut strings, &job(3)).expect("fits");
+        assert_eq!(strings.id_of("3"), Some(one));
+        assert_eq!(strings.labels(&arena.get(d)), job(3));
+        assert_eq!(strings.labels(&arena.get(c)), job(2));
+        // Giving back what is not held changes nothing.
+        strings.release(u32::MAX);
+        assert_eq!(strings.len(), 5);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Interning and freeing label sets in any order: every held set
+        /// reads back, and the table holds exactly the strings of the held
+        /// sets (a model: the sets themselves).
+        #[test]
+        fn the_table_holds_exactly_the_strings_of_held_sets(
+            ops in proptest::collection::vec((proptest::prelude::any::<bool>(), 0u8..12, 0u8..4, 0usize..64), 1..200)
+        ) {
+            let mut strings = Interner::default();
+            let mut arena = LabelArena::default();
+            let mut held: Vec<(u32, Labels)> = Vec::new();
+            for (add, job, user, pick) in ops {
+                if add || held.is_empty() {
+                    let l = Labels::metric(
+                        if job % 2 == 0 { "io" } else { "cpu" },
+                        [("job_id", format!("j{job}")), ("user", format!("u{user}"))],
+                    );
+                    let at = arena.intern(&mut strings, &l).expect("fits");
+                    held.push((at, l));
+                } else {
+                    let (at, _) = held.swap_remove(pick % held.len());
+                    arena.free(&mut strings, at);
+                }
+                let mut want = std::collections::BTreeSet::new();
+                for (at, l) in &held {
+                    proptest::prop_assert_eq!(&strings.labels(&arena.get(*at)), l);
+                    for (n, v) in l.iter() {
+                        want.insert(n.to_string());
+                        want.insert(v.to_string());
+                    }
+                }
+                proptest::prop_assert_eq!(strings.len(), want.len());
+                for w in &want {
+                    proptest::prop_assert!(strings.id_of(w).is_some(), "{} held", w);
+                }
+                for j in 0..12 {
+                    let s = format!("j{j}");
+                    proptest::prop_assert_eq!(strings.id_of(&s).is_some(), want.contains(&s));
+                }
+            }
         }
     }
 

@@ -419,8 +419,10 @@ impl LiveStore {
             let mut sets: Vec<(u32, &[u32])> =
                 held.iter().map(|(id, s)| (*id, s.as_slice())).collect();
             self.index.remove_all(&mut sets, &self.strings);
+            // After the index (it hashes the sets' strings): strings no
+            // series holds any more are freed here.
             for (_, at) in gone {
-                self.label_ids.free(at);
+                self.label_ids.free(&mut self.strings, at);
             }
             if self.label_ids.wants_compaction() {
                 self.label_ids

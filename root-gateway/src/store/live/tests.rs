@@ -629,6 +629,73 @@ fn label_ids_compacted_after_retention_keep_every_series() {
 }
 
 #[test]
+fn job_churn_past_retention_leaves_no_strings_behind() {
+    // Jobs come and go: each brings its own job_id, user and series. Once
+    // its series pass retention, nothing of it stays in the store, so a
+    // gateway's label table follows the jobs alive, not every job ever run.
+    let mut s = LiveStore::new(LiveStoreConfig {
+        retention_ms: 10_000,
+        ..LiveStoreConfig::default()
+    });
+    let job = |j: usize, m: &str| {
+        Labels::metric(
+            m,
+            [
+                ("job_id", format!("{}", 100_000 + j)),
+                ("user", format!("user{j}")),
+                ("node", "n1".into()),
+            ],
+        )
+    };
+    let mut held = Vec::new();
+    for round in 0..20usize {
+        let t = round as i64 * 60_000;
+        for j in round * 50..round * 50 + 50 {
+            for m in ["canopy_job_cpu_seconds_total", "canopy_job_memory_bytes"] {
+                s.append(None, &job(j, m), t, j as f64).unwrap();
+            }
+        }
+        // Cutoff 5 s before this round: the last round's jobs go.
+        s.maintain(t + 5_000);
+        held.push(s.strings.len());
+    }
+    // Every round's 50 jobs are gone by the next round's maintenance: the
+    // table holds the last round's strings alone, the same every round.
+    assert_eq!(s.stats().series, 100);
+    assert!(held.windows(2).all(|w| w[0] == w[1]), "{held:?}");
+    // __name__ and two names, job_id, user, node, n1, 50 ids, 50 users.
+    assert_eq!(s.strings.len(), 7 + 100);
+    assert_eq!(s.strings.id_of("100000"), None);
+    // The last round's series read back with their labels, found by them.
+    let last = 19 * 50 + 7;
+    let got = s
+        .select(
+            &[Matcher::equal("job_id", &format!("{}", 100_000 + last))],
+            0,
+            i64::MAX / 4,
+            10,
+        )
+        .unwrap();
+    let mut names: Vec<_> = got.iter().map(|r| r.labels.clone()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            job(last, "canopy_job_cpu_seconds_total"),
+            job(last, "canopy_job_memory_bytes")
+        ]
+    );
+    // A job id seen before comes back as a new series with its strings.
+    s.append(None, &job(3, "canopy_job_memory_bytes"), 20 * 60_000, 1.0)
+        .unwrap();
+    let got = s
+        .select(&[Matcher::equal("user", "user3")], 0, i64::MAX / 4, 10)
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].labels, job(3, "canopy_job_memory_bytes"));
+}
+
+#[test]
 fn a_series_past_its_chunk_span_seals_and_reads_back() {
     // A sample every 20 days: an open chunk spans at most u32::MAX ms
     // (~49.7 days), so every third sample starts a new chunk; every
