@@ -459,9 +459,18 @@ fn sample(buf: &[u8], span: Span) -> Result<Sample, PbError> {
             });
         }
     }
-    // A zero value is no field at all (prost leaves defaults out): the
-    // timestamp alone, read the same way from one 8-byte load.
-    let ts_len = ts_len.wrapping_add(9);
+    sample_fields(buf, span)
+}
+
+/// [`sample`] field by field: any order, repeats (last wins), unknown
+/// fields skipped, as prost reads it. A zero value is no field at all
+/// (prost leaves defaults out): the timestamp alone is read first the
+/// same way, from one 8-byte load (out of line, so [`sample`] stays small
+/// enough to inline).
+#[inline(never)]
+fn sample_fields(buf: &[u8], span: Span) -> Result<Sample, PbError> {
+    let start = span.start as usize;
+    let ts_len = (span.end as usize).wrapping_sub(start).wrapping_sub(1);
     if ts_len.wrapping_sub(1) < 6
         && let Some(w) = buf.get(start..start + 8)
         && let Ok(w) = <[u8; 8]>::try_from(w)
@@ -477,13 +486,6 @@ fn sample(buf: &[u8], span: Span) -> Result<Sample, PbError> {
             });
         }
     }
-    sample_fields(buf, span)
-}
-
-/// [`sample`] field by field: any order, repeats (last wins), unknown
-/// fields skipped, as prost reads it.
-#[inline(never)]
-fn sample_fields(buf: &[u8], span: Span) -> Result<Sample, PbError> {
     let mut r = Reader::new(buf, span);
     let mut out = Sample {
         ts_ms: 0,
