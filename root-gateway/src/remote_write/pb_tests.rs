@@ -347,18 +347,23 @@ fn sample_fast_path_falls_back_on_anything_unusual() {
 fn timestamps_of_every_varint_length_decode_as_prost_does() {
     // A timestamp of each varint length (1..=10 bytes, negatives take 10),
     // as the last field of the buffer and followed by more data, cut
-    // short inside the varint and with the sample's length too short.
+    // short inside the varint and with the sample's length too short; with
+    // a value, and with none (a zero value is left out, as prost writes it).
     let mut stamps: Vec<i64> = (0..63).map(|k| (1i64 << k) - 1).collect();
     stamps.extend([i64::MAX, -1, i64::MIN, 1_700_000_000_123]);
-    for ts in stamps {
-        let mut s = vec![key(1, 1)];
-        s.extend_from_slice(&1.5f64.to_le_bytes());
+    for (ts, value) in stamps.iter().flat_map(|&t| [(t, Some(1.5f64)), (t, None)]) {
+        let mut s = Vec::new();
+        if let Some(v) = value {
+            s.push(key(1, 1));
+            s.extend_from_slice(&v.to_le_bytes());
+        }
         s.push(key(2, 0));
         prost::encoding::encode_varint(ts as u64, &mut s);
         let series = len_field(2, &s);
         let last = len_field(1, &series);
         let got = plain_ours(&last).expect("valid");
-        assert_eq!(got[0].1, vec![(ts, 1.5f64.to_bits())], "ts {ts}");
+        let bits = value.unwrap_or(0.0).to_bits();
+        assert_eq!(got[0].1, vec![(ts, bits)], "ts {ts}");
         same_as_prost(&last);
         let mut more = last.clone();
         more.extend(len_field(1, &len_field(2, &s)));

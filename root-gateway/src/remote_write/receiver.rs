@@ -423,10 +423,22 @@ fn apply_series(
     tally.total += samples.len();
     let labels = match r {
         Resolved::Held(h) => {
-            // Forwarding needs the labels: built only then.
-            let fwd = tap.and_then(|_| s.hinted_labels(h));
-            let mut each = |k: usize, res| record(tally, tap, fwd.as_ref(), samples, k, res);
-            if s.append_samples_at(h, samples, &mut each) {
+            let stored = match tap {
+                // Nothing to forward: each sample only counted if refused.
+                None => s.append_samples_at(h, samples, &mut |_, res: Result<(), StoreError>| {
+                    if let Err(e) = res {
+                        tally.refuse(|| e.to_string());
+                    }
+                }),
+                Some(_) => {
+                    // Forwarding needs the labels: built only then.
+                    let fwd = tap.and_then(|_| s.hinted_labels(h));
+                    let mut each =
+                        |k: usize, res| record(tally, tap, fwd.as_ref(), samples, k, res);
+                    s.append_samples_at(h, samples, &mut each)
+                }
+            };
+            if stored {
                 return;
             }
             match parse(raw, batch, v) {

@@ -150,7 +150,18 @@ fn canonical_pairs(buf: &[u8], span: Span, out: &mut Vec<(Span, Span)>) -> bool 
             {
                 let value = vkey + 2;
                 let stop = value + usize::from(v);
-                out.push((at(start, name, vkey), at(start, value, stop)));
+                // Offsets below `span.end`, a u32: plain sums, no checks.
+                let o = |x: usize| span.start + x as u32;
+                out.push((
+                    Span {
+                        start: o(name),
+                        end: o(vkey),
+                    },
+                    Span {
+                        start: o(value),
+                        end: o(stop),
+                    },
+                ));
                 pos = stop;
                 continue;
             }

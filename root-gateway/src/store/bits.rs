@@ -28,13 +28,23 @@ pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
     if buf.capacity() - buf.len() < fresh {
         buf.reserve_exact(grown(buf.len(), fresh) - buf.len());
     }
-    if used == 0 {
-        buf.extend_from_slice(word.get(..touched).unwrap_or_default());
+    let from = if used == 0 {
+        0
     } else {
         if let Some(last) = buf.last_mut() {
             *last |= word[0];
         }
-        buf.extend_from_slice(word.get(1..touched).unwrap_or_default());
+        1
+    };
+    let keep = buf.len() + fresh;
+    if buf.capacity() - buf.len() >= 9 {
+        // Room for the most a put appends: a fixed 9-byte copy (two moves,
+        // no `memcpy` call) cut back to the bytes written; the capacity,
+        // which `grown` alone sets, is not touched.
+        buf.extend_from_slice(word.get(from..from + 9).unwrap_or_default());
+        buf.truncate(keep);
+    } else {
+        buf.extend_from_slice(word.get(from..from + fresh).unwrap_or_default());
     }
     *len += n;
 }
@@ -278,12 +288,21 @@ mod tests {
         // A fixed pseudo-random walk over widths 0..=64 and every offset.
         let (mut fast, mut slow) = ((Vec::new(), 0u32), (Vec::new(), 0u32));
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut cap = 0;
         for i in 0..5000u64 {
             let (n, v) = next_code(&mut x, i);
+            // The buffer grows only as `grown` says, when the bytes the put
+            // adds do not fit (its 9-byte copy never grows it).
+            let fresh = (fast.1 + n.min(64)).div_ceil(8) as usize - fast.0.len();
+            if cap - fast.0.len() < fresh {
+                cap = grown(fast.0.len(), fresh);
+            }
             put(&mut fast.0, &mut fast.1, v, n);
             put_reference(&mut slow.0, &mut slow.1, v, n);
             assert_eq!(fast.1, slow.1, "bit length after item {i}");
             assert_eq!(fast.0.len(), fast.1.div_ceil(8) as usize);
+            assert_eq!(fast.0.capacity(), cap, "capacity after item {i}");
+            assert_eq!(fast.0, slow.0, "bytes after item {i}");
         }
         assert_eq!(fast.0, slow.0);
     }

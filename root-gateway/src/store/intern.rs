@@ -79,6 +79,48 @@ impl LabelArena {
         out
     }
 
+    /// True when the set at `at` stands for exactly the (name, value)
+    /// pairs `pairs` (as [`Interner::same_pairs`] of [`LabelArena::get`]),
+    /// its ids compared as they are read: no copy of the set is made, and
+    /// the first differing string ends the walk. False for an offset not
+    /// from `intern`.
+    #[inline]
+    pub(crate) fn same_pairs<'a>(
+        &self,
+        at: u32,
+        strings: &Interner,
+        mut pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> bool {
+        let b = &self.bytes;
+        let mut i = at as usize;
+        // A set that does not decode is `get`'s empty set: only no pairs
+        // at all equal it (none was taken from `pairs` before it failed).
+        let Some(n) = get_id(b, &mut i) else {
+            return pairs.next().is_none();
+        };
+        let mut first = true;
+        for _ in 0..n / 2 {
+            let (Some(name), Some(value)) = (get_id(b, &mut i), get_id(b, &mut i)) else {
+                return first && pairs.next().is_none();
+            };
+            let Some((nb, vb)) = pairs.next() else {
+                return false;
+            };
+            first = false;
+            if !same_bytes(strings.get(name).as_bytes(), nb)
+                || !same_bytes(strings.get(value).as_bytes(), vb)
+            {
+                return false;
+            }
+        }
+        // An odd count (never written) reads as `get`'s does: its last id
+        // is no pair, but it must decode.
+        if n % 2 == 1 && get_id(b, &mut i).is_none() {
+            return first && pairs.next().is_none();
+        }
+        pairs.next().is_none()
+    }
+
     /// Bytes the set at `at` takes (its count and ids).
     fn set_len(&self, at: u32) -> usize {
         let mut i = at as usize;
@@ -270,7 +312,9 @@ impl Interner {
 
     /// True when `syms` stands for exactly the (name, value) pairs `pairs`,
     /// given as bytes in order (no label set needed; bytes that are not
-    /// UTF-8 never equal an interned string).
+    /// UTF-8 never equal an interned string). The reference that
+    /// [`LabelArena::same_pairs`] is tested against.
+    #[cfg(test)]
     pub(crate) fn same_pairs<'a>(
         &self,
         syms: &[u32],
@@ -560,6 +604,50 @@ mod tests {
         assert_eq!(arena.bytes.len(), before - dead_bytes);
         for (i, a) in &kept {
             assert_eq!(strings.labels(&arena.get(*a)), sets[*i]);
+        }
+    }
+
+    proptest::proptest! {
+        /// The arena compares a set's ids to byte pairs as it reads them,
+        /// as a copy of the set compared pair by pair would: equal sets,
+        /// a string changed, a pair more or less, and bytes of other
+        /// sets all get the copy's verdict.
+        #[test]
+        fn arena_same_pairs_is_the_copy_s_verdict(
+            sets in proptest::collection::vec(
+                proptest::collection::btree_map(0u8..5, 0u8..200, 0..6), 1..12),
+            probes in proptest::collection::vec(
+                (0usize..12, proptest::collection::vec((0u8..6, 0u8..201), 0..7), 0u8..4), 1..24),
+        ) {
+            let mut strings = Interner::default();
+            let mut arena = LabelArena::default();
+            // Ids past 127 take two bytes: 200 values and 5 names pass it.
+            let name = |n: u8| format!("n{n}");
+            let value = |v: u8| format!("value-{v}");
+            let mut at = Vec::new();
+            for m in &sets {
+                let l = Labels::from_pairs(m.iter().map(|(n, v)| (name(*n), value(*v))));
+                at.push(arena.intern(&mut strings, &l).expect("fits"));
+            }
+            at.push(u32::MAX);
+            for (k, pairs, how) in probes {
+                let a = at[k % at.len()];
+                // Either a set's own pairs, edited, or pairs made up.
+                let mut p: Vec<(String, String)> = match sets.get(k % at.len()) {
+                    Some(m) if how != 0 => m.iter().map(|(n, v)| (name(*n), value(*v))).collect(),
+                    _ => pairs.iter().map(|(n, v)| (name(*n), value(*v))).collect(),
+                };
+                match (how, pairs.first()) {
+                    (2, Some((_, v))) if !p.is_empty() => p[0].1 = value(*v),
+                    (3, Some((n, v))) => p.push((name(*n), value(*v))),
+                    _ => {}
+                }
+                let bytes = || p.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+                proptest::prop_assert_eq!(
+                    arena.same_pairs(a, &strings, bytes()),
+                    strings.same_pairs(&arena.get(a), bytes())
+                );
+            }
         }
     }
 

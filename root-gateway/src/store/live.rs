@@ -671,7 +671,10 @@ impl LiveStore {
             self.entries
                 .get(i as usize)
                 .and_then(Option::as_ref)
-                .is_some_and(|e| self.strings.same_pairs(&self.syms(e), pairs.clone()))
+                .is_some_and(|e| {
+                    self.label_ids
+                        .same_pairs(e.labels, &self.strings, pairs.clone())
+                })
         };
         let id = self.index.find(h, is_it)? as usize;
         Some(SeriesHint {
@@ -690,7 +693,7 @@ impl LiveStore {
         &mut self,
         hint: &SeriesHint,
         samples: &[Sample],
-        f: &mut dyn FnMut(usize, Result<(), StoreError>),
+        f: &mut impl FnMut(usize, Result<(), StoreError>),
     ) -> bool {
         let Some(id) = self.hinted(hint) else {
             return false;
