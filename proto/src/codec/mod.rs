@@ -57,7 +57,7 @@ pub mod table;
 pub mod zstream;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Codec format a keyframe announces (`Frame.format`): 4 since packed
 /// sections code a bit length or a histogram bin in one multi-symbol

@@ -3,11 +3,12 @@
 //! repeat section (codec format 3: every last changed member again by its
 //! last increment, no coded bits).
 
+use super::super::packed::SourceCoding;
 use super::super::packed::{SPARSE_COUNT, SPARSE_FIRST, SPARSE_GAP, unzigzag};
-use super::super::pbview::SectionView;
+use super::super::pbview::{self, SectionView};
 use super::super::rangecoder::RangeDecoder;
 use super::*;
-use super::{LAZY_MAX, Lazy, Members, SourceCoding, WARM_AHEAD};
+use super::{LAZY_MAX, Lazy, Members, WARM_AHEAD};
 
 /// A source whose latest packed section changed at most this many series
 /// has them all loaded ahead by [`LinkDecoder::warm`] (a quiet node: its

@@ -37,13 +37,9 @@ fn a_keyframe_keeps_every_section_of_a_source_that_ticked_twice() {
         });
     }
     let mut enc = LinkEncoder::new(&cfg).expect("encoder");
-    let mut rec = Vec::new();
-    enc.encode(&table, &cs, &mut rec).expect("encode");
-    let (len, pre) = record::read_prefix(&rec, 1 << 20)
-        .expect("prefix")
-        .expect("complete");
+    let payload = encode_payload(&mut enc, &table, &cs);
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
-    let f = dec.decode(&rec[pre..pre + len]).expect("decode");
+    let f = dec.decode(&payload).expect("decode");
     assert!(f.keyframe);
     let mut got: Vec<(i64, f64)> = f
         .sections
@@ -66,13 +62,8 @@ fn a_keyframe_keeps_every_section_of_a_source_that_ticked_twice() {
             updates: vec![(h, t as f64)],
             retired: Vec::new(),
         });
-        let mut rec = Vec::new();
-        enc.encode(&table, &cs, &mut rec).expect("encode");
-        let (len, pre) = record::read_prefix(&rec, 1 << 20)
-            .expect("prefix")
-            .expect("complete");
         let f = dec
-            .decode(&rec[pre..pre + len])
+            .decode(&encode_payload(&mut enc, &table, &cs))
             .expect("a delta after it decodes");
         assert_eq!(f.sections[0].updates, vec![(h, t as f64)]);
     }
@@ -147,12 +138,8 @@ fn a_source_tag_stays_until_the_source_is_redefined() {
     let mut enc = LinkEncoder::new(&cfg).expect("encoder");
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
     let mut send = |table: &SeriesTable, cs: &Changeset, dec: &mut LinkDecoder| {
-        let mut rec = Vec::new();
-        enc.encode(table, cs, &mut rec).expect("encode");
-        let (len, pre) = record::read_prefix(&rec, 1 << 20)
-            .expect("prefix")
-            .expect("complete");
-        dec.decode(&rec[pre..pre + len]).expect("decode")
+        dec.decode(&encode_payload(&mut enc, table, cs))
+            .expect("decode")
     };
     for t in 1..6_i64 {
         if let Some(e) = table.get_mut(h) {

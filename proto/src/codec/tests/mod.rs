@@ -66,6 +66,21 @@ impl Pair {
     }
 }
 
+/// Encodes one tick of `table`/`cs` on `enc` and returns the record's
+/// payload (length prefix stripped), as a receiver's splitter hands it over.
+pub(crate) fn encode_payload(
+    enc: &mut LinkEncoder,
+    table: &SeriesTable,
+    cs: &Changeset,
+) -> Vec<u8> {
+    let mut rec = Vec::new();
+    enc.encode(table, cs, &mut rec).expect("encode");
+    let (len, pre) = record::read_prefix(&rec, usize::MAX)
+        .expect("prefix")
+        .expect("complete");
+    rec[pre..pre + len].to_vec()
+}
+
 fn g(name: &str, i: usize) -> Labels {
     Labels::metric(name, [("node", "n1".to_string()), ("i", i.to_string())])
 }
@@ -182,13 +197,9 @@ fn encode_n(cfg: &CodecConfig, n: usize) -> Vec<Vec<u8>> {
         tx.tick_source(src, t as i64 * 1000);
         tx.observe(src, &g("m", 0), MetricKind::Gauge, t as f64);
         let (table, cs) = tx.finish_tick();
-        let mut rec = Vec::new();
-        enc.encode(table, cs, &mut rec).expect("encode");
+        let payload = encode_payload(&mut enc, table, cs);
         tx.end_tick();
-        let (len, pre) = record::read_prefix(&rec, 1 << 20)
-            .expect("prefix")
-            .expect("complete");
-        out.push(rec[pre..pre + len].to_vec());
+        out.push(payload);
     }
     out
 }
@@ -414,13 +425,9 @@ fn packed_sections_of_several_sources_round_trip() {
             .iter()
             .map(|(_, s)| (s.labels.clone(), s.value))
             .collect();
-        let mut rec = Vec::new();
-        enc.encode(table, cs, &mut rec).expect("encode");
+        let payload = encode_payload(&mut enc, table, cs);
         tx.end_tick();
-        let (len, pre) = record::read_prefix(&rec, 1 << 20)
-            .expect("prefix")
-            .expect("complete");
-        dec.decode(&rec[pre..pre + len]).expect("decode");
+        dec.decode(&payload).expect("decode");
         assert_eq!(dec.series_count(), want.len(), "tick {t}");
         for (l, v) in want {
             let got = dec
@@ -586,12 +593,8 @@ fn several_sections_of_one_source_keep_their_order_and_retirements() {
     let mut enc = LinkEncoder::new(&cfg).expect("encoder");
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
     let mut send = |table: &SeriesTable, cs: &Changeset| {
-        let mut rec = Vec::new();
-        enc.encode(table, cs, &mut rec).expect("encode");
-        let (len, pre) = record::read_prefix(&rec, 1 << 20)
-            .expect("prefix")
-            .expect("whole");
-        dec.decode(&rec[pre..pre + len]).expect("decode")
+        dec.decode(&encode_payload(&mut enc, table, cs))
+            .expect("decode")
     };
     let mut cs = Changeset::new(1000);
     cs.new_sources.push(src);

@@ -2,7 +2,8 @@
 
 use super::outbox::{AckError, BufferLimits, Outbox};
 use super::shadow::Recipe;
-use crate::codec::{BoundsPolicy, CodecConfig, LinkDecoder, LinkEncoder, Sender, record};
+use crate::codec::tests::encode_payload;
+use crate::codec::{BoundsPolicy, CodecConfig, LinkDecoder, LinkEncoder, Sender};
 use crate::model::{Labels, MetricKind};
 
 fn lim(max_bytes: usize) -> BufferLimits {
@@ -47,14 +48,10 @@ fn stream_with_recipes(n: i64) -> Vec<(Vec<u8>, Recipe)> {
             tx.observe(src, &early, MetricKind::Gauge, 2.0);
         }
         let (table, cs) = tx.finish_tick();
-        let mut rec = Vec::new();
-        enc.encode(table, cs, &mut rec).expect("encode");
+        let payload = encode_payload(&mut enc, table, cs);
         let recipe = Recipe::new(table, cs, t == 1);
         tx.end_tick();
-        let (len, pre) = record::read_prefix(&rec, usize::MAX)
-            .expect("prefix")
-            .expect("complete");
-        out.push((rec[pre..pre + len].to_vec(), recipe));
+        out.push((payload, recipe));
     }
     out
 }
