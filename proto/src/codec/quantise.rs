@@ -246,7 +246,10 @@ impl LogGrid {
         for c in [k, k - 1, k + 1] {
             let m = self.k0 + c;
             let r = self.value(m);
-            if r.is_finite() && (r - a).abs() <= self.eps * a {
+            // A subnormal cell value would not encode again (see above): a
+            // value within a cell of the smallest normal takes a normal
+            // neighbour, or goes as raw bits.
+            if r.is_finite() && r >= f64::MIN_POSITIVE && (r - a).abs() <= self.eps * a {
                 // `value` of a negative index is the negated magnitude.
                 return Some(if v < 0.0 { (-m, -r) } else { (m, r) });
             }

@@ -192,7 +192,12 @@ proptest! {
         let is_log = matches!(e, Encoding::LogGauge { .. });
         prop_assert!(is_log, "{:?}", e);
         let k = e.to_wire(v);
-        prop_assert!(k.is_some() || v.abs() > 1e300, "normal values travel on the grid: {v}");
+        // Near either end of the f64 range a value may have no cell in
+        // range (its cell would overflow, or be subnormal): raw bits.
+        prop_assert!(
+            k.is_some() || v.abs() > 1e300 || v.abs() < 1e-300,
+            "normal values travel on the grid: {v}"
+        );
         if let Some(k) = k {
             let r = e.from_wire(k);
             prop_assert!((r - v).abs() <= eps * v.abs(), "v={v} r={r} eps={eps}");
@@ -314,6 +319,29 @@ proptest! {
         for v in vals {
             if let Some(e) = q.observe(v as f64) { held = Some(e.value); }
             prop_assert_eq!(held, Some(v as f64));
+        }
+    }
+}
+
+/// Found by `log_gauge_relative_bound_and_exact_reencode`: on a wide grid the cell nearest a
+/// value just above the smallest normal f64 was subnormal, and a
+/// subnormal value is not encoded, so a relay could not re-encode it.
+#[test]
+fn a_value_by_the_smallest_normal_re_encodes_or_goes_raw() {
+    for eps in [0.14734643245437415, 0.4, 0.01, 1e-3, 1e-9] {
+        let e = Encoding::gauge(eps);
+        for v in [
+            2.2694348921525684e-308,
+            f64::MIN_POSITIVE,
+            3e-308,
+            -2.3e-308,
+        ] {
+            if let Some(k) = e.to_wire(v) {
+                let r = e.from_wire(k);
+                assert!(r.abs() >= f64::MIN_POSITIVE, "{v} -> {r}");
+                assert!((r - v).abs() <= eps * v.abs(), "{v} -> {r}");
+                assert_eq!(e.to_wire(r), Some(k), "{v} at eps {eps}");
+            }
         }
     }
 }
