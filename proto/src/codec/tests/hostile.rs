@@ -58,19 +58,13 @@ fn unknown_series_id_is_rejected() {
     use crate::schema::frame as pb;
     let cfg = CodecConfig::default();
     let f = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "n".into(),
-            tick_ms: 1000,
-        }],
         sections: vec![pb::Section {
             source: 0,
             id_deltas: vec![41],
             value_deltas: vec![1],
             ..Default::default()
         }],
-        ..Default::default()
+        ..one_source_keyframe("n")
     };
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");
     assert!(matches!(
@@ -81,21 +75,12 @@ fn unknown_series_id_is_rejected() {
 
 #[test]
 fn decompression_bomb_is_rejected_without_allocating_it() {
-    use crate::schema::frame as pb;
     let cfg = CodecConfig {
         max_frame_bytes: 64 << 10,
         ..CodecConfig::default()
     };
     // A frame whose labels decompress to 1 MiB: tiny on the wire.
-    let f = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "x".repeat(1 << 20),
-            tick_ms: 1000,
-        }],
-        ..Default::default()
-    };
+    let f = one_source_keyframe("x".repeat(1 << 20));
     let bomb = compress(&cfg, &f);
     assert!(
         bomb.len() < 4096,
@@ -111,20 +96,11 @@ fn decompression_bomb_is_rejected_without_allocating_it() {
 
 #[test]
 fn frame_larger_than_its_header_says_is_rejected() {
-    use crate::schema::frame as pb;
     let cfg = CodecConfig {
         max_frame_bytes: 64 << 10,
         ..CodecConfig::default()
     };
-    let f = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "x".repeat(1 << 20),
-            tick_ms: 1000,
-        }],
-        ..Default::default()
-    };
+    let f = one_source_keyframe("x".repeat(1 << 20));
     let honest = compress(&cfg, &f);
     // Rewrite the length header to claim 10 bytes: the cap still holds.
     let (_, used) = encoder::get_uvarint(&honest).expect("header");
@@ -192,12 +168,6 @@ fn oversized_labels_and_bad_encodings_are_rejected() {
 fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
     use crate::schema::frame as pb;
     let key = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "n".into(),
-            tick_ms: 1000,
-        }],
         series: (0..5)
             .map(|id| pb::SeriesDef {
                 id,
@@ -215,7 +185,7 @@ fn hostile_packed(packed: Vec<u8>) -> Result<RxFrame, CodecError> {
             value_deltas: vec![1, 2, 3, 4, 5],
             ..Default::default()
         }],
-        ..Default::default()
+        ..one_source_keyframe("n")
     };
     let delta = pb::Frame {
         seq: 1,

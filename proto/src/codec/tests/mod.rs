@@ -83,6 +83,21 @@ pub(crate) fn encode_payload(
     rec[pre..pre + len].to_vec()
 }
 
+/// A hand-built keyframe defining one source, id 0 named `name` at a 1 s
+/// tick, and nothing else: the start of the tests' hand-built frames.
+fn one_source_keyframe(name: impl Into<String>) -> crate::schema::frame::Frame {
+    use crate::schema::frame as pb;
+    pb::Frame {
+        keyframe: true,
+        sources: vec![pb::SourceDef {
+            id: 0,
+            name: name.into(),
+            tick_ms: 1000,
+        }],
+        ..Default::default()
+    }
+}
+
 fn g(name: &str, i: usize) -> Labels {
     Labels::metric(name, [("node", "n1".to_string()), ("i", i.to_string())])
 }
@@ -404,18 +419,12 @@ fn redefinitions_keep_labels_and_labelless_unknown_defs_are_rejected() {
     );
     assert_eq!(p.rx_value(&l), Some(5.25));
     let f = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "n".into(),
-            tick_ms: 1000,
-        }],
         series: vec![pb::SeriesDef {
             id: 3,
             encoding: pb::Encoding::CounterInt as i32,
             ..Default::default()
         }],
-        ..Default::default()
+        ..one_source_keyframe("n")
     };
     let cfg = CodecConfig::default();
     let mut dec = LinkDecoder::new(&cfg).expect("decoder");

@@ -223,15 +223,7 @@ fn unsorted_or_duplicate_ids_cannot_be_expressed() {
 
 #[test]
 fn a_keyframe_of_another_format_is_refused() {
-    let f = pb::Frame {
-        keyframe: true,
-        sources: vec![pb::SourceDef {
-            id: 0,
-            name: "n".into(),
-            tick_ms: 1000,
-        }],
-        ..Default::default()
-    };
+    let f = one_source_keyframe("n");
     let cfg = CodecConfig::default();
     for got in [0, FORMAT + 1] {
         let mut dec = LinkDecoder::new(&cfg).expect("decoder");
