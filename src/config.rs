@@ -114,6 +114,11 @@ pub struct NodeFile {
     /// ticks, the last values repeated in between. Absent: 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem_every_ticks: Option<u32>,
+    /// `/proc` is scanned for the I/O of processes outside any job every
+    /// this many ticks, the last totals repeated in between (0: no scan, no
+    /// `job_id=""` I/O series). Absent: 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_io_every_ticks: Option<u32>,
 }
 
 /// Planned ack timeout of a link at `depth` (1: the parent is the
@@ -499,6 +504,7 @@ pub fn node_file(
         max_series_per_child: None,
         answer_timeout_ms: None,
         filesystem_every_ticks: None,
+        outside_io_every_ticks: None,
         gateways: if gateways.len() > 1 {
             gateways
         } else {

@@ -461,6 +461,7 @@ pub async fn node(path: &Path, args: NodeArgs) -> Result<()> {
             Path::new("/sys/fs/cgroup"),
             &HostOptions {
                 filesystem_every_ticks: f.filesystem_every_ticks,
+                outside_io_every_ticks: f.outside_io_every_ticks,
             },
         )
     };

@@ -6,6 +6,7 @@
 //! `canopy_node_memory_swap_total_bytes`, `canopy_node_memory_swap_free_bytes`.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use super::hot_file::HotFile;
 use super::{Collector, Emit, Observation, SeriesCache, Sink, field};
@@ -98,6 +99,31 @@ pub fn observations(node: &str, m: &MemInfo, out: &mut impl Emit) {
     }
 }
 
+/// The node's last `MemTotal` and `MemFree` (bytes), shared with the
+/// collector of memory outside jobs: the meminfo collector records by key,
+/// so its values are not in the tick's buffer of observations.
+#[derive(Clone, Debug, Default)]
+pub struct MemShare(Arc<Mutex<Option<(u64, u64)>>>);
+
+impl MemShare {
+    /// Nothing read yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores the last reading.
+    pub fn set(&self, total: u64, free: u64) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = Some((total, free));
+        }
+    }
+
+    /// The last reading, if any.
+    pub fn get(&self) -> Option<(u64, u64)> {
+        self.0.lock().ok().and_then(|g| *g)
+    }
+}
+
 /// Reads `<proc_root>/meminfo` each tick.
 #[derive(Debug)]
 pub struct MemInfoCollector {
@@ -105,6 +131,7 @@ pub struct MemInfoCollector {
     file: HotFile,
     /// Label sets and keys of the last tick's series.
     series: SeriesCache,
+    share: Option<MemShare>,
 }
 
 impl MemInfoCollector {
@@ -114,7 +141,14 @@ impl MemInfoCollector {
             node: node.to_string(),
             file: HotFile::single(proc_root.join("meminfo")),
             series: SeriesCache::new(),
+            share: None,
         }
+    }
+
+    /// Also stores each reading's total and free memory in `share`.
+    pub fn with_share(mut self, share: MemShare) -> Self {
+        self.share = Some(share);
+        self
     }
 }
 
@@ -140,6 +174,9 @@ impl MemInfoCollector {
     /// One tick's series into `out`.
     fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
         let m = parse_meminfo(self.file.read()?)?;
+        if let (Some(share), Some(free)) = (&self.share, m.free) {
+            share.set(m.total, free);
+        }
         observations(&self.node, &m, out);
         Ok(())
     }

@@ -31,6 +31,7 @@ pub mod lustre;
 pub mod meminfo;
 pub mod mount_watch;
 pub mod netdev;
+pub mod outside_io;
 pub mod outside_jobs;
 pub mod perf;
 pub mod perf_jobs;
@@ -56,6 +57,8 @@ mod fs_tests;
 mod gpu_tests;
 #[cfg(test)]
 mod k8s_tests;
+#[cfg(test)]
+mod outside_io_tests;
 #[cfg(test)]
 mod perf_tasks_tests;
 #[cfg(test)]
@@ -231,6 +234,10 @@ pub struct HostOptions {
     /// [`filesystem::DEFAULT_FS_EVERY_TICKS`]; see
     /// [`filesystem::FilesystemOptions::every_ticks`]).
     pub filesystem_every_ticks: Option<u32>,
+    /// `/proc` is scanned for the I/O of processes outside jobs every this
+    /// many ticks (`None`: [`outside_io::DEFAULT_OUTSIDE_IO_EVERY_TICKS`];
+    /// 0 turns the scan off).
+    pub outside_io_every_ticks: Option<u32>,
 }
 
 /// [`host_collectors`] with settings.
@@ -248,9 +255,10 @@ pub fn host_collectors_with(
     };
     let sys_root = proc_root.with_file_name("sys");
     let dirs = cgroup_v1::JobDirsCache::new();
+    let mem = meminfo::MemShare::new();
     vec![
         Box::new(StatCollector::new(node, proc_root)),
-        Box::new(MemInfoCollector::new(node, proc_root)),
+        Box::new(MemInfoCollector::new(node, proc_root).with_share(mem.clone())),
         Box::new(LoadAvgCollector::new(node, proc_root)),
         Box::new(NetDevCollector::new(node, proc_root)),
         Box::new(DiskStatsCollector::new(node, proc_root).with_sysfs(&sys_root)),
@@ -308,8 +316,15 @@ pub fn host_collectors_with(
         // buffer (job labels, RAPL and job CPU series).
         Box::new(job_labels::JobLabelsCollector),
         Box::new(job_energy::JobEnergyCollector::new()),
-        // Processes outside any job: node busy CPU minus the jobs'.
-        Box::new(outside_jobs::OutsideJobsCollector::new(node)),
+        // Processes outside any job: node busy CPU and memory minus the
+        // jobs', and their I/O from a `/proc` scan every few ticks.
+        Box::new(outside_jobs::OutsideJobsCollector::new(node).with_memory(mem)),
+        Box::new(outside_io::OutsideIoCollector::new(
+            node,
+            proc_root,
+            opts.outside_io_every_ticks
+                .unwrap_or(outside_io::DEFAULT_OUTSIDE_IO_EVERY_TICKS),
+        )),
     ]
 }
 

@@ -14,12 +14,20 @@
 //! its end stays outside. The counter starts at the node's non-job CPU
 //! time since boot (jobs that ended before the agent started included).
 //!
+//! Memory the same way, a gauge: `canopy_job_memory_bytes{job_id=""}` is
+//! the node's memory in use (`MemTotal - MemFree`: page cache, buffers and
+//! the kernel's own included, as a job's `memory.usage_in_bytes` or
+//! `memory.current` includes its page cache) less every present job's
+//! `canopy_job_memory_bytes`, never below 0: what no job is charged for.
+//!
 //! Metric: `canopy_job_cpu_seconds_total` with `job_id=""` (an empty label
 //! is absent, which PromQL's `{job_id=""}` matches). GPU processes outside
-//! jobs are reported the same way by the GPU collectors.
+//! jobs are reported the same way by the GPU collectors, their I/O by
+//! [`super::outside_io`].
 
 use std::collections::HashMap;
 
+use super::meminfo::MemShare;
 use super::{Collector, Observation};
 use crate::error::LeafError;
 
@@ -58,12 +66,23 @@ impl OutsideCpu {
     }
 
     /// Reads the tick's buffer and appends the `job_id=""` CPU series for
-    /// `node`. Does nothing before the node's CPU series is in the buffer.
-    pub fn derive(&mut self, node: &str, obs: &mut Vec<Observation>) {
+    /// `node` (when the node's CPU series is in the buffer) and memory
+    /// series (when its memory total and free are).
+    /// `memory` is the node's (total, free) when its series are not in the
+    /// buffer (recorded by key).
+    pub fn derive(&mut self, node: &str, obs: &mut Vec<Observation>, memory: Option<(u64, u64)>) {
         let mut busy = None;
         let mut jobs: Vec<(String, f64)> = Vec::new();
+        let (mut mem_total, mut mem_free, mut in_jobs) = (None, None, 0.0);
         for o in obs.iter() {
             match o.labels.name() {
+                "canopy_node_memory_total_bytes" => mem_total = Some(o.value),
+                "canopy_node_memory_free_bytes" => mem_free = Some(o.value),
+                "canopy_job_memory_bytes"
+                    if o.labels.get("job_id").is_some_and(|j| !j.is_empty()) =>
+                {
+                    in_jobs += o.value.max(0.0);
+                }
                 "canopy_node_cpu_seconds_total"
                     if !IDLE_MODES.contains(&o.labels.get("mode").unwrap_or("")) =>
                 {
@@ -77,6 +96,19 @@ impl OutsideCpu {
                 _ => {}
             }
         }
+        let memory = match (mem_total, mem_free) {
+            (Some(t), Some(f)) => Some((t, f)),
+            _ => memory.map(|(t, f)| (t as f64, f as f64)),
+        };
+        if let Some((total, free)) = memory {
+            let outside = outside_memory(total, free, in_jobs);
+            obs.push(Observation::gauge(
+                "canopy_job_memory_bytes",
+                node,
+                &[("job_id", "")],
+                outside,
+            ));
+        }
         let Some(busy) = busy else { return };
         let v = self.update(busy, &jobs);
         obs.push(Observation::counter(
@@ -88,12 +120,20 @@ impl OutsideCpu {
     }
 }
 
+/// Memory no job is charged for: `total - free - in_jobs`, never below 0
+/// (the jobs' cgroups and `/proc/meminfo` are read microseconds apart).
+pub fn outside_memory(total: f64, free: f64, in_jobs: f64) -> f64 {
+    let v = total - free - in_jobs;
+    if v.is_finite() { v.max(0.0) } else { 0.0 }
+}
+
 /// Runs [`OutsideCpu::derive`] over the tick's buffer; registered after
 /// the node CPU and job collectors.
 #[derive(Debug)]
 pub struct OutsideJobsCollector {
     node: String,
     account: OutsideCpu,
+    memory: Option<MemShare>,
 }
 
 impl OutsideJobsCollector {
@@ -102,7 +142,15 @@ impl OutsideJobsCollector {
         OutsideJobsCollector {
             node: node.to_string(),
             account: OutsideCpu::new(),
+            memory: None,
         }
+    }
+
+    /// Reads the node's memory from `share` when its series are not in the
+    /// tick's buffer.
+    pub fn with_memory(mut self, share: MemShare) -> Self {
+        self.memory = Some(share);
+        self
     }
 }
 
@@ -112,7 +160,8 @@ impl Collector for OutsideJobsCollector {
     }
 
     fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
-        self.account.derive(&self.node, out);
+        let memory = self.memory.as_ref().and_then(MemShare::get);
+        self.account.derive(&self.node, out, memory);
         Ok(())
     }
 }

@@ -1,0 +1,389 @@
+//! I/O of processes outside any job (daemons, logins, backups, the OS's
+//! user space), exported under an empty `job_id` beside the jobs' I/O, so
+//! an admin's "each job's share of the node's I/O" has its remainder.
+//!
+//! Counted as the job collectors count a job's I/O: `/proc/<pid>/io`
+//! (`read_bytes`, `write_bytes`, `syscr`, `syscw`) summed over the
+//! processes, carried through [`JobCarry`] so a process that exits never
+//! makes the totals go down. A process is *in a job* when its
+//! `/proc/<pid>/cgroup` names a Slurm job (`job_<id>`) or a Kubernetes pod,
+//! or when it is a `slurmstepd` or descends from one (Slurm's
+//! `proctrack/linuxproc`, where jobs have no cgroup). Kernel threads
+//! (children of `kthreadd`) are skipped: they have no I/O account of their
+//! own (writeback is charged to the task that dirtied the pages).
+//!
+//! Cost: `/proc` is scanned every [`DEFAULT_OUTSIDE_IO_EVERY_TICKS`] ticks
+//! (the last values repeated by key in between, no syscall). A process is
+//! remembered by its `/proc` directory inode (a reused PID has a new one):
+//! its `stat` is read once, its `cgroup` until two scans in a row agree
+//! that it is outside any job (a task is moved into its job's cgroup right
+//! after the fork), then only its `io` at each scan. Every
+//! [`FULL_EVERY_SCANS`] scans every `stat` is read again, for parents that
+//! changed when a parent exited.
+//!
+//! The totals start at the lifetime I/O of the processes outside jobs when
+//! the agent starts (as the CPU series starts at the node's non-job CPU
+//! time since boot). Limits: I/O of a process reaped by `init` after its
+//! parent exited is counted once by the process and once more by `init`
+//! when `init`'s parent link was not yet seen (at most until the next full
+//! scan); a task caught between its fork and its move into a job's cgroup
+//! is counted outside until the next scan (a fresh fork has done no I/O).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::emit::{Emit, SeriesCache};
+use super::gpu::job_from_proc_cgroup;
+use super::proc_io::{IoCounters, ProcIdentity, parse_proc_io};
+use super::slurm_procs::parse_stat_line;
+use super::{Collector, Observation, Sink};
+use crate::attrib::JobCarry;
+use crate::attrib::k8s::parse_pod_cgroup;
+use crate::error::LeafError;
+
+/// Default: scan `/proc` for the I/O outside jobs every 10 ticks.
+pub const DEFAULT_OUTSIDE_IO_EVERY_TICKS: u32 = 10;
+
+/// Every this many scans, every remembered process's `stat` is read again.
+pub const FULL_EVERY_SCANS: u32 = 60;
+
+/// At most this many processes are read a scan (a bound on the memo).
+pub const MAX_PROCS: usize = 1 << 16;
+
+/// `kthreadd`, the parent of every kernel thread.
+const KTHREADD: u32 = 2;
+
+/// The I/O series names, in [`IoCounters`] field order.
+const SERIES: [&str; 4] = [
+    "canopy_job_io_read_bytes_total",
+    "canopy_job_io_write_bytes_total",
+    "canopy_job_io_read_ops_total",
+    "canopy_job_io_write_ops_total",
+];
+
+/// Where a process's `/proc/<pid>/cgroup` puts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// In a Slurm job's or a Kubernetes pod's cgroup.
+    Job,
+    /// In no job's cgroup (it may still descend from a `slurmstepd`).
+    Outside,
+}
+
+/// Classifies a `/proc/<pid>/cgroup` text (v1 lines per hierarchy, or the
+/// one v2 line `0::/path`).
+pub fn membership(cgroup: &str) -> Membership {
+    let in_pod = cgroup
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .any(|path| parse_pod_cgroup(path).is_some());
+    if in_pod || job_from_proc_cgroup(cgroup).is_some() {
+        Membership::Job
+    } else {
+        Membership::Outside
+    }
+}
+
+/// What a scan remembers of one process.
+#[derive(Clone, Debug)]
+struct Known {
+    /// Its `/proc/<pid>` directory inode.
+    ino: u64,
+    id: ProcIdentity,
+    kernel: bool,
+    stepd: bool,
+    /// Its cgroup put it in a job at the last read.
+    cgroup_job: bool,
+    /// Scans in a row that read its cgroup as outside any job (2: settled).
+    outside_reads: u8,
+}
+
+/// What one process of a listing reads as, for [`OutsideIo::scan_with`].
+pub trait ProcReader {
+    /// `/proc/<pid>/stat`, `None` when the process is gone.
+    fn stat(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+    /// `/proc/<pid>/cgroup`, `None` when the process is gone.
+    fn cgroup(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+    /// `/proc/<pid>/io`, `None` when the process is gone.
+    fn io(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+}
+
+/// Reads the files of a `/proc` tree.
+#[derive(Clone, Debug)]
+pub struct ProcFiles {
+    root: PathBuf,
+    buf: Vec<u8>,
+}
+
+impl ProcFiles {
+    /// Reads under `proc_root` (normally `/proc`).
+    pub fn new(proc_root: &Path) -> Self {
+        Self {
+            root: proc_root.to_path_buf(),
+            buf: Vec::with_capacity(1024),
+        }
+    }
+
+    fn read(&mut self, pid: u32, name: &str) -> Result<Option<String>, LeafError> {
+        let p = self.root.join(pid.to_string()).join(name);
+        self.buf.clear();
+        let r = std::fs::File::open(&p).and_then(|f| {
+            super::hot_file::pread_whole(&f, &mut self.buf, super::hot_file::Render::Single)
+        });
+        match r {
+            Ok(()) => Ok(Some(String::from_utf8_lossy(&self.buf).into_owned())),
+            // ESRCH when the process dies mid-read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
+                Ok(None)
+            }
+            Err(e) => Err(LeafError::io(p, e)),
+        }
+    }
+
+    /// Lists the processes with their directories' inodes (at most
+    /// [`MAX_PROCS`]).
+    pub fn list(&self) -> Result<Vec<(u32, u64)>, LeafError> {
+        use std::os::unix::fs::DirEntryExt;
+        let rd = std::fs::read_dir(&self.root).map_err(|e| LeafError::io(&self.root, e))?;
+        Ok(rd
+            .flatten()
+            .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.ino())))
+            .take(MAX_PROCS)
+            .collect())
+    }
+}
+
+impl ProcReader for ProcFiles {
+    fn stat(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+        self.read(pid, "stat")
+    }
+    fn cgroup(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+        self.read(pid, "cgroup")
+    }
+    fn io(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+        self.read(pid, "io")
+    }
+}
+
+/// What one scan read, for tests and self-checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanCounts {
+    /// Processes whose I/O was summed (outside any job).
+    pub outside: usize,
+    /// `stat` files read.
+    pub stat_reads: usize,
+    /// `cgroup` files read.
+    pub cgroup_reads: usize,
+    /// `io` files read.
+    pub io_reads: usize,
+}
+
+/// The sans-I/O account of the I/O outside jobs; see the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct OutsideIo {
+    memo: HashMap<u32, Known>,
+    carry: JobCarry<IoCounters>,
+    scans: u32,
+}
+
+impl OutsideIo {
+    /// A fresh account.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The running totals (never decrease).
+    pub fn total(&self) -> IoCounters {
+        self.carry.total()
+    }
+
+    /// One scan over `listing` ((pid, inode) pairs), reading through
+    /// `files`. Errors of single files are returned beside the counts; the
+    /// processes they concern are left out of this scan.
+    pub fn scan_with(
+        &mut self,
+        listing: &[(u32, u64)],
+        files: &mut impl ProcReader,
+    ) -> (ScanCounts, Vec<LeafError>) {
+        let full = self.scans.is_multiple_of(FULL_EVERY_SCANS);
+        self.scans = self.scans.wrapping_add(1);
+        let mut counts = ScanCounts::default();
+        let mut errors = Vec::new();
+        let mut next: HashMap<u32, Known> = HashMap::with_capacity(listing.len());
+        for &(pid, ino) in listing.iter().take(MAX_PROCS) {
+            let old = self.memo.remove(&pid).filter(|k| k.ino == ino);
+            let mut k = match old {
+                Some(k) if !full => k,
+                old => {
+                    counts.stat_reads += 1;
+                    let stat = match files.stat(pid) {
+                        Ok(Some(s)) => s,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            errors.push(e);
+                            continue;
+                        }
+                    };
+                    let line = match parse_stat_line(&stat) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            errors.push(e);
+                            continue;
+                        }
+                    };
+                    let kernel = pid == KTHREADD || line.id.ppid == KTHREADD;
+                    let mut k = old.unwrap_or(Known {
+                        ino,
+                        id: line.id,
+                        kernel,
+                        stepd: false,
+                        cgroup_job: false,
+                        outside_reads: 0,
+                    });
+                    k.id = line.id;
+                    k.kernel = kernel;
+                    k.stepd = line.comm == "slurmstepd";
+                    k
+                }
+            };
+            if !k.kernel && k.outside_reads < 2 {
+                counts.cgroup_reads += 1;
+                match files.cgroup(pid) {
+                    Ok(Some(text)) => {
+                        k.cgroup_job = membership(&text) == Membership::Job;
+                        k.outside_reads = if k.cgroup_job { 0 } else { k.outside_reads + 1 };
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            next.insert(pid, k);
+        }
+        self.memo = next;
+
+        // Outside: not a kernel thread, not in a job's cgroup, and neither
+        // a slurmstepd nor below one (a bounded walk up the parent links).
+        let memo = &self.memo;
+        let below_stepd = |k: &Known| {
+            let mut a = k;
+            for _ in 0..64 {
+                if a.stepd {
+                    return true;
+                }
+                match memo.get(&a.id.ppid) {
+                    Some(p) if a.id.ppid != 0 => a = p,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let outside: Vec<u32> = memo
+            .iter()
+            .filter(|(_, k)| !k.kernel && !k.cgroup_job && !below_stepd(k))
+            .map(|(pid, _)| *pid)
+            .collect();
+        let mut samples = Vec::with_capacity(outside.len());
+        for pid in outside {
+            counts.io_reads += 1;
+            match files
+                .io(pid)
+                .and_then(|t| t.map(|t| parse_proc_io(&t)).transpose())
+            {
+                Ok(Some(io)) => samples.push((pid, self.memo[&pid].id, io)),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            }
+        }
+        counts.outside = samples.len();
+        self.carry.update_with(&samples);
+        (counts, errors)
+    }
+}
+
+/// Scans `/proc` every few ticks and reports [`OutsideIo`]'s totals as the
+/// `job_id=""` I/O series.
+#[derive(Debug)]
+pub struct OutsideIoCollector {
+    node: String,
+    files: ProcFiles,
+    account: OutsideIo,
+    every: u32,
+    skip: u32,
+    series: SeriesCache,
+    /// Logged the first unreadable `io` file (not root: no other user's
+    /// `/proc/<pid>/io`).
+    warned: bool,
+}
+
+impl OutsideIoCollector {
+    /// A collector for `node` over `proc_root`, scanning every `every` ticks
+    /// (0 turns it off).
+    pub fn new(node: &str, proc_root: &Path, every: u32) -> Self {
+        Self {
+            node: node.to_string(),
+            files: ProcFiles::new(proc_root),
+            account: OutsideIo::new(),
+            every,
+            skip: 0,
+            series: SeriesCache::new(),
+            warned: false,
+        }
+    }
+
+    fn report(&mut self, out: &mut impl Emit) -> Result<(), LeafError> {
+        let listing = self.files.list()?;
+        let (_, errors) = self.account.scan_with(&listing, &mut self.files);
+        if let Some(e) = errors.first()
+            && !self.warned
+        {
+            self.warned = true;
+            tracing::warn!(
+                error = %e,
+                unreadable = errors.len(),
+                "I/O outside jobs: some processes' /proc/<pid>/io cannot be read and are \
+                 left out (reading another process's needs ptrace read access: root with \
+                 CAP_SYS_PTRACE)"
+            );
+        }
+        let t = self.account.total();
+        let values = [t.read_bytes, t.write_bytes, t.read_ops, t.write_ops];
+        for (name, v) in SERIES.iter().zip(values) {
+            out.counter(name, &self.node, &[("job_id", "")], v as f64);
+        }
+        Ok(())
+    }
+}
+
+impl Collector for OutsideIoCollector {
+    fn name(&self) -> &'static str {
+        "outside_io"
+    }
+
+    fn collect(&mut self, out: &mut Vec<Observation>) -> Result<(), LeafError> {
+        if self.every == 0 {
+            return Ok(());
+        }
+        self.report(out)
+    }
+
+    /// Scans every `every` ticks; the ticks between repeat the last values
+    /// by key.
+    fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
+        if self.every == 0 {
+            return Ok(());
+        }
+        if self.skip > 0 && !self.series.is_empty() {
+            self.skip -= 1;
+            self.series.replay(sink);
+            return Ok(());
+        }
+        let mut series = std::mem::take(&mut self.series);
+        let r = self.report(&mut series.recorder(sink));
+        self.series = series;
+        self.skip = if r.is_ok() { self.every - 1 } else { 0 };
+        r
+    }
+}
