@@ -1,6 +1,7 @@
 //! A small client of a gateway's Prometheus HTTP API, for `canopy query`
-//! and `canopy jobs`. HTTP/1 over plain TCP (the API listens on loopback or
-//! behind a proxy); bodies are bounded.
+//! and `canopy jobs`. HTTP/1 over plain TCP or TLS (rustls on ring; the
+//! public and system roots, or a given CA file such as the cluster's
+//! `certs/ca.pem`); bodies are bounded.
 
 use std::time::Duration;
 
@@ -9,9 +10,12 @@ use bytes::Bytes;
 use canopy_gateway::store::Labels;
 use canopy_gateway::stress::{Sample, Source, StressError};
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 use serde_json::Value as Json;
 
 /// Largest response accepted.
@@ -21,9 +25,39 @@ const MAX_BODY: usize = 64 << 20;
 pub struct Gateway {
     base: String,
     rt: tokio::runtime::Runtime,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     timeout: Duration,
     token: Option<String>,
+}
+
+/// Roots for an https gateway: the certificates in `ca`, else the public
+/// (webpki) and system roots.
+fn tls_config(ca: Option<&std::path::Path>) -> Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let pem = std::fs::read(path).with_context(|| format!("CA file {}", path.display()))?;
+            for c in CertificateDer::pem_slice_iter(&pem) {
+                let c = c.with_context(|| format!("CA file {}", path.display()))?;
+                roots
+                    .add(c)
+                    .with_context(|| format!("CA certificate in {}", path.display()))?;
+            }
+            if roots.is_empty() {
+                bail!("CA file {} holds no certificate", path.display());
+            }
+        }
+        None => {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// Percent-encodes a query-string value.
@@ -39,17 +73,24 @@ pub fn encode(s: &str) -> String {
 }
 
 impl Gateway {
-    /// A client of the gateway at `base` (e.g. `http://127.0.0.1:9700`).
-    pub fn new(base: &str) -> Result<Self> {
+    /// A client of the gateway at `base` (e.g. `http://127.0.0.1:9700`, or
+    /// `https://…`), checking an https gateway's certificate against `ca`
+    /// (a PEM file) when given, else the public and system roots.
+    pub fn new(base: &str, ca: Option<&std::path::Path>) -> Result<Self> {
         let base = base.trim_end_matches('/');
-        if !base.starts_with("http://") {
-            bail!("gateway URL {base:?}: only http:// is supported (e.g. http://127.0.0.1:9700)");
+        if !base.starts_with("http://") && !base.starts_with("https://") {
+            bail!("gateway URL {base:?}: give http:// or https:// (e.g. http://127.0.0.1:9700)");
         }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the tokio runtime")?;
-        let client = Client::builder(TokioExecutor::new()).build_http();
+        let conn = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(ca)?)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = Client::builder(TokioExecutor::new()).build(conn);
         Ok(Gateway {
             base: base.to_string(),
             rt,

@@ -203,8 +203,22 @@ pub struct GatewayFile {
     /// before): any peer with a cluster certificate, with a warning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_peers: Option<Vec<String>>,
+    /// TLS on the HTTP and gRPC APIs (`[api_tls]`, files relative to this
+    /// file); absent: plain TCP (loopback, or behind a TLS proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_tls: Option<ApiTlsFile>,
     /// Certificates.
     pub tls: TlsFile,
+}
+
+/// `[api_tls]` of gateway.toml: the API listeners' certificate.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiTlsFile {
+    /// PEM certificate chain, the gateway's own certificate first.
+    pub cert: PathBuf,
+    /// PEM private key of that certificate.
+    pub key: PathBuf,
 }
 
 /// One `remote_write` entry of gateway.toml.
@@ -560,6 +574,7 @@ pub fn gateway_file(
         tokens: None,
         thresholds: Thresholds::default(),
         allowed_peers: Some(peers_of(allowed, canopy_topology::GATEWAY_NAME)),
+        api_tls: None,
         tls: TlsFile {
             ca: "certs/ca.pem".into(),
             cert: "certs/gateway.pem".into(),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use canopy_aggregator::merge::MergeConfig;
+use canopy_gateway::api::tls::ApiTls;
 use canopy_gateway::auth::Auth;
 use canopy_gateway::remote_write::EndpointConfig;
 use canopy_gateway::server::{GatewayOptions, start};
@@ -141,6 +142,7 @@ pub async fn up(args: UpArgs) -> Result<()> {
             remote_write: args.remote_write.clone(),
             auth,
             thresholds: Default::default(),
+            api_tls: None,
         },
         sd_rx.clone(),
     )
@@ -256,6 +258,9 @@ pub struct GatewayArgs {
     pub tokens: Option<std::path::PathBuf>,
     /// Run open even when listening beyond loopback.
     pub insecure: bool,
+    /// TLS certificate chain and key files for the APIs (override the
+    /// config's `[api_tls]`).
+    pub api_tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// The start-up rule: tokens when given; else open, which is only allowed
@@ -296,10 +301,17 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let mut remote_write = args.remote_write;
     let mut tokens = args.tokens;
     let mut thresholds = Thresholds::default();
+    let mut api_tls = args.api_tls;
     let (listener, http_cfg, retention, data_dir, fsync) = match path {
         Some(p) => {
             let f: GatewayFile = config::load(p)?;
             grpc_cfg.clone_from(&f.grpc);
+            if api_tls.is_none() {
+                api_tls = f
+                    .api_tls
+                    .as_ref()
+                    .map(|t| (config::rel(p, &t.cert), config::rel(p, &t.key)));
+            }
             if tokens.is_none() {
                 tokens = f.tokens.as_deref().map(|t| config::rel(p, t));
             }
@@ -350,6 +362,21 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
     let grpc = config::addr("--grpc", args.grpc.as_deref().unwrap_or(&grpc_cfg))?;
     let auth = access_control(&[http, grpc], tokens.as_deref(), args.insecure)?;
+    let api_tls = match &api_tls {
+        Some((cert, key)) => Some(
+            ApiTls::from_pem_files(cert, key)
+                .with_context(|| format!("API TLS from {}", cert.display()))?,
+        ),
+        None => {
+            if tokens.is_some() && [http, grpc].iter().any(|a| !a.ip().is_loopback()) {
+                tracing::warn!(
+                    "the APIs listen beyond loopback without TLS: tokens and answers cross the network in clear text; give --api-cert/--api-key (or [api_tls] in gateway.toml) or put a TLS proxy in front"
+                );
+            }
+            None
+        }
+    };
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     let (sd_tx, sd_rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -362,16 +389,20 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             remote_write,
             auth,
             thresholds,
+            api_tls,
         },
         sd_rx,
     )
     .await?;
     println!(
-        "gateway: HTTP API on http://{0}, dashboard at http://{0}/",
+        "gateway: HTTP API on {scheme}://{0}, dashboard at {scheme}://{0}/",
         gw.http_addr
     );
     if let Some(g) = gw.grpc_addr {
-        println!("gateway: gRPC scheduler API on {g}");
+        println!(
+            "gateway: gRPC scheduler API on {g}{}",
+            if scheme == "https" { " (TLS)" } else { "" }
+        );
     }
     tokio::signal::ctrl_c()
         .await

@@ -37,12 +37,11 @@ fn now_ms() -> i64 {
 }
 
 /// The `canopy jobs` table.
-pub fn jobs(gateway: &str, token: Option<String>, f: &JobFilter, sort: JobSort) -> Result<String> {
-    let gw = Gateway::new(gateway)?.with_token(token);
+pub fn jobs(gw: &Gateway, f: &JobFilter, sort: JobSort) -> Result<String> {
     let th = Thresholds::default();
     let ev = Evaluator::with_source(
         HttpSource {
-            gw: &gw,
+            gw,
             time_ms: now_ms(),
         },
         &th,
@@ -67,13 +66,12 @@ pub fn jobs(gateway: &str, token: Option<String>, f: &JobFilter, sort: JobSort) 
 
 /// The `canopy query` table: instant, or over `range` before `time`.
 pub fn query(
-    (gateway, token): (&str, Option<String>),
+    gw: &Gateway,
     q: &str,
     time: Option<&str>,
     range: Option<&str>,
     step: &str,
 ) -> Result<String> {
-    let gw = Gateway::new(gateway)?.with_token(token);
     let data = match range {
         None => gw.query(q, time)?,
         Some(r) => {

@@ -160,6 +160,13 @@ enum Cmd {
         /// Serve without tokens even beyond loopback (a loud warning).
         #[arg(long)]
         insecure: bool,
+        /// PEM certificate chain (leaf first) for TLS on the HTTP and gRPC
+        /// APIs (overrides the config's `[api_tls]`); needs --api-key.
+        #[arg(long, value_name = "FILE", requires = "api_key")]
+        api_cert: Option<PathBuf>,
+        /// PEM private key of --api-cert.
+        #[arg(long, value_name = "FILE", requires = "api_cert")]
+        api_key: Option<PathBuf>,
     },
     /// Make an access token: prints the secret once and the line for the
     /// gateway's tokens file (which holds only its SHA-256 hash).
@@ -201,6 +208,10 @@ enum Cmd {
         /// Access token of a gateway that requires one.
         #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// PEM CA file an https gateway's certificate is checked against
+        /// (default: the public and system roots).
+        #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
+        ca: Option<PathBuf>,
     },
     /// Run a PromQL query against a gateway and print the answer as a table.
     Query {
@@ -222,6 +233,10 @@ enum Cmd {
         /// Access token of a gateway that requires one.
         #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// PEM CA file an https gateway's certificate is checked against
+        /// (default: the public and system roots).
+        #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
+        ca: Option<PathBuf>,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -337,6 +352,8 @@ fn main() -> Result<()> {
             remote_write_ca,
             tokens,
             insecure,
+            api_cert,
+            api_key,
         } => runtime()?.block_on(fabric::gateway(
             config.as_deref(),
             fabric::GatewayArgs {
@@ -352,6 +369,7 @@ fn main() -> Result<()> {
                 )?,
                 tokens,
                 insecure,
+                api_tls: api_cert.zip(api_key),
             },
         )),
         Cmd::Token { role, user, append } => {
@@ -367,9 +385,11 @@ fn main() -> Result<()> {
             sort,
             running,
             token,
+            ca,
         } => {
             let filter = jobs::filter(user, account, partition, node, running);
-            print!("{}", jobs::jobs(&gateway, token, &filter, sort)?);
+            let gw = client::Gateway::new(&gateway, ca.as_deref())?.with_token(token);
+            print!("{}", jobs::jobs(&gw, &filter, sort)?);
             Ok(())
         }
         Cmd::Query {
@@ -379,11 +399,12 @@ fn main() -> Result<()> {
             range,
             step,
             token,
+            ca,
         } => {
-            let gw = (gateway.as_str(), token);
+            let gw = client::Gateway::new(&gateway, ca.as_deref())?.with_token(token);
             print!(
                 "{}",
-                jobs::query(gw, &query, time.as_deref(), range.as_deref(), &step)?
+                jobs::query(&gw, &query, time.as_deref(), range.as_deref(), &step)?
             );
             Ok(())
         }

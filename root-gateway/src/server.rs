@@ -45,6 +45,12 @@ pub enum ServerError {
     /// A remote_write URL is unusable.
     #[error(transparent)]
     RemoteWrite(#[from] remote_write::RemoteWriteError),
+    /// The API listeners' certificate or key is unusable.
+    #[error("API TLS: {reason}")]
+    ApiTls {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// Ops buffered by a durable [`StoreSink`] before it flushes them itself
@@ -234,6 +240,8 @@ pub struct GatewayOptions {
     pub auth: Auth,
     /// Where the stress verdicts draw their lines.
     pub thresholds: Thresholds,
+    /// TLS for the HTTP and gRPC listeners (none: plain TCP).
+    pub api_tls: Option<crate::api::tls::ApiTls>,
 }
 
 /// A running gateway.
@@ -356,7 +364,16 @@ pub async fn start(
             let mut st = crate::api::grpc::GrpcState::new(Arc::new(store.clone()), engine.clone());
             st.auth = opts.auth.clone();
             st.thresholds = Arc::new(opts.thresholds.clone());
-            Some(crate::api::grpc::serve(addr, st, opts.tick, shutdown.clone()).await?)
+            Some(
+                crate::api::grpc::serve(
+                    addr,
+                    st,
+                    opts.tick,
+                    opts.api_tls.clone(),
+                    shutdown.clone(),
+                )
+                .await?,
+            )
         }
         None => None,
     };
@@ -387,17 +404,24 @@ pub async fn start(
         source,
     })?;
     let mut sd = shutdown.clone();
+    let (tls, tls_stop) = (opts.api_tls.clone(), shutdown.clone());
     tokio::spawn(async move {
-        let r = axum::serve(tcp, app)
-            .with_graceful_shutdown(async move {
-                let _ = sd.wait_for(|v| *v).await;
-            })
-            .await;
+        let stop = async move {
+            let _ = sd.wait_for(|v| *v).await;
+        };
+        let r = match tls {
+            Some(t) => {
+                axum::serve(t.http_listener(tcp, tls_stop), app)
+                    .with_graceful_shutdown(stop)
+                    .await
+            }
+            None => axum::serve(tcp, app).with_graceful_shutdown(stop).await,
+        };
         if let Err(e) = r {
             tracing::error!(error = %e, "HTTP API stopped");
         }
     });
-    tracing::info!(%http_addr, "gateway HTTP API listening");
+    tracing::info!(%http_addr, tls = opts.api_tls.is_some(), "gateway HTTP API listening");
     Ok(Gateway {
         store,
         relay,

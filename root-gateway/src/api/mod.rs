@@ -7,5 +7,8 @@ pub mod http;
 mod number;
 mod params;
 pub mod selfmetrics;
+pub mod tls;
+#[cfg(test)]
+mod tls_tests;
 
 pub use error::{ApiError, HttpStatus};

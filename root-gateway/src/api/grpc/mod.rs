@@ -144,6 +144,7 @@ pub async fn serve(
     addr: SocketAddr,
     state: GrpcState,
     tick: Duration,
+    tls: Option<crate::api::tls::ApiTls>,
     shutdown: signal::Receiver<bool>,
 ) -> Result<SocketAddr, GrpcError> {
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
@@ -175,22 +176,28 @@ pub async fn serve(
         SchedulerService::new(state),
         crate::auth::grpc::interceptor(auth),
     );
-    let mut sd = shutdown;
+    let mut sd = shutdown.clone();
     tokio::spawn(async move {
-        let r = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(refl_v1)
             .add_service(refl_v1alpha)
-            .add_service(svc)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(tcp),
-                async move {
-                    let _ = sd.wait_for(|v| *v).await;
-                    // Keep `health` alive (and SERVING) as long as the server.
-                    drop(health);
-                },
-            )
-            .await;
+            .add_service(svc);
+        let stop = async move {
+            let _ = sd.wait_for(|v| *v).await;
+            // Keep `health` alive (and SERVING) as long as the server.
+            drop(health);
+        };
+        let r = match tls {
+            Some(t) => {
+                let incoming = t.grpc_listener(tcp, shutdown).into_stream();
+                router.serve_with_incoming_shutdown(incoming, stop).await
+            }
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(tcp);
+                router.serve_with_incoming_shutdown(incoming, stop).await
+            }
+        };
         if let Err(e) = r {
             tracing::error!(error = %e, "gRPC API stopped");
         }
