@@ -362,7 +362,8 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let http = config::addr("--http", http.as_deref().unwrap_or(&http_cfg))?;
     let grpc = config::addr("--grpc", args.grpc.as_deref().unwrap_or(&grpc_cfg))?;
     let auth = access_control(&[http, grpc], tokens.as_deref(), args.insecure)?;
-    let api_tls = match &api_tls {
+    let api_tls_files = api_tls;
+    let api_tls = match &api_tls_files {
         Some((cert, key)) => Some(
             ApiTls::from_pem_files(cert, key)
                 .with_context(|| format!("API TLS from {}", cert.display()))?,
@@ -377,6 +378,11 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
         }
     };
     let scheme = if api_tls.is_some() { "https" } else { "http" };
+    let reload = Reload {
+        auth: auth.clone(),
+        tokens: tokens.clone(),
+        api_tls: api_tls.clone().zip(api_tls_files.clone()),
+    };
     let (sd_tx, sd_rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -404,10 +410,54 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             if scheme == "https" { " (TLS)" } else { "" }
         );
     }
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("listening for SIGHUP")?;
+    loop {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                r.context("waiting for Ctrl-C")?;
+                break;
+            }
+            _ = hup.recv() => reload.run(),
+        }
+    }
     let _ = sd_tx.send(true);
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(())
+}
+
+/// What `SIGHUP` reloads in a running gateway: the tokens file and the
+/// APIs' certificate, each kept as it was when its new file is unusable.
+struct Reload {
+    auth: Auth,
+    tokens: Option<std::path::PathBuf>,
+    api_tls: Option<(ApiTls, (std::path::PathBuf, std::path::PathBuf))>,
+}
+
+impl Reload {
+    fn run(&self) {
+        if let Some(path) = &self.tokens {
+            match self.auth.reload_file(path) {
+                Ok(n) => {
+                    tracing::info!(tokens = %path.display(), count = n, "SIGHUP: tokens reloaded")
+                }
+                Err(e) => {
+                    tracing::error!(tokens = %path.display(), error = %e, "SIGHUP: tokens NOT reloaded, the previous ones stay")
+                }
+            }
+        }
+        if let Some((tls, (cert, key))) = &self.api_tls {
+            match tls.reload_pem_files(cert, key) {
+                Ok(()) => {
+                    tracing::info!(cert = %cert.display(), "SIGHUP: API certificate reloaded")
+                }
+                Err(e) => {
+                    tracing::error!(cert = %cert.display(), error = %e, "SIGHUP: API certificate NOT reloaded, the previous one stays")
+                }
+            }
+        }
+        if self.tokens.is_none() && self.api_tls.is_none() {
+            tracing::info!("SIGHUP: nothing to reload (no tokens file, no API certificate)");
+        }
+    }
 }

@@ -80,3 +80,84 @@ fn the_apis_serve_https_with_the_cluster_certificate() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("API TLS"), "{err}");
 }
+
+/// `canopy token --role admin --append file`: the secret it printed.
+fn mint(file: &str) -> String {
+    canopy(&["token", "--role", "admin", "--append", file])
+        .lines()
+        .find_map(|l| l.strip_prefix("secret: "))
+        .expect("a secret line")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn sighup_reloads_the_tokens_file_and_the_certificate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path().to_str().expect("UTF-8 path").to_string();
+    canopy(&["certs", "--hosts", "localhost", "--out", &format!("{d}/a")]);
+    canopy(&["certs", "--hosts", "localhost", "--out", &format!("{d}/b")]);
+    let (cert, key) = (format!("{d}/api.pem"), format!("{d}/api.key"));
+    std::fs::copy(format!("{d}/a/localhost.pem"), &cert).expect("copy");
+    std::fs::copy(format!("{d}/a/localhost.key"), &key).expect("copy");
+    let tokens = format!("{d}/tokens");
+    let old = mint(&tokens);
+    let (h, g) = (free_port(), free_port());
+    let mut procs = Procs::default();
+    let i = procs.spawn(&[
+        "gateway",
+        "--http",
+        &format!("127.0.0.1:{h}"),
+        "--grpc",
+        &format!("127.0.0.1:{g}"),
+        "--tokens",
+        &tokens,
+        "--api-cert",
+        &cert,
+        "--api-key",
+        &key,
+    ]);
+    let url = format!("https://localhost:{h}");
+    let (ca_a, ca_b) = (format!("{d}/a/ca.pem"), format!("{d}/b/ca.pem"));
+    let ask = |token: &str, ca: &str| {
+        query(&["--gateway", &url, "--ca", ca, "--token", token, "vector(1)"])
+    };
+    wait_for("the gateway", Duration::from_secs(30), || {
+        ask(&old, &ca_a).0.then_some(())
+    });
+
+    // A new token file (the old token revoked) and a renewed certificate
+    // from another CA, then SIGHUP.
+    std::fs::remove_file(&tokens).expect("rm");
+    let new = mint(&tokens);
+    std::fs::copy(format!("{d}/b/localhost.pem"), &cert).expect("copy");
+    std::fs::copy(format!("{d}/b/localhost.key"), &key).expect("copy");
+    let pid = procs.0[i].id().to_string();
+    let st = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    wait_for("the reload", Duration::from_secs(10), || {
+        ask(&new, &ca_b).0.then_some(())
+    });
+    let (ok, out) = ask(&old, &ca_b);
+    assert!(!ok, "the revoked token still works: {out}");
+    assert!(
+        out.contains("401") || out.contains("invalid token"),
+        "{out}"
+    );
+    let (ok, _) = ask(&new, &ca_a);
+    assert!(!ok, "the old CA's certificate is still served");
+
+    // A broken tokens file: the reload is refused, the new token still works.
+    std::fs::write(&tokens, "garbage\n").expect("write");
+    let st = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    std::thread::sleep(Duration::from_millis(500));
+    let (ok, out) = ask(&new, &ca_b);
+    assert!(ok, "{out}");
+}

@@ -12,8 +12,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,11 +36,29 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes done but not yet taken by the server, per listener.
 const READY_QUEUE: usize = 64;
 
+/// One listener's TLS settings, replaced in place by a reload (clones
+/// share it; a connection takes the settings current at its accept).
+type Shared = Arc<RwLock<Arc<rustls::ServerConfig>>>;
+
+fn current(c: &Shared) -> Arc<rustls::ServerConfig> {
+    match c.read() {
+        Ok(g) => Arc::clone(&g),
+        Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+    }
+}
+
+fn replace(c: &Shared, v: Arc<rustls::ServerConfig>) {
+    match c.write() {
+        Ok(mut g) => *g = v,
+        Err(poisoned) => *poisoned.into_inner() = v,
+    }
+}
+
 /// The API listeners' certificate and key, loaded and checked.
 #[derive(Clone, Debug)]
 pub struct ApiTls {
-    http: Arc<rustls::ServerConfig>,
-    grpc: Arc<rustls::ServerConfig>,
+    http: Shared,
+    grpc: Shared,
     /// Handshakes that failed or timed out, both listeners.
     pub failed_handshakes: Arc<AtomicU64>,
 }
@@ -58,32 +76,22 @@ impl ApiTls {
 
     /// [`ApiTls::from_pem_files`] from the files' bytes.
     pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, ServerError> {
-        let bad = |reason: String| ServerError::ApiTls { reason };
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad(format!("certificate PEM: {e}")))?;
-        if certs.is_empty() {
-            return Err(bad("the certificate file holds no certificate".into()));
-        }
-        let key = PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|e| bad(format!("private key PEM: {e}")))?;
-        let config = |alpn: &[u8]| -> Result<Arc<rustls::ServerConfig>, ServerError> {
-            let mut c = rustls::ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad(e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(certs.clone(), key.clone_key())
-            .map_err(|e| bad(format!("certificate and key: {e}")))?;
-            c.alpn_protocols = vec![alpn.to_vec()];
-            Ok(Arc::new(c))
-        };
+        let (http, grpc) = configs(cert_pem, key_pem)?;
         Ok(Self {
-            http: config(b"http/1.1")?,
-            grpc: config(b"h2")?,
+            http: Arc::new(RwLock::new(http)),
+            grpc: Arc::new(RwLock::new(grpc)),
             failed_handshakes: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Replaces the certificate and key for every connection accepted from
+    /// now on (a renewed certificate without a restart; open connections
+    /// keep theirs). On any error the ones in use stay.
+    pub fn reload_pem_files(&self, cert: &Path, key: &Path) -> Result<(), ServerError> {
+        let fresh = Self::from_pem_files(cert, key)?;
+        replace(&self.http, current(&fresh.http));
+        replace(&self.grpc, current(&fresh.grpc));
+        Ok(())
     }
 
     /// Accepts TLS connections on `tcp` for the HTTP API.
@@ -92,7 +100,7 @@ impl ApiTls {
         tcp: TcpListener,
         stop: watch::Receiver<bool>,
     ) -> TlsListener {
-        self.listener(tcp, self.http.clone(), stop)
+        self.listener(tcp, Arc::clone(&self.http), stop)
     }
 
     /// Accepts TLS connections on `tcp` for the gRPC API.
@@ -101,18 +109,17 @@ impl ApiTls {
         tcp: TcpListener,
         stop: watch::Receiver<bool>,
     ) -> TlsListener {
-        self.listener(tcp, self.grpc.clone(), stop)
+        self.listener(tcp, Arc::clone(&self.grpc), stop)
     }
 
     fn listener(
         &self,
         tcp: TcpListener,
-        config: Arc<rustls::ServerConfig>,
+        config: Shared,
         mut stop: watch::Receiver<bool>,
     ) -> TlsListener {
         let local = tcp.local_addr().ok();
         let (tx, rx) = mpsc::channel(READY_QUEUE);
-        let acceptor = TlsAcceptor::from(config);
         let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
         let failed = self.failed_handshakes.clone();
         tokio::spawn(async move {
@@ -136,7 +143,8 @@ impl ApiTls {
                     },
                     () = stopped(&mut stop) => return,
                 };
-                let (acceptor, tx, failed) = (acceptor.clone(), tx.clone(), failed.clone());
+                let acceptor = TlsAcceptor::from(current(&config));
+                let (tx, failed) = (tx.clone(), failed.clone());
                 tokio::spawn(async move {
                     let r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
                     drop(permit);
@@ -158,6 +166,35 @@ impl ApiTls {
         });
         TlsListener { rx, local }
     }
+}
+
+/// The HTTP and gRPC server settings of a PEM chain and key.
+fn configs(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<(Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig>), ServerError> {
+    let bad = |reason: String| ServerError::ApiTls { reason };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(format!("certificate PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad("the certificate file holds no certificate".into()));
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad(format!("private key PEM: {e}")))?;
+    let config = |alpn: &[u8]| -> Result<Arc<rustls::ServerConfig>, ServerError> {
+        let mut c = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs.clone(), key.clone_key())
+        .map_err(|e| bad(format!("certificate and key: {e}")))?;
+        c.alpn_protocols = vec![alpn.to_vec()];
+        Ok(Arc::new(c))
+    };
+    Ok((config(b"http/1.1")?, config(b"h2")?))
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).

@@ -204,6 +204,40 @@ async fn the_grpc_api_answers_over_tls() {
     assert!(!reached, "plain gRPC reached a TLS listener");
 }
 
+#[tokio::test]
+async fn a_reloaded_certificate_serves_new_connections() {
+    let mut g = gateway().await;
+    let (status, _) = https_get(&g, "/api/v1/status/buildinfo").await;
+    assert_eq!(status, 200);
+    // A renewed certificate from another CA, written to files and loaded.
+    let ca2 = Ca::generate("renewed CA").expect("CA");
+    let host2 = ca2.issue("localhost", &[]).expect("certificate");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (dir.path().join("api.pem"), dir.path().join("api.key"));
+    std::fs::write(&cert, &host2.cert_pem).expect("write");
+    std::fs::write(&key, &host2.key_pem).expect("write");
+    // A bad pair first: refused, the old certificate stays.
+    assert!(g.tls.reload_pem_files(&cert, &cert).is_err());
+    let (status, _) = https_get(&g, "/api/v1/status/buildinfo").await;
+    assert_eq!(status, 200);
+    g.tls.reload_pem_files(&cert, &key).expect("reload");
+    let old_ca = std::mem::replace(&mut g.ca_pem, ca2.cert_pem().to_string());
+    let (status, _) = https_get(&g, "/api/v1/status/buildinfo").await;
+    assert_eq!(status, 200, "the renewed certificate is served");
+    // A client trusting only the old CA is refused now.
+    let conn = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(&old_ca, b""))
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(conn);
+    let uri = format!(
+        "https://localhost:{}/api/v1/status/buildinfo",
+        g.http.port()
+    );
+    assert!(client.get(uri.parse().expect("uri")).await.is_err());
+}
+
 #[test]
 fn bad_certificates_are_clear_errors() {
     let e = ApiTls::from_pem(b"", b"").expect_err("empty");

@@ -17,7 +17,7 @@ mod scoped;
 pub mod tokens;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use base64::Engine as _;
 
@@ -52,6 +52,9 @@ pub enum AuthError {
     /// The system random generator failed.
     #[error("the system random number generator failed")]
     Random,
+    /// Tokens cannot be reloaded into a gateway started without them.
+    #[error("the gateway runs without tokens (open); restart it with --tokens to require them")]
+    Open,
     /// The request carries no credentials.
     #[error("missing credentials: send `Authorization: Bearer <token>`")]
     Missing,
@@ -154,10 +157,11 @@ impl Access {
 }
 
 /// The gateway's authenticator: open (no tokens: every caller is admin) or
-/// a set of tokens.
+/// a set of tokens, which [`Auth::reload_file`] replaces in place (clones
+/// share it), so a revoked token stops working without a restart.
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
-    tokens: Option<Arc<TokenSet>>,
+    tokens: Option<Arc<RwLock<Arc<TokenSet>>>>,
 }
 
 impl Auth {
@@ -169,17 +173,38 @@ impl Auth {
     /// Only holders of one of `tokens`.
     pub fn with_tokens(tokens: TokenSet) -> Self {
         Auth {
-            tokens: Some(Arc::new(tokens)),
+            tokens: Some(Arc::new(RwLock::new(Arc::new(tokens)))),
         }
     }
 
     /// Loads a tokens file.
     pub fn from_file(path: &Path) -> Result<Self, AuthError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AuthError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Ok(Self::with_tokens(TokenSet::new(tokens::parse(&text)?)))
+        Ok(Self::with_tokens(read_file(path)?))
+    }
+
+    /// Replaces the tokens with those of `path` for every clone of this
+    /// authenticator; returns how many there are. On any error the tokens
+    /// in use stay. An open authenticator stays open (access control is
+    /// chosen at start).
+    pub fn reload_file(&self, path: &Path) -> Result<usize, AuthError> {
+        let Some(cell) = &self.tokens else {
+            return Err(AuthError::Open);
+        };
+        let set = read_file(path)?;
+        let n = set.len();
+        match cell.write() {
+            Ok(mut g) => *g = Arc::new(set),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(set),
+        }
+        Ok(n)
+    }
+
+    /// The tokens in use.
+    fn current(&self) -> Option<Arc<TokenSet>> {
+        self.tokens.as_ref().map(|cell| match cell.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        })
     }
 
     /// True when no token is needed.
@@ -190,13 +215,22 @@ impl Auth {
     /// What the `Authorization` value (HTTP header or gRPC metadata)
     /// grants: `Bearer <token>` or `Basic base64(<any>:<token>)`.
     pub fn check(&self, authorization: Option<&[u8]>) -> Result<Access, AuthError> {
-        let Some(tokens) = &self.tokens else {
+        let Some(tokens) = self.current() else {
             return Ok(Access::Admin);
         };
         let raw = authorization.ok_or(AuthError::Missing)?;
         let secret = credential(raw).ok_or(AuthError::Invalid)?;
         tokens.lookup(&secret).ok_or(AuthError::Invalid)
     }
+}
+
+/// Parses the tokens file at `path`.
+fn read_file(path: &Path) -> Result<TokenSet, AuthError> {
+    let text = std::fs::read_to_string(path).map_err(|source| AuthError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(TokenSet::new(tokens::parse(&text)?))
 }
 
 /// The token inside an `Authorization` value, if it is well formed.

@@ -330,3 +330,46 @@ async fn the_http_guard_answers_401_403_and_scopes_every_handler() {
         assert!(all.contains("bob"), "{path}: the scheduler sees bob: {all}");
     }
 }
+
+#[test]
+fn reloading_the_tokens_file_revokes_and_admits_at_once_for_every_clone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("tokens");
+    let (a, ea) = mint(Access::Admin).expect("mint");
+    let (b, eb) = mint(Access::Scheduler).expect("mint");
+    std::fs::write(&file, format!("{}\n", ea.line())).expect("write");
+    let auth = Auth::from_file(&file).expect("load");
+    let clone = auth.clone();
+    let bearer = |t: &str| format!("Bearer {t}");
+    assert_eq!(
+        clone.check(Some(bearer(&a).as_bytes())).ok(),
+        Some(Access::Admin)
+    );
+    assert!(clone.check(Some(bearer(&b).as_bytes())).is_err());
+
+    // A revoked and B added: every clone sees it at once.
+    std::fs::write(&file, format!("{}\n", eb.line())).expect("write");
+    assert_eq!(auth.reload_file(&file).expect("reload"), 1);
+    assert!(clone.check(Some(bearer(&a).as_bytes())).is_err());
+    assert_eq!(
+        clone.check(Some(bearer(&b).as_bytes())).ok(),
+        Some(Access::Scheduler)
+    );
+
+    // A broken file or a missing one: an error, and B still works.
+    std::fs::write(&file, "sha256:nothex admin\n").expect("write");
+    assert!(matches!(
+        auth.reload_file(&file),
+        Err(AuthError::TokenFile { line: 1, .. })
+    ));
+    assert!(auth.reload_file(&dir.path().join("absent")).is_err());
+    assert_eq!(
+        clone.check(Some(bearer(&b).as_bytes())).ok(),
+        Some(Access::Scheduler)
+    );
+
+    // An open gateway stays open: a reload is refused, not applied.
+    let open = Auth::open();
+    assert!(matches!(open.reload_file(&file), Err(AuthError::Open)));
+    assert_eq!(open.check(None).ok(), Some(Access::Admin));
+}
