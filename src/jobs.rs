@@ -36,9 +36,27 @@ fn now_ms() -> i64 {
     canopy_proto::link::unix_now_ms()
 }
 
+/// The gateway's stress thresholds (its `[thresholds]`), so the table
+/// judges as the gateway's gRPC API and dashboard do; the defaults, with a
+/// note on stderr, from a gateway that does not serve them.
+pub fn gateway_thresholds(gw: &Gateway) -> Thresholds {
+    match gw
+        .get("/api/v1/status/canopy_thresholds", &[])
+        .and_then(|d| serde_json::from_value(d).map_err(anyhow::Error::from))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "note: the gateway's thresholds are unknown ({e:#}); judging with the defaults"
+            );
+            Thresholds::default()
+        }
+    }
+}
+
 /// The `canopy jobs` table.
 pub fn jobs(gw: &Gateway, f: &JobFilter, sort: JobSort) -> Result<String> {
-    let th = Thresholds::default();
+    let th = gateway_thresholds(gw);
     let ev = Evaluator::with_source(
         HttpSource {
             gw,

@@ -158,6 +158,22 @@ fn dashboard_renders_live_jobs_and_refreshes() {
         "8 simulated nodes and this host up"
     );
 
+    // The verdicts use the gateway's thresholds (here its defaults).
+    assert_eq!(
+        attr_of(&dom, "status", "data-limits").as_deref(),
+        Some("gateway")
+    );
+    let served: serde_json::Value = serde_json::from_str(
+        &get(http, "/api/v1/status/canopy_thresholds")
+            .expect("thresholds")
+            .1,
+    )
+    .expect("JSON");
+    let cpu_under = attr_of(&dom, "status", "data-cpu-under")
+        .and_then(|s| s.parse::<f64>().ok())
+        .expect("applied cpu_under");
+    assert_eq!(Some(cpu_under), served["data"]["cpu_under"].as_f64());
+
     // The page refreshed itself: 16 s of page time at a 5 s cadence.
     let n: u32 = attr_of(&dom, "status", "data-refreshes")
         .and_then(|s| s.parse().ok())

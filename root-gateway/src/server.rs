@@ -380,6 +380,7 @@ pub async fn start(
     let mut api = ApiState::new(Arc::new(store.clone()), engine);
     api.exporters = self_metrics(&store, &relay, wal_stats.clone(), listener_stats);
     api.auth = opts.auth.clone();
+    api.thresholds = Arc::new(opts.thresholds.clone());
     // The API router guards its own routes; the rest (dashboard files:
     // open, remote_write in: admin) go through the same guard here.
     let rest = crate::dashboard::router()

@@ -20,6 +20,7 @@ use crate::auth::Auth;
 use crate::auth::http::{Scoped, access, guard};
 use crate::promql::{Engine, Matrix, PromqlError, Value, format_value, parse_selector};
 use crate::store::{Labels, MatchOp, Matcher, Querier};
+use crate::stress::Thresholds;
 use canopy_proto::model::METRIC_NAME;
 
 /// Shared state of the HTTP API.
@@ -43,6 +44,10 @@ pub struct ApiState {
     pub exporters: Vec<Exporter>,
     /// Who may call what (open by default; see [`crate::auth`]).
     pub auth: Auth,
+    /// Where the stress verdicts draw their lines (served at
+    /// `/api/v1/status/canopy_thresholds`, so `canopy jobs` and the
+    /// dashboard judge as the gRPC API does).
+    pub thresholds: Arc<Thresholds>,
 }
 
 impl ApiState {
@@ -58,6 +63,7 @@ impl ApiState {
             api_metrics: Arc::new(ApiMetrics::default()),
             exporters: Vec::new(),
             auth: Auth::open(),
+            thresholds: Arc::new(Thresholds::default()),
         }
     }
 }
@@ -80,6 +86,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/metadata", get(metadata).post(metadata))
         .route("/api/v1/status/buildinfo", get(buildinfo).post(buildinfo))
         .route("/api/v1/status/access", get(access).post(access))
+        .route(
+            "/api/v1/status/canopy_thresholds",
+            get(thresholds).post(thresholds),
+        )
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))
         .route("/federate", get(federate).post(federate))
         .route("/metrics", get(self_metrics))
@@ -500,6 +510,12 @@ async fn self_metrics(State(st): State<ApiState>) -> Response {
 async fn exemplars(State(_st): State<ApiState>, p: Params) -> Result<Json<Json_>, ApiError> {
     required(&p, "query")?;
     Ok(success(json!([])))
+}
+
+/// The stress verdicts' lines this gateway uses (`[thresholds]`), in the
+/// shape of its config file.
+async fn thresholds(State(st): State<ApiState>) -> Json<Json_> {
+    success(serde_json::to_value(&*st.thresholds).unwrap_or(Json_::Null))
 }
 
 async fn buildinfo() -> Json<Json_> {

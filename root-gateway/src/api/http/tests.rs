@@ -389,3 +389,35 @@ fn vector_body_is_what_serde_json_writes() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_stress_thresholds_are_served_as_configured() {
+    let mut st = ApiState::new(
+        Arc::new(SharedStore::new(LiveStore::new(LiveStoreConfig::default()))),
+        Arc::new(Engine::new(EngineOpts::default())),
+    );
+    let t = crate::stress::Thresholds {
+        cpu_under: 0.25,
+        io_min_bytes_per_sec: 1e6,
+        ..Default::default()
+    };
+    st.thresholds = Arc::new(t.clone());
+    let resp = router(st)
+        .oneshot(
+            Request::get("/api/v1/status/canopy_thresholds")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let j: J = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["status"], "success");
+    assert_eq!(j["data"]["cpu_under"], 0.25);
+    // The same shape as the config file's [thresholds]: it reads back.
+    let back: crate::stress::Thresholds = serde_json::from_value(j["data"].clone()).unwrap();
+    assert_eq!(back, t);
+}

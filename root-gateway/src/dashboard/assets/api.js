@@ -59,6 +59,11 @@ export function ioShareLabel() {
   return who.role === 'user' ? `Share of ${who.user}'s job I/O` : 'Share of cluster I/O';
 }
 
+/** The gateway's stress thresholds (its [thresholds] config), snake_case. */
+export async function thresholds() {
+  return call('api/v1/status/canopy_thresholds', {});
+}
+
 /** Instant query at the gateway's now: [{metric, value: [t, "v"]}]. */
 export async function instant(expr) {
   const d = await call('api/v1/query', { query: expr });

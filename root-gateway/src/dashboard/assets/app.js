@@ -2,9 +2,9 @@
 // of instant queries shared by every view, and range queries per view.
 
 import { INSTANT, RANGE, bind } from './queries.js';
-import { instant, range, AuthError, setToken, refreshAccess } from './api.js';
+import { instant, range, thresholds, AuthError, setToken, refreshAccess } from './api.js';
 import { h, clock } from './ui.js';
-import { judge } from './verdict.js';
+import { judge, applyThresholds, LIMITS } from './verdict.js';
 import { align } from './chart.js';
 import * as overview from './overview.js';
 import * as jobView from './job.js';
@@ -190,6 +190,18 @@ async function tick() {
   try {
     // A new token may mean a new scope: rebuild the view with its labels.
     if (await refreshAccess()) route();
+    // The gateway's own verdict lines, once (they change only when it
+    // restarts); an older gateway without them: the defaults, quietly.
+    if (!status.dataset.limits) {
+      try {
+        applyThresholds(await thresholds());
+        status.dataset.limits = 'gateway';
+      } catch (e) {
+        if (e instanceof AuthError) throw e;
+        status.dataset.limits = 'defaults';
+      }
+      status.dataset.cpuUnder = String(LIMITS.cpuUnder);
+    }
     snap = await snapshot();
     refreshes += 1;
     await current.update(snap);

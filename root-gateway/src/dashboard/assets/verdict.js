@@ -5,9 +5,10 @@
 import { h, num, pct, bytes, rate } from './ui.js';
 
 /**
- * Thresholds, fractions of the allocation. They mirror the gateway's
+ * Thresholds, fractions of the allocation: the defaults of the gateway's
  * scheduler API verdict (root-gateway/src/stress/verdict.rs, Thresholds),
- * so the light here and the gRPC JobStress verdict agree.
+ * replaced by the gateway's own at start (applyThresholds), so the light
+ * here and the gRPC JobStress verdict agree.
  */
 export const LIMITS = {
   /** A job observed for less than this many seconds of the rate window is not called underusing. */
@@ -29,6 +30,27 @@ export const LIMITS = {
   /** The "heavy I/O" quick filter: this share of cluster I/O or more. */
   ioHeavy: 0.1,
 };
+
+/** The gateway's [thresholds] field of each LIMITS entry. */
+const FROM_GATEWAY = {
+  minObservedSecs: 'min_observed_secs',
+  cpuUnder: 'cpu_under',
+  cpuOver: 'cpu_over',
+  memUnder: 'mem_under',
+  memOver: 'mem_over',
+  gpuUnder: 'gpu_under',
+  ioShareOver: 'io_share_over',
+  ioMinBytes: 'io_min_bytes_per_sec',
+};
+
+/** Takes the gateway's thresholds (finite numbers only; the rest keep
+ *  their defaults). */
+export function applyThresholds(t) {
+  for (const [ours, theirs] of Object.entries(FROM_GATEWAY)) {
+    const v = t ? Number(t[theirs]) : NaN;
+    if (Number.isFinite(v)) LIMITS[ours] = v;
+  }
+}
 
 const WORDS = { ok: 'OK', under: 'Underusing', over: 'Overloading', unknown: 'No data yet' };
 
