@@ -30,11 +30,21 @@ pub struct Gateway {
     token: Option<String>,
 }
 
+/// How `canopy query` / `canopy jobs` reach an https gateway.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// PEM CA the gateway's certificate is checked against (default: the
+    /// public and system roots).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM client certificate and key, for a gateway that requires one.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
 /// Roots for an https gateway: the certificates in `ca`, else the public
-/// (webpki) and system roots.
-fn tls_config(ca: Option<&std::path::Path>) -> Result<rustls::ClientConfig> {
+/// (webpki) and system roots; the client certificate when given.
+fn tls_config(tls: &ClientTls) -> Result<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
-    match ca {
+    match tls.ca.as_deref() {
         Some(path) => {
             let pem = std::fs::read(path).with_context(|| format!("CA file {}", path.display()))?;
             for c in CertificateDer::pem_slice_iter(&pem) {
@@ -53,11 +63,25 @@ fn tls_config(ca: Option<&std::path::Path>) -> Result<rustls::ClientConfig> {
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
+    let b = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots);
+    Ok(match &tls.client {
+        None => b.with_no_client_auth(),
+        Some((cert, key)) => {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).with_context(|| format!("reading {}", p.display()))
+            };
+            let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("client certificate {}", cert.display()))?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(&read(key)?)
+                .with_context(|| format!("client key {}", key.display()))?;
+            b.with_client_auth_cert(chain, key)
+                .context("client certificate and key")?
+        }
+    })
 }
 
 /// Percent-encodes a query-string value.
@@ -76,7 +100,7 @@ impl Gateway {
     /// A client of the gateway at `base` (e.g. `http://127.0.0.1:9700`, or
     /// `https://…`), checking an https gateway's certificate against `ca`
     /// (a PEM file) when given, else the public and system roots.
-    pub fn new(base: &str, ca: Option<&std::path::Path>) -> Result<Self> {
+    pub fn new(base: &str, tls: &ClientTls) -> Result<Self> {
         let base = base.trim_end_matches('/');
         if !base.starts_with("http://") && !base.starts_with("https://") {
             bail!("gateway URL {base:?}: give http:// or https:// (e.g. http://127.0.0.1:9700)");
@@ -86,7 +110,7 @@ impl Gateway {
             .build()
             .context("starting the tokio runtime")?;
         let conn = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config(ca)?)
+            .with_tls_config(tls_config(tls)?)
             .https_or_http()
             .enable_http1()
             .build();

@@ -219,6 +219,10 @@ pub struct ApiTlsFile {
     pub cert: PathBuf,
     /// PEM private key of that certificate.
     pub key: PathBuf,
+    /// PEM CA: when set, every API client must present a certificate it
+    /// signed (mutual TLS), besides any token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// One `remote_write` entry of gateway.toml.

@@ -258,9 +258,20 @@ pub struct GatewayArgs {
     pub tokens: Option<std::path::PathBuf>,
     /// Run open even when listening beyond loopback.
     pub insecure: bool,
-    /// TLS certificate chain and key files for the APIs (override the
-    /// config's `[api_tls]`).
-    pub api_tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// TLS files for the APIs (override the config's `[api_tls]`).
+    pub api_tls: Option<ApiTlsFiles>,
+}
+
+/// The APIs' TLS files: certificate chain, key, and the CA of client
+/// certificates when they are required.
+#[derive(Clone, Debug)]
+pub struct ApiTlsFiles {
+    /// PEM certificate chain.
+    pub cert: std::path::PathBuf,
+    /// PEM private key.
+    pub key: std::path::PathBuf,
+    /// PEM CA of client certificates (mutual TLS), if required.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 /// The start-up rule: tokens when given; else open, which is only allowed
@@ -307,10 +318,11 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
             let f: GatewayFile = config::load(p)?;
             grpc_cfg.clone_from(&f.grpc);
             if api_tls.is_none() {
-                api_tls = f
-                    .api_tls
-                    .as_ref()
-                    .map(|t| (config::rel(p, &t.cert), config::rel(p, &t.key)));
+                api_tls = f.api_tls.as_ref().map(|t| ApiTlsFiles {
+                    cert: config::rel(p, &t.cert),
+                    key: config::rel(p, &t.key),
+                    client_ca: t.client_ca.as_deref().map(|c| config::rel(p, c)),
+                });
             }
             if tokens.is_none() {
                 tokens = f.tokens.as_deref().map(|t| config::rel(p, t));
@@ -364,9 +376,9 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
     let auth = access_control(&[http, grpc], tokens.as_deref(), args.insecure)?;
     let api_tls_files = api_tls;
     let api_tls = match &api_tls_files {
-        Some((cert, key)) => Some(
-            ApiTls::from_pem_files(cert, key)
-                .with_context(|| format!("API TLS from {}", cert.display()))?,
+        Some(f) => Some(
+            ApiTls::from_pem_files(&f.cert, &f.key, f.client_ca.as_deref())
+                .with_context(|| format!("API TLS from {}", f.cert.display()))?,
         ),
         None => {
             if tokens.is_some() && [http, grpc].iter().any(|a| !a.ip().is_loopback()) {
@@ -431,7 +443,7 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
 struct Reload {
     auth: Auth,
     tokens: Option<std::path::PathBuf>,
-    api_tls: Option<(ApiTls, (std::path::PathBuf, std::path::PathBuf))>,
+    api_tls: Option<(ApiTls, ApiTlsFiles)>,
 }
 
 impl Reload {
@@ -446,13 +458,13 @@ impl Reload {
                 }
             }
         }
-        if let Some((tls, (cert, key))) = &self.api_tls {
-            match tls.reload_pem_files(cert, key) {
+        if let Some((tls, f)) = &self.api_tls {
+            match tls.reload_pem_files(&f.cert, &f.key, f.client_ca.as_deref()) {
                 Ok(()) => {
-                    tracing::info!(cert = %cert.display(), "SIGHUP: API certificate reloaded")
+                    tracing::info!(cert = %f.cert.display(), "SIGHUP: API certificate reloaded")
                 }
                 Err(e) => {
-                    tracing::error!(cert = %cert.display(), error = %e, "SIGHUP: API certificate NOT reloaded, the previous one stays")
+                    tracing::error!(cert = %f.cert.display(), error = %e, "SIGHUP: API certificate NOT reloaded, the previous one stays")
                 }
             }
         }

@@ -167,6 +167,10 @@ enum Cmd {
         /// PEM private key of --api-cert.
         #[arg(long, value_name = "FILE", requires = "api_cert")]
         api_key: Option<PathBuf>,
+        /// PEM CA: API clients must present a certificate it signed
+        /// (mutual TLS; overrides the config's `[api_tls] client_ca`).
+        #[arg(long, value_name = "FILE", requires = "api_cert")]
+        api_client_ca: Option<PathBuf>,
     },
     /// Make an access token: prints the secret once and the line for the
     /// gateway's tokens file (which holds only its SHA-256 hash).
@@ -212,6 +216,22 @@ enum Cmd {
         /// (default: the public and system roots).
         #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
         ca: Option<PathBuf>,
+        /// PEM client certificate, for a gateway that requires one.
+        #[arg(
+            long,
+            env = "CANOPY_CLIENT_CERT",
+            value_name = "FILE",
+            requires = "client_key"
+        )]
+        client_cert: Option<PathBuf>,
+        /// PEM private key of --client-cert.
+        #[arg(
+            long,
+            env = "CANOPY_CLIENT_KEY",
+            value_name = "FILE",
+            requires = "client_cert"
+        )]
+        client_key: Option<PathBuf>,
     },
     /// Run a PromQL query against a gateway and print the answer as a table.
     Query {
@@ -237,6 +257,22 @@ enum Cmd {
         /// (default: the public and system roots).
         #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
         ca: Option<PathBuf>,
+        /// PEM client certificate, for a gateway that requires one.
+        #[arg(
+            long,
+            env = "CANOPY_CLIENT_CERT",
+            value_name = "FILE",
+            requires = "client_key"
+        )]
+        client_cert: Option<PathBuf>,
+        /// PEM private key of --client-cert.
+        #[arg(
+            long,
+            env = "CANOPY_CLIENT_KEY",
+            value_name = "FILE",
+            requires = "client_cert"
+        )]
+        client_key: Option<PathBuf>,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -354,6 +390,7 @@ fn main() -> Result<()> {
             insecure,
             api_cert,
             api_key,
+            api_client_ca,
         } => runtime()?.block_on(fabric::gateway(
             config.as_deref(),
             fabric::GatewayArgs {
@@ -369,7 +406,13 @@ fn main() -> Result<()> {
                 )?,
                 tokens,
                 insecure,
-                api_tls: api_cert.zip(api_key),
+                api_tls: api_cert
+                    .zip(api_key)
+                    .map(|(cert, key)| fabric::ApiTlsFiles {
+                        cert,
+                        key,
+                        client_ca: api_client_ca,
+                    }),
             },
         )),
         Cmd::Token { role, user, append } => {
@@ -386,9 +429,15 @@ fn main() -> Result<()> {
             running,
             token,
             ca,
+            client_cert,
+            client_key,
         } => {
             let filter = jobs::filter(user, account, partition, node, running);
-            let gw = client::Gateway::new(&gateway, ca.as_deref())?.with_token(token);
+            let tls = client::ClientTls {
+                ca,
+                client: client_cert.zip(client_key),
+            };
+            let gw = client::Gateway::new(&gateway, &tls)?.with_token(token);
             print!("{}", jobs::jobs(&gw, &filter, sort)?);
             Ok(())
         }
@@ -400,8 +449,14 @@ fn main() -> Result<()> {
             step,
             token,
             ca,
+            client_cert,
+            client_key,
         } => {
-            let gw = client::Gateway::new(&gateway, ca.as_deref())?.with_token(token);
+            let tls = client::ClientTls {
+                ca,
+                client: client_cert.zip(client_key),
+            };
+            let gw = client::Gateway::new(&gateway, &tls)?.with_token(token);
             print!(
                 "{}",
                 jobs::query(&gw, &query, time.as_deref(), range.as_deref(), &step)?

@@ -161,3 +161,57 @@ fn sighup_reloads_the_tokens_file_and_the_certificate() {
     let (ok, out) = ask(&new, &ca_b);
     assert!(ok, "{out}");
 }
+
+#[test]
+fn a_client_ca_requires_client_certificates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path().to_str().expect("UTF-8 path").to_string();
+    canopy(&[
+        "certs",
+        "--hosts",
+        "localhost,ops",
+        "--out",
+        &format!("{d}/c"),
+    ]);
+    canopy(&["certs", "--hosts", "ops", "--out", &format!("{d}/other")]);
+    let (h, g) = (free_port(), free_port());
+    let mut procs = Procs::default();
+    procs.spawn(&[
+        "gateway",
+        "--http",
+        &format!("127.0.0.1:{h}"),
+        "--grpc",
+        &format!("127.0.0.1:{g}"),
+        "--api-cert",
+        &format!("{d}/c/localhost.pem"),
+        "--api-key",
+        &format!("{d}/c/localhost.key"),
+        "--api-client-ca",
+        &format!("{d}/c/ca.pem"),
+    ]);
+    let url = format!("https://localhost:{h}");
+    let ca = format!("{d}/c/ca.pem");
+    let with = |dir: &str| {
+        query(&[
+            "--gateway",
+            &url,
+            "--ca",
+            &ca,
+            "--client-cert",
+            &format!("{d}/{dir}/ops.pem"),
+            "--client-key",
+            &format!("{d}/{dir}/ops.key"),
+            "vector(3)",
+        ])
+    };
+    let out = wait_for("the mTLS gateway", Duration::from_secs(30), || {
+        let (ok, out) = with("c");
+        ok.then_some(out)
+    });
+    assert!(out.contains('3'), "{out}");
+    // No client certificate, or one from another CA: refused.
+    let (ok, out) = query(&["--gateway", &url, "--ca", &ca, "vector(3)"]);
+    assert!(!ok, "{out}");
+    let (ok, out) = with("other");
+    assert!(!ok, "{out}");
+}

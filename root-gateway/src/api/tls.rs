@@ -64,19 +64,30 @@ pub struct ApiTls {
 }
 
 impl ApiTls {
-    /// Loads a PEM certificate chain (leaf first) and its PEM private key.
-    pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Self, ServerError> {
+    /// Loads a PEM certificate chain (leaf first) and its PEM private key;
+    /// with `client_ca` (PEM), every client must also present a
+    /// certificate that CA signed (mutual TLS), besides any token.
+    pub fn from_pem_files(
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+    ) -> Result<Self, ServerError> {
         let read = |p: &Path| {
             std::fs::read(p).map_err(|e| ServerError::ApiTls {
                 reason: format!("{}: {e}", p.display()),
             })
         };
-        Self::from_pem(&read(cert)?, &read(key)?)
+        let ca = client_ca.map(read).transpose()?;
+        Self::from_pem(&read(cert)?, &read(key)?, ca.as_deref())
     }
 
     /// [`ApiTls::from_pem_files`] from the files' bytes.
-    pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, ServerError> {
-        let (http, grpc) = configs(cert_pem, key_pem)?;
+    pub fn from_pem(
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        client_ca_pem: Option<&[u8]>,
+    ) -> Result<Self, ServerError> {
+        let (http, grpc) = configs(cert_pem, key_pem, client_ca_pem)?;
         Ok(Self {
             http: Arc::new(RwLock::new(http)),
             grpc: Arc::new(RwLock::new(grpc)),
@@ -87,8 +98,13 @@ impl ApiTls {
     /// Replaces the certificate and key for every connection accepted from
     /// now on (a renewed certificate without a restart; open connections
     /// keep theirs). On any error the ones in use stay.
-    pub fn reload_pem_files(&self, cert: &Path, key: &Path) -> Result<(), ServerError> {
-        let fresh = Self::from_pem_files(cert, key)?;
+    pub fn reload_pem_files(
+        &self,
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+    ) -> Result<(), ServerError> {
+        let fresh = Self::from_pem_files(cert, key, client_ca)?;
         replace(&self.http, current(&fresh.http));
         replace(&self.grpc, current(&fresh.grpc));
         Ok(())
@@ -168,10 +184,12 @@ impl ApiTls {
     }
 }
 
-/// The HTTP and gRPC server settings of a PEM chain and key.
+/// The HTTP and gRPC server settings of a PEM chain and key (and the CA
+/// client certificates must chain to, when given).
 fn configs(
     cert_pem: &[u8],
     key_pem: &[u8],
+    client_ca_pem: Option<&[u8]>,
 ) -> Result<(Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig>), ServerError> {
     let bad = |reason: String| ServerError::ApiTls { reason };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
@@ -182,15 +200,41 @@ fn configs(
     }
     let key =
         PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| bad(format!("private key PEM: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match client_ca_pem {
+        None => None,
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem) {
+                let c = c.map_err(|e| bad(format!("client CA PEM: {e}")))?;
+                roots
+                    .add(c)
+                    .map_err(|e| bad(format!("client CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(bad("the client CA file holds no certificate".into()));
+            }
+            Some(
+                rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    Arc::clone(&provider),
+                )
+                .build()
+                .map_err(|e| bad(format!("client CA: {e}")))?,
+            )
+        }
+    };
     let config = |alpn: &[u8]| -> Result<Arc<rustls::ServerConfig>, ServerError> {
-        let mut c = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs.clone(), key.clone_key())
-        .map_err(|e| bad(format!("certificate and key: {e}")))?;
+        let b = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(e.to_string()))?;
+        let b = match &verifier {
+            Some(v) => b.with_client_cert_verifier(Arc::clone(v)),
+            None => b.with_no_client_auth(),
+        };
+        let mut c = b
+            .with_single_cert(certs.clone(), key.clone_key())
+            .map_err(|e| bad(format!("certificate and key: {e}")))?;
         c.alpn_protocols = vec![alpn.to_vec()];
         Ok(Arc::new(c))
     };

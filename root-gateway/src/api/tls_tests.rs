@@ -57,7 +57,8 @@ struct Running {
 async fn gateway() -> Running {
     let ca = Ca::generate("api test CA").expect("CA");
     let host = ca.issue("localhost", &[]).expect("certificate");
-    let tls = ApiTls::from_pem(host.cert_pem.as_bytes(), host.key_pem.as_bytes()).expect("TLS");
+    let tls =
+        ApiTls::from_pem(host.cert_pem.as_bytes(), host.key_pem.as_bytes(), None).expect("TLS");
     let (stop, rx) = watch::channel(false);
     let gw = start(
         GatewayOptions {
@@ -217,10 +218,10 @@ async fn a_reloaded_certificate_serves_new_connections() {
     std::fs::write(&cert, &host2.cert_pem).expect("write");
     std::fs::write(&key, &host2.key_pem).expect("write");
     // A bad pair first: refused, the old certificate stays.
-    assert!(g.tls.reload_pem_files(&cert, &cert).is_err());
+    assert!(g.tls.reload_pem_files(&cert, &cert, None).is_err());
     let (status, _) = https_get(&g, "/api/v1/status/buildinfo").await;
     assert_eq!(status, 200);
-    g.tls.reload_pem_files(&cert, &key).expect("reload");
+    g.tls.reload_pem_files(&cert, &key, None).expect("reload");
     let old_ca = std::mem::replace(&mut g.ca_pem, ca2.cert_pem().to_string());
     let (status, _) = https_get(&g, "/api/v1/status/buildinfo").await;
     assert_eq!(status, 200, "the renewed certificate is served");
@@ -240,14 +241,14 @@ async fn a_reloaded_certificate_serves_new_connections() {
 
 #[test]
 fn bad_certificates_are_clear_errors() {
-    let e = ApiTls::from_pem(b"", b"").expect_err("empty");
+    let e = ApiTls::from_pem(b"", b"", None).expect_err("empty");
     assert!(e.to_string().contains("no certificate"), "{e}");
     let ca = Ca::generate("x").expect("CA");
     let host = ca.issue("localhost", &[]).expect("certificate");
-    let e = ApiTls::from_pem(host.cert_pem.as_bytes(), b"not a key").expect_err("key");
+    let e = ApiTls::from_pem(host.cert_pem.as_bytes(), b"not a key", None).expect_err("key");
     assert!(e.to_string().contains("private key"), "{e}");
     let other = ca.issue("other", &[]).expect("certificate");
-    let e = ApiTls::from_pem(host.cert_pem.as_bytes(), other.key_pem.as_bytes())
+    let e = ApiTls::from_pem(host.cert_pem.as_bytes(), other.key_pem.as_bytes(), None)
         .expect_err("mismatched key");
     assert!(e.to_string().contains("API TLS"), "{e}");
 }
