@@ -133,6 +133,41 @@ impl SeriesCache {
     }
 }
 
+/// A collector's series read every few ticks and repeated by key on the
+/// ticks between (no syscall then): the cache and the countdown.
+#[derive(Clone, Debug, Default)]
+pub struct EveryFew {
+    series: SeriesCache,
+    /// Ticks left that repeat the last values.
+    skip: u32,
+}
+
+impl EveryFew {
+    /// Nothing read yet: the first tick reads.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records this tick's series into `sink`: the last values again while
+    /// the countdown runs, else what `report` emits, which the next
+    /// `every - 1` ticks repeat (a failed report is tried again next tick).
+    pub fn tick(
+        &mut self,
+        every: u32,
+        sink: &mut Sink<'_>,
+        report: impl FnOnce(&mut Recorder<'_, '_>) -> Result<(), crate::error::LeafError>,
+    ) -> Result<(), crate::error::LeafError> {
+        if self.skip > 0 && !self.series.is_empty() {
+            self.skip -= 1;
+            self.series.replay(sink);
+            return Ok(());
+        }
+        let r = report(&mut self.series.recorder(sink));
+        self.skip = if r.is_ok() { every.max(1) - 1 } else { 0 };
+        r
+    }
+}
+
 /// Records one tick's series by key (see the module documentation); when
 /// dropped, forgets the cached series past the last one reported.
 pub struct Recorder<'a, 'b> {

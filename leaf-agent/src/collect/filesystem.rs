@@ -32,7 +32,8 @@ use std::time::Duration;
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
 use super::hot_file::HotFile;
 use super::mount_watch::MountWatch;
-use super::{Collector, Emit, Observation, SeriesCache, Sink};
+use super::emit::EveryFew;
+use super::{Collector, Emit, Observation, Sink};
 use crate::error::LeafError;
 
 /// One line of `mountinfo`, unescaped.
@@ -292,11 +293,9 @@ pub struct FilesystemCollector {
     /// Mount points currently failing (logged once when they start).
     failing: HashSet<String>,
     errors: BTreeMap<&'static str, u64>,
-    /// Label sets and keys of the last tick's series.
-    series: SeriesCache,
-    /// Keyed ticks left to repeat `series` before the next read (see
+    /// The last read's series, repeated by key until the next read (see
     /// [`FilesystemOptions::every_ticks`]).
-    skip: u32,
+    few: EveryFew,
 }
 
 impl FilesystemCollector {
@@ -319,8 +318,7 @@ impl FilesystemCollector {
             opts,
             failing: HashSet::new(),
             errors: BTreeMap::new(),
-            series: SeriesCache::new(),
-            skip: 0,
+            few: EveryFew::new(),
         }
     }
 
@@ -361,20 +359,9 @@ impl Collector for FilesystemCollector {
     /// mounts are read every [`FilesystemOptions::every_ticks`] ticks, the
     /// last values repeated in between.
     fn collect_into(&mut self, sink: &mut Sink<'_>) -> Result<(), LeafError> {
-        if self.skip > 0 && !self.series.is_empty() {
-            self.skip -= 1;
-            self.series.replay(sink);
-            return Ok(());
-        }
-        let mut series = std::mem::take(&mut self.series);
-        let r = self.report(&mut series.recorder(sink));
-        self.series = series;
-        // A failed read is tried again at the next tick.
-        self.skip = if r.is_ok() {
-            self.opts.every_ticks.max(1) - 1
-        } else {
-            0
-        };
+        let mut few = std::mem::take(&mut self.few);
+        let r = few.tick(self.opts.every_ticks, sink, |out| self.report(out));
+        self.few = few;
         r
     }
 }

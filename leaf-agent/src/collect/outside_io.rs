@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::emit::{Emit, SeriesCache};
+use super::emit::{Emit, EveryFew};
 use super::gpu::job_from_proc_cgroup;
 use super::proc_io::{IoCounters, ProcIdentity, parse_proc_io};
 use super::slurm_procs::parse_stat_line;
@@ -311,8 +311,7 @@ pub struct OutsideIoCollector {
     files: ProcFiles,
     account: OutsideIo,
     every: u32,
-    skip: u32,
-    series: SeriesCache,
+    few: EveryFew,
     /// Logged the first unreadable `io` file (not root: no other user's
     /// `/proc/<pid>/io`).
     warned: bool,
@@ -327,8 +326,7 @@ impl OutsideIoCollector {
             files: ProcFiles::new(proc_root),
             account: OutsideIo::new(),
             every,
-            skip: 0,
-            series: SeriesCache::new(),
+            few: EveryFew::new(),
             warned: false,
         }
     }
@@ -375,15 +373,9 @@ impl Collector for OutsideIoCollector {
         if self.every == 0 {
             return Ok(());
         }
-        if self.skip > 0 && !self.series.is_empty() {
-            self.skip -= 1;
-            self.series.replay(sink);
-            return Ok(());
-        }
-        let mut series = std::mem::take(&mut self.series);
-        let r = self.report(&mut series.recorder(sink));
-        self.series = series;
-        self.skip = if r.is_ok() { self.every - 1 } else { 0 };
+        let mut few = std::mem::take(&mut self.few);
+        let r = few.tick(self.every, sink, |out| self.report(out));
+        self.few = few;
         r
     }
 }
