@@ -188,9 +188,6 @@ enum Cmd {
     },
     /// A table of running and recent jobs with efficiency columns (like seff/cacct).
     Jobs {
-        /// The gateway's HTTP API.
-        #[arg(long, default_value = "http://127.0.0.1:9700")]
-        gateway: String,
         /// Only this user's jobs.
         #[arg(long)]
         user: Option<String>,
@@ -209,37 +206,14 @@ enum Cmd {
         /// Running jobs only (default: also those ended in the last hour).
         #[arg(long)]
         running: bool,
-        /// Access token of a gateway that requires one.
-        #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// PEM CA file an https gateway's certificate is checked against
-        /// (default: the public and system roots).
-        #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
-        ca: Option<PathBuf>,
-        /// PEM client certificate, for a gateway that requires one.
-        #[arg(
-            long,
-            env = "CANOPY_CLIENT_CERT",
-            value_name = "FILE",
-            requires = "client_key"
-        )]
-        client_cert: Option<PathBuf>,
-        /// PEM private key of --client-cert.
-        #[arg(
-            long,
-            env = "CANOPY_CLIENT_KEY",
-            value_name = "FILE",
-            requires = "client_cert"
-        )]
-        client_key: Option<PathBuf>,
+        /// How to reach the gateway.
+        #[command(flatten)]
+        conn: GatewayConn,
     },
     /// Run a PromQL query against a gateway and print the answer as a table.
     Query {
         /// The PromQL expression.
         query: String,
-        /// The gateway's HTTP API.
-        #[arg(long, default_value = "http://127.0.0.1:9700")]
-        gateway: String,
         /// Evaluation time (unix seconds or RFC 3339; default now). With
         /// --range: the end of the range.
         #[arg(long)]
@@ -250,29 +224,9 @@ enum Cmd {
         /// Step of a range query.
         #[arg(long, default_value = "15s")]
         step: String,
-        /// Access token of a gateway that requires one.
-        #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// PEM CA file an https gateway's certificate is checked against
-        /// (default: the public and system roots).
-        #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
-        ca: Option<PathBuf>,
-        /// PEM client certificate, for a gateway that requires one.
-        #[arg(
-            long,
-            env = "CANOPY_CLIENT_CERT",
-            value_name = "FILE",
-            requires = "client_key"
-        )]
-        client_cert: Option<PathBuf>,
-        /// PEM private key of --client-cert.
-        #[arg(
-            long,
-            env = "CANOPY_CLIENT_KEY",
-            value_name = "FILE",
-            requires = "client_cert"
-        )]
-        client_key: Option<PathBuf>,
+        /// How to reach the gateway.
+        #[command(flatten)]
+        conn: GatewayConn,
     },
     /// Run Prometheus-format PromQL test scripts against Canopy's engine.
     PromqlTest {
@@ -282,6 +236,48 @@ enum Cmd {
         #[arg(long, short)]
         verbose: bool,
     },
+}
+
+/// How `canopy jobs` and `canopy query` reach a gateway's HTTP API.
+#[derive(clap::Args, Debug)]
+struct GatewayConn {
+    /// The gateway's HTTP API (`http://` or `https://`).
+    #[arg(long, default_value = "http://127.0.0.1:9700")]
+    gateway: String,
+    /// Access token of a gateway that requires one.
+    #[arg(long, env = "CANOPY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM CA file an https gateway's certificate is checked against
+    /// (default: the public and system roots).
+    #[arg(long, env = "CANOPY_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// PEM client certificate, for a gateway that requires one.
+    #[arg(
+        long,
+        env = "CANOPY_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "client_key"
+    )]
+    client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(
+        long,
+        env = "CANOPY_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "client_cert"
+    )]
+    client_key: Option<PathBuf>,
+}
+
+impl GatewayConn {
+    /// A client of the gateway with these settings.
+    fn connect(self) -> anyhow::Result<client::Gateway> {
+        let tls = client::ClientTls {
+            ca: self.ca,
+            client: self.client_cert.zip(self.client_key),
+        };
+        Ok(client::Gateway::new(&self.gateway, &tls)?.with_token(self.token))
+    }
 }
 
 fn main() -> Result<()> {
@@ -420,43 +416,27 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Jobs {
-            gateway,
+            conn,
             user,
             account,
             partition,
             node,
             sort,
             running,
-            token,
-            ca,
-            client_cert,
-            client_key,
         } => {
             let filter = jobs::filter(user, account, partition, node, running);
-            let tls = client::ClientTls {
-                ca,
-                client: client_cert.zip(client_key),
-            };
-            let gw = client::Gateway::new(&gateway, &tls)?.with_token(token);
+            let gw = conn.connect()?;
             print!("{}", jobs::jobs(&gw, &filter, sort)?);
             Ok(())
         }
         Cmd::Query {
             query,
-            gateway,
+            conn,
             time,
             range,
             step,
-            token,
-            ca,
-            client_cert,
-            client_key,
         } => {
-            let tls = client::ClientTls {
-                ca,
-                client: client_cert.zip(client_key),
-            };
-            let gw = client::Gateway::new(&gateway, &tls)?.with_token(token);
+            let gw = conn.connect()?;
             print!(
                 "{}",
                 jobs::query(&gw, &query, time.as_deref(), range.as_deref(), &step)?

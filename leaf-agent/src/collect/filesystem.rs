@@ -29,10 +29,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::emit::EveryFew;
 use super::fs_worker::{FsStat, StatFn, StatOutcome, StatPool};
 use super::hot_file::HotFile;
 use super::mount_watch::MountWatch;
-use super::emit::EveryFew;
 use super::{Collector, Emit, Observation, Sink};
 use crate::error::LeafError;
 
