@@ -39,7 +39,12 @@ fn app_with(query_timeout: std::time::Duration) -> axum::Router {
 }
 
 async fn call(req: Request<Body>) -> (StatusCode, J) {
-    let resp = app().oneshot(req).await.unwrap();
+    call_on(app(), req).await
+}
+
+/// `req` on `app`: the status and the JSON body.
+async fn call_on(app: axum::Router, req: Request<Body>) -> (StatusCode, J) {
+    let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
     let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
         .await
@@ -402,19 +407,14 @@ async fn the_stress_thresholds_are_served_as_configured() {
         ..Default::default()
     };
     st.thresholds = Arc::new(t.clone());
-    let resp = router(st)
-        .oneshot(
-            Request::get("/api/v1/status/canopy_thresholds")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let j: J = serde_json::from_slice(&body).unwrap();
+    let (status, j) = call_on(
+        router(st),
+        Request::get("/api/v1/status/canopy_thresholds")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     assert_eq!(j["status"], "success");
     assert_eq!(j["data"]["cpu_under"], 0.25);
     // The same shape as the config file's [thresholds]: it reads back.
