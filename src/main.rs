@@ -301,7 +301,7 @@ fn main() -> Result<()> {
             grpc: config::addr("--grpc", &grpc)?,
             subtrees,
             tick_ms,
-            remote_write: config::cli_endpoints(
+            remote_write: config::gateway::cli_endpoints(
                 &remote_write,
                 remote_write_bearer_file.as_deref(),
                 remote_write_ca.as_deref(),
@@ -395,7 +395,7 @@ fn main() -> Result<()> {
                 data_dir,
                 retention,
                 fsync,
-                remote_write: config::cli_endpoints(
+                remote_write: config::gateway::cli_endpoints(
                     &remote_write,
                     remote_write_bearer_file.as_deref(),
                     remote_write_ca.as_deref(),
