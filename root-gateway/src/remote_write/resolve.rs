@@ -62,10 +62,13 @@ pub fn held(
     pairs: &mut Vec<(Span, Span)>,
 ) -> Option<SeriesHint> {
     let span = s.label_bytes?;
-    if !canonical_pairs(buf, span, pairs) {
-        return None;
-    }
-    store.find_hint(pairs.iter().map(|(n, v)| (n.of(buf), v.of(buf))))
+    let short = canonical_pairs(buf, span, pairs)?;
+    // Every length one byte: the bytes are the canonical encoding the
+    // store's label-set key hashes (longer varints may not be minimal).
+    let encoded = buf
+        .get(span.start as usize..span.end as usize)
+        .filter(|_| short);
+    store.find_hint_encoded(encoded, pairs.iter().map(|(n, v)| (n.of(buf), v.of(buf))))
 }
 
 /// Every series of `batch` (decoded from `buf`) resolved against `store`,
@@ -123,15 +126,15 @@ pub fn parse(buf: &[u8], batch: &WriteBatch, s: &SeriesView) -> Result<Labels, R
 /// Reads `span` of `buf` (a series' label fields, back to back) as the
 /// canonical encoding: `Label` fields (key `0x0a`) each holding exactly a
 /// name field (`0x0a`) then a value field (`0x12`). Their (name, value)
-/// byte ranges go to `out`; false (and `out` partial) for anything else,
+/// byte ranges go to `out`; `None` (and `out` partial) for anything else,
 /// which is then parsed as a miss. Such bytes parse to exactly these
 /// pairs, so the store matching them all is the parse's label set.
-fn canonical_pairs(buf: &[u8], span: Span, out: &mut Vec<(Span, Span)>) -> bool {
+/// `Some(true)` when every length was one varint byte.
+fn canonical_pairs(buf: &[u8], span: Span, out: &mut Vec<(Span, Span)>) -> Option<bool> {
     out.clear();
     let (start, end) = (span.start as usize, span.end as usize);
-    let Some(bytes) = buf.get(start..end) else {
-        return false;
-    };
+    let bytes = buf.get(start..end)?;
+    let mut short = true;
     let mut pos = 0usize;
     while pos < bytes.len() {
         // The usual label: every length one varint byte.
@@ -166,26 +169,25 @@ fn canonical_pairs(buf: &[u8], span: Span, out: &mut Vec<(Span, Span)>) -> bool 
                 continue;
             }
         }
-        let Some((l0, l1)) = delimited(bytes, &mut pos, 0x0a) else {
-            return false;
-        };
+        short = false;
+        let (l0, l1) = delimited(bytes, &mut pos, 0x0a)?;
         let label = bytes.get(l0..l1).unwrap_or_default();
         let mut p = 0usize;
         let (Some(name), Some(value)) = (
             delimited(label, &mut p, 0x0a),
             delimited(label, &mut p, 0x12),
         ) else {
-            return false;
+            return None;
         };
         if p != label.len() {
-            return false;
+            return None;
         }
         out.push((
             at(start + l0, name.0, name.1),
             at(start + l0, value.0, value.1),
         ));
     }
-    true
+    Some(short)
 }
 
 /// The span `base + a .. base + b` of the buffer. Offsets stay below the

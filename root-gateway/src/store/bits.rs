@@ -25,9 +25,7 @@ pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
     let word = (u128::from(v) << (128 - n - used)).to_be_bytes();
     let touched = (used + n).div_ceil(8) as usize;
     let fresh = if used == 0 { touched } else { touched - 1 };
-    if buf.capacity() - buf.len() < fresh {
-        buf.reserve_exact(grown(buf.len(), fresh) - buf.len());
-    }
+    grow_for(buf, fresh);
     let from = if used == 0 {
         0
     } else {
@@ -47,6 +45,16 @@ pub(crate) fn put(buf: &mut Vec<u8>, len: &mut u32, v: u64, n: u32) {
         buf.extend_from_slice(word.get(from..from + fresh).unwrap_or_default());
     }
     *len += n;
+}
+
+/// Makes room in `buf` for `fresh` more bytes, when its capacity lacks
+/// it: to [`grown`]'s capacity (the one growth policy of [`put`] and a
+/// chunk's in-place writes).
+#[inline(always)]
+pub(crate) fn grow_for(buf: &mut Vec<u8>, fresh: usize) {
+    if buf.capacity() - buf.len() < fresh {
+        buf.reserve_exact(grown(buf.len(), fresh) - buf.len());
+    }
 }
 
 /// The capacity a buffer of `len` bytes grows to for `fresh` more: at

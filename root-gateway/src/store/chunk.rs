@@ -70,7 +70,9 @@
 #[cfg(test)]
 use canopy_proto::model::Sample;
 
-use super::bits::{Reader, Writer, bit_len, unzigzag, zigzag};
+#[cfg(doc)]
+use super::bits::put;
+use super::bits::{Reader, Writer, bit_len, grow_for, unzigzag, zigzag};
 
 mod codes;
 use codes::{
@@ -432,6 +434,164 @@ impl Chunk {
             debug_assert!(false, "a sample pushed that the chunk does not fit");
             return;
         }
+        if !self.push_regular(ts, v) {
+            self.push_general(ts, v);
+        }
+    }
+
+    /// The commonest samples, written straight into the open chunk's packed
+    /// state and zeroed growth room: a regular tick (delta-of-delta 0) with
+    /// the value unchanged after an unchanged one (one `0` bit), or a
+    /// decimal or float-sum value after one of the same form (its Rice
+    /// code, folded or after a `0` flag). The same bits and state as
+    /// [`Self::push_general`] (proptest `regular_path_equals_general`);
+    /// false with nothing changed for anything else, or for a code longer
+    /// than one 64-bit word.
+    #[inline(always)]
+    fn push_regular(&mut self, ts: i64, v: f64) -> bool {
+        if self.count < 2 || ts.wrapping_sub(self.last_ts()) != i64::from(self.delta) {
+            return false;
+        }
+        let bits = v.to_bits();
+        let (code, n) = if bits == self.bits {
+            if self.last != SAME {
+                return false;
+            }
+            (0, 1)
+        } else {
+            // As `Enc::choose` decides at the current exponent, for a
+            // previous value of the dec or sum form kept at rank 0.
+            if (self.last != DEC && self.last != SUM) || self.exp == NONE {
+                return false;
+            }
+            let Some((m, r)) = decimal(v, self.exp) else {
+                return false;
+            };
+            let Some(d) = m.checked_sub(self.mant) else {
+                return false;
+            };
+            let keeps = if self.last == DEC {
+                r == 0
+            } else {
+                (f64::from_bits(self.bits) + value_of(d, self.exp)).to_bits() == bits
+            };
+            if !keeps {
+                return false;
+            }
+            let z = zigzag(d.wrapping_sub(self.pred));
+            let k = ((self.mag >> 23) & 0xff).saturating_sub(127).min(63);
+            let q = z >> k;
+            let folded = self.reg >= FOLD_AFTER && folding();
+            let q = if folded && q >= u64::from(ESC_Q) {
+                q + 1
+            } else {
+                q
+            };
+            // The flag bit (a `0`) unless folded.
+            let n = q as u32 + 1 + k + u32::from(!folded);
+            if q >= u64::from(RICE_ESCAPE) || n > 64 {
+                return false;
+            }
+            let low = if k == 0 {
+                0
+            } else {
+                z & (u64::MAX >> (64 - k))
+            };
+            let code = ((((1u64 << q) - 1) << 1) << k) | low;
+            if !self.put_in_room(code, n) {
+                return false;
+            }
+            self.mant = self.mant.wrapping_add(d);
+            self.pred = self.pred.wrapping_add(d.wrapping_sub(self.pred) >> 2);
+            let mag = f32::from_bits(self.mag) * 0.75 + ((z >> 1) as i64) as f32 * 0.5;
+            self.mag = mag.to_bits();
+            self.bits = bits;
+            self.ts_off = self.ts_off.wrapping_add(self.delta);
+            self.reg = (self.reg + 1).min(FOLD_AFTER);
+            self.count += 1;
+            self.after_push();
+            return true;
+        };
+        if !self.put_in_room(code, n) {
+            return false;
+        }
+        self.ts_off = self.ts_off.wrapping_add(self.delta);
+        self.reg = (self.reg + 1).min(FOLD_AFTER);
+        self.count += 1;
+        self.after_push();
+        true
+    }
+
+    /// ORs the `n` (1..=64) low bits of `code` into the zeroed room after
+    /// the stream, first growing the room as [`Writer`]'s one [`put`] of
+    /// the code would (the same capacity, zeroed); false (nothing written)
+    /// for an `n` out of range.
+    #[inline(always)]
+    fn put_in_room(&mut self, code: u64, n: u32) -> bool {
+        let len = u32::from(self.bit_len);
+        let (at, used) = ((len / 8) as usize, len % 8);
+        let touched = (used + n).div_ceil(8) as usize;
+        if n == 0 || n > 64 {
+            return false;
+        }
+        if at + touched > self.bytes.len() {
+            self.grow(touched);
+        }
+        // `used + n <= 71`: the bits fit the top 9 bytes of the word.
+        let word = u128::from(code & (u64::MAX >> (64 - n))) << (128 - n - used);
+        if let Some(dst) = self
+            .bytes
+            .get_mut(at..at + 16)
+            .and_then(|b| <&mut [u8; 16]>::try_from(b).ok())
+        {
+            *dst = (u128::from_be_bytes(*dst) | word).to_be_bytes();
+        } else {
+            let word = word.to_be_bytes();
+            for (d, s) in self.bytes.iter_mut().skip(at).take(touched).zip(word) {
+                *d |= s;
+            }
+        }
+        self.bit_len = u16::try_from(len + n).unwrap_or(u16::MAX);
+        true
+    }
+
+    /// Grows the room for a code touching `touched` bytes from the stream's
+    /// last byte (or the next one, at a byte boundary), as [`put`] grows
+    /// the writer's buffer, zeroed to its capacity as
+    /// [`Self::push_general`] leaves it.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, touched: usize) {
+        let used = self.byte_len();
+        let mut buf = std::mem::take(&mut self.bytes).into_vec();
+        buf.truncate(used);
+        let fresh = if self.bit_len.is_multiple_of(8) {
+            touched
+        } else {
+            touched - 1
+        };
+        grow_for(&mut buf, fresh);
+        buf.resize(buf.capacity(), 0);
+        self.bytes = buf.into_boxed_slice();
+    }
+
+    /// After a sample: a chunk now full gives back its growth room, as
+    /// [`Self::push_general`] does.
+    #[inline(always)]
+    fn after_push(&mut self) {
+        if self.is_full() {
+            let used = self.byte_len();
+            let mut buf = std::mem::take(&mut self.bytes).into_vec();
+            buf.truncate(used);
+            buf.shrink_to_fit();
+            self.bytes = buf.into_boxed_slice();
+        }
+    }
+
+    /// Appends any sample through the unpacked state (see [`Self::push`]).
+    /// Out of line, so the regular path's caller saves few registers.
+    #[inline(never)]
+    fn push_general(&mut self, ts: i64, v: f64) {
         // The sample's codes are gathered in a word and written to the
         // buffer in one or two steps (the buffer is lent to the writer,
         // as a `Vec` of the bytes in use with the growth room as capacity).
@@ -455,6 +615,16 @@ impl Chunk {
             buf.resize(buf.capacity(), 0);
         }
         self.bytes = buf.into_boxed_slice();
+    }
+
+    /// Tests only: the push before the regular path (every sample through
+    /// [`Self::push_general`]), the reference it is checked against.
+    #[cfg(test)]
+    pub(crate) fn push_reference(&mut self, ts: i64, v: f64) {
+        if !self.fits(ts) || self.is_full() || (self.count > 0 && ts < self.last_ts()) {
+            return;
+        }
+        self.push_general(ts, v);
     }
 }
 

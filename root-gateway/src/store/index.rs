@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use foldhash::quality::RandomState;
 
@@ -61,6 +62,39 @@ fn pair(name: u32, value: u32) -> u64 {
     (u64::from(name) << 32) | u64::from(value)
 }
 
+/// Appends the canonical remote_write encoding of label pairs `pairs` to
+/// `out`: each a `Label` field (key `0x0a`, its length) holding the name
+/// field (`0x0a`) then the value field (`0x12`), lengths as minimal
+/// varints, as Prometheus and prost write them for names and values that
+/// are not empty (a held label set has none). The label-set key hashes
+/// these bytes (stable within a process only: the hash is seeded).
+pub(crate) fn encode_pairs<'a>(
+    out: &mut SmallVec<[u8; 512]>,
+    pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) {
+    fn varint(out: &mut SmallVec<[u8; 512]>, mut x: u64) {
+        while x >= 0x80 {
+            out.push((x as u8) | 0x80);
+            x >>= 7;
+        }
+        out.push(x as u8);
+    }
+    fn varint_len(x: u64) -> u64 {
+        u64::from((64 - (x | 1).leading_zeros()).div_ceil(7))
+    }
+    for (n, v) in pairs {
+        let (nl, vl) = (n.len() as u64, v.len() as u64);
+        out.push(0x0a);
+        varint(out, 2 + varint_len(nl) + nl + varint_len(vl) + vl);
+        out.push(0x0a);
+        varint(out, nl);
+        out.extend_from_slice(n);
+        out.push(0x12);
+        varint(out, vl);
+        out.extend_from_slice(v);
+    }
+}
+
 /// Label sets and postings of the live series.
 #[derive(Debug, Default)]
 pub(crate) struct SeriesIndex {
@@ -103,15 +137,22 @@ impl SeriesIndex {
 
     /// The key of the label set whose (name, value) pairs, in order, are
     /// `pairs`: the same as [`Self::hash`] of the labels they spell, so a
-    /// series can be found from bytes that were never made a label set
-    /// (the remote_write receiver hashes a request's label fields in place).
-    /// Each string is one write (foldhash mixes in its length).
+    /// series can be found from bytes that were never made a label set.
+    /// It is [`Self::hash_encoded`] of the pairs' canonical remote_write
+    /// encoding ([`encode_pairs`]), so the receiver hashes a request's
+    /// label fields in place, in one write, where they are that encoding.
     pub(crate) fn hash_pairs<'a>(&self, pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> u64 {
+        let mut buf = SmallVec::<[u8; 512]>::new();
+        encode_pairs(&mut buf, pairs);
+        self.hash_encoded(&buf)
+    }
+
+    /// The key of the label set whose canonical encoding (see
+    /// [`encode_pairs`]) is `encoded`: one seeded hash of the bytes.
+    #[inline]
+    pub(crate) fn hash_encoded(&self, encoded: &[u8]) -> u64 {
         let mut h = self.hasher.build_hasher();
-        for (n, v) in pairs {
-            h.write(n);
-            h.write(v);
-        }
+        h.write(encoded);
         h.finish()
     }
 
@@ -261,6 +302,39 @@ mod tests {
 
     fn re(f: fn(&str) -> bool) -> MatchOp {
         MatchOp::Regex(Arc::new(f))
+    }
+
+    proptest::proptest! {
+        /// `encode_pairs` writes what prost writes for the `Label` fields
+        /// of a series (one-byte and longer lengths; names and values not
+        /// empty, as in every held label set: prost leaves an empty field
+        /// out), so the receiver's hash of a request's label bytes is the
+        /// store's key.
+        #[test]
+        fn encoded_pairs_are_the_remote_write_label_fields(
+            pairs in proptest::collection::vec(
+                (".{1,3}|[a-z]{100,200}", "[a-z0-9]{1,20}|.{120,300}"),
+                0..8,
+            ),
+        ) {
+            use canopy_proto::schema::remote::{Label, TimeSeries};
+            use prost::Message;
+            let ts = TimeSeries {
+                labels: pairs
+                    .iter()
+                    .map(|(n, v)| Label { name: n.clone(), value: v.clone() })
+                    .collect(),
+                ..TimeSeries::default()
+            };
+            let mut got = smallvec::SmallVec::<[u8; 512]>::new();
+            super::encode_pairs(&mut got, pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
+            proptest::prop_assert_eq!(&got[..], &ts.encode_to_vec()[..]);
+            let idx = SeriesIndex::default();
+            proptest::prop_assert_eq!(
+                idx.hash_encoded(&ts.encode_to_vec()),
+                idx.hash_pairs(pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+            );
+        }
     }
 
     #[test]

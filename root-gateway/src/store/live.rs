@@ -663,10 +663,23 @@ impl LiveStore {
     where
         I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
     {
+        self.find_hint_encoded(None, pairs)
+    }
+
+    /// [`Self::find_hint`] given, when the caller has it, `encoded`: the
+    /// pairs' canonical remote_write encoding (a request's label fields
+    /// as they came), hashed in one write instead of pair by pair.
+    pub fn find_hint_encoded<'a, I>(&self, encoded: Option<&[u8]>, pairs: I) -> Option<SeriesHint>
+    where
+        I: Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
+    {
         if self.instance == 0 {
             return None;
         }
-        let h = self.index.hash_pairs(pairs.clone());
+        let h = match encoded {
+            Some(b) => self.index.hash_encoded(b),
+            None => self.index.hash_pairs(pairs.clone()),
+        };
         let is_it = |i: u32| {
             self.entries
                 .get(i as usize)

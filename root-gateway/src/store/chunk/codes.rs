@@ -7,6 +7,7 @@ use super::super::bits::{Reader, Writer, bit_len};
 use super::{ESC_Q, EXACT_INT, MAX_RANK, MAX_RESID, POW10, RICE_ESCAPE};
 
 /// The value of mantissa `m` at exponent `e`.
+#[inline(always)]
 pub(super) fn value_of(m: i64, e: u8) -> f64 {
     match POW10.get(usize::from(e)) {
         Some(&p) if e > 0 => m as f64 / p,
@@ -14,10 +15,36 @@ pub(super) fn value_of(m: i64, e: u8) -> f64 {
     }
 }
 
-/// `v` × 10^e rounded to an integer, when finite and below 2^53.
+/// `v` × 10^e rounded to an integer (half away from zero), when finite
+/// and below 2^53.
+#[inline(always)]
 pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
     let p = *POW10.get(usize::from(e))?;
-    let m = (v * p).round();
+    let x = v * p;
+    if x.abs() < HALF_EXACT {
+        // `f64::round` is a libm call on the baseline x86-64 target; below
+        // 2^52 the integer part and the exact fraction `x - t` give it
+        // (proptest `approx_rounds_as_f64_round`).
+        let t = x as i64;
+        let f = x - t as f64;
+        return Some(if f >= 0.5 {
+            t + 1
+        } else if f <= -0.5 {
+            t - 1
+        } else {
+            t
+        });
+    }
+    approx_rounded(x)
+}
+
+/// Below this magnitude an `f64` has a fraction part to round.
+const HALF_EXACT: f64 = 4_503_599_627_370_496.0;
+
+/// [`approx`] of `x = v × 10^e` through `f64::round` (what it was before
+/// the integer rounding, kept for large, infinite and NaN `x`).
+pub(super) fn approx_rounded(x: f64) -> Option<i64> {
+    let m = x.round();
     // NaN fails this test too.
     if m.is_nan() || m.abs() >= EXACT_INT {
         return None;
@@ -27,6 +54,7 @@ pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
 
 /// The decimal form of `v` at exponent `e`: its mantissa and the XOR of
 /// `v`'s bits with the mantissa's value, when that residual is short.
+#[inline(always)]
 pub(super) fn decimal(v: f64, e: u8) -> Option<(i64, u64)> {
     let m = approx(v, e)?;
     let r = v.to_bits() ^ value_of(m, e).to_bits();

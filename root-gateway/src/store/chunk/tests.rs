@@ -533,3 +533,96 @@ fn rice_parameter_is_the_mean_bit_length_less_one() {
     }
     assert!((18..=19).contains(&st.k()), "{}", st.k());
 }
+
+/// One series' value at step `i` of kind `kind` (see
+/// `regular_path_equals_general`): flat, a counter, decimals, a float sum,
+/// noisy floats, NaN and staleness markers, mixed.
+fn series_value(kind: u8, i: u64, r: u64, prev: f64, scale: u32) -> f64 {
+    let p = 10f64.powi(scale as i32);
+    match kind {
+        // Flat with rare changes.
+        0 => {
+            if r.is_multiple_of(17) {
+                (r % 1000) as f64 / p
+            } else {
+                prev
+            }
+        }
+        // A counter whose increase repeats, with noise of a few units.
+        1 => (i * 4096 + r % 9) as f64 / p,
+        // A counter with large, random increases.
+        2 => ((prev * p).round() + (r >> (r % 60)) as f64) / p,
+        // A float sum of rounded increments (drifts off its decimals).
+        3 => prev + (r % 3000 + 9000) as f64 / 1e3,
+        // Noisy floats.
+        4 => f64::from_bits(r) % 1e6,
+        // NaN, staleness markers, -0.0 and repeats.
+        5 => match r % 6 {
+            0 => f64::NAN,
+            1 => canopy_proto::model::stale_nan(),
+            2 => -0.0,
+            3 => (r % 100) as f64,
+            _ => prev,
+        },
+        // Everything mixed.
+        _ => series_value((r % 6) as u8, i, r >> 3, prev, scale),
+    }
+}
+
+proptest! {
+    /// `approx` (integer rounding below 2^52) is `f64::round` for every
+    /// value and exponent, halves included.
+    #[test]
+    fn approx_rounds_as_f64_round(
+        v in prop_oneof![
+            any::<f64>(),
+            (-(1i64 << 53)..1 << 53, 0u32..8).prop_map(|(m, e)| m as f64 / 10f64.powi(e as i32)),
+            (-(1i64 << 53)..1 << 53).prop_map(|m| m as f64 + 0.5),
+            (-1_000_000_000i64..1_000_000_000).prop_map(|m| m as f64 + 0.5),
+            (-1_000_000_000i64..1_000_000_000).prop_map(|m| (m as f64 + 0.5) / 1e3),
+        ],
+        e in 0u8..=MAX_EXP,
+    ) {
+        prop_assert_eq!(approx(v, e), codes::approx_rounded(v * POW10[usize::from(e)]));
+    }
+
+    /// The regular path of `Chunk::push` writes the bytes, room and state
+    /// that the general path alone (the push before it) writes, after every
+    /// sample: regular and jittered ticks, flat series, counters, decimals,
+    /// float sums, noisy floats, NaN and staleness markers, in the v5
+    /// (folded) and v4 encodings, across chunk boundaries.
+    #[test]
+    fn regular_path_equals_general(
+        start in -1_000_000_000i64..1_000_000_000,
+        tick in prop_oneof![Just(15_000i64), Just(1_000i64), 1i64..100_000],
+        kind in 0u8..7,
+        scale in 0u32..8,
+        v4 in any::<bool>(),
+        pts in proptest::collection::vec((0u8..10, any::<u64>()), 1..2 * CHUNK_SAMPLES),
+    ) {
+        WRITE_V4.with(|w| w.set(v4));
+        let (mut fast, mut slow) = (vec![Chunk::default()], vec![Chunk::default()]);
+        let (mut t, mut v) = (start, 0.0f64);
+        for (i, (jitter, r)) in pts.into_iter().enumerate() {
+            // Mostly regular ticks, some jittered or late.
+            t += match jitter {
+                0 => tick + (r % 21) as i64 - 10,
+                1 => tick * 3,
+                _ => tick,
+            };
+            v = series_value(kind, i as u64, r, v, scale);
+            for chunks in [&mut fast, &mut slow] {
+                if chunks.last().is_some_and(|c| c.is_full() || !c.fits(t)) {
+                    chunks.push(Chunk::default());
+                }
+            }
+            if let (Some(f), Some(s)) = (fast.last_mut(), slow.last_mut()) {
+                f.push(t, v);
+                s.push_reference(t, v);
+                prop_assert_eq!(format!("{f:?}"), format!("{s:?}"), "sample {}", i);
+            }
+        }
+        WRITE_V4.with(|w| w.set(false));
+        prop_assert_eq!(fast.len(), slow.len());
+    }
+}
