@@ -41,7 +41,7 @@ fn now_ms() -> i64 {
 /// note on stderr, from a gateway that does not serve them.
 pub fn gateway_thresholds(gw: &Gateway) -> Thresholds {
     match gw
-        .get("/api/v1/status/canopy_thresholds", &[])
+        .get("/api/v1/status/stress_thresholds", &[])
         .and_then(|d| serde_json::from_value(d).map_err(anyhow::Error::from))
     {
         Ok(t) => t,

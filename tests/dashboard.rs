@@ -164,7 +164,7 @@ fn dashboard_renders_live_jobs_and_refreshes() {
         Some("gateway")
     );
     let served: serde_json::Value = serde_json::from_str(
-        &get(http, "/api/v1/status/canopy_thresholds")
+        &get(http, "/api/v1/status/stress_thresholds")
             .expect("thresholds")
             .1,
     )

@@ -45,7 +45,7 @@ pub struct ApiState {
     /// Who may call what (open by default; see [`crate::auth`]).
     pub auth: Auth,
     /// Where the stress verdicts draw their lines (served at
-    /// `/api/v1/status/canopy_thresholds`, so `canopy jobs` and the
+    /// `/api/v1/status/stress_thresholds`, so `canopy jobs` and the
     /// dashboard judge as the gRPC API does).
     pub thresholds: Arc<Thresholds>,
 }
@@ -87,7 +87,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/status/buildinfo", get(buildinfo).post(buildinfo))
         .route("/api/v1/status/access", get(access).post(access))
         .route(
-            "/api/v1/status/canopy_thresholds",
+            "/api/v1/status/stress_thresholds",
             get(thresholds).post(thresholds),
         )
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))

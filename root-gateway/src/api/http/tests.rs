@@ -409,7 +409,7 @@ async fn the_stress_thresholds_are_served_as_configured() {
     st.thresholds = Arc::new(t.clone());
     let (status, j) = call_on(
         router(st),
-        Request::get("/api/v1/status/canopy_thresholds")
+        Request::get("/api/v1/status/stress_thresholds")
             .body(Body::empty())
             .unwrap(),
     )

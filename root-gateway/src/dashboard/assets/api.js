@@ -61,7 +61,7 @@ export function ioShareLabel() {
 
 /** The gateway's stress thresholds (its [thresholds] config), snake_case. */
 export async function thresholds() {
-  return call('api/v1/status/canopy_thresholds', {});
+  return call('api/v1/status/stress_thresholds', {});
 }
 
 /** Instant query at the gateway's now: [{metric, value: [t, "v"]}]. */
