@@ -98,69 +98,136 @@ struct Known {
     outside_reads: u8,
 }
 
-/// What one process of a listing reads as, for [`OutsideIo::scan_with`].
+/// What one process of a listing reads as, for [`OutsideIo::scan_with`]:
+/// each file's text, borrowed until the next read.
 pub trait ProcReader {
     /// `/proc/<pid>/stat`, `None` when the process is gone.
-    fn stat(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+    fn stat(&mut self, pid: u32) -> Result<Option<&str>, LeafError>;
     /// `/proc/<pid>/cgroup`, `None` when the process is gone.
-    fn cgroup(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+    fn cgroup(&mut self, pid: u32) -> Result<Option<&str>, LeafError>;
     /// `/proc/<pid>/io`, `None` when the process is gone.
-    fn io(&mut self, pid: u32) -> Result<Option<String>, LeafError>;
+    fn io(&mut self, pid: u32) -> Result<Option<&str>, LeafError>;
 }
 
-/// Reads the files of a `/proc` tree.
-#[derive(Clone, Debug)]
+/// Reads the files of a `/proc` tree through one open directory (`openat`
+/// of `<pid>/<file>`: a short path walk, no allocation a read).
+#[derive(Debug)]
 pub struct ProcFiles {
     root: PathBuf,
+    dir: Option<rustix::fd::OwnedFd>,
+    path: String,
     buf: Vec<u8>,
+    text: String,
 }
+
+/// Largest `/proc/<pid>/*` file read (a `cgroup` file lists one line per
+/// hierarchy; a longer one is cut, which only affects membership).
+const MAX_FILE: usize = 16 << 10;
 
 impl ProcFiles {
     /// Reads under `proc_root` (normally `/proc`).
     pub fn new(proc_root: &Path) -> Self {
         Self {
             root: proc_root.to_path_buf(),
+            dir: None,
+            path: String::with_capacity(32),
             buf: Vec::with_capacity(1024),
+            text: String::new(),
         }
     }
 
-    fn read(&mut self, pid: u32, name: &str) -> Result<Option<String>, LeafError> {
-        let p = self.root.join(pid.to_string()).join(name);
+    fn dir(&mut self) -> Result<&rustix::fd::OwnedFd, LeafError> {
+        use rustix::fs::{Mode, OFlags, open};
+        if self.dir.is_none() {
+            let fd = open(
+                &self.root,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| LeafError::io(&self.root, e.into()))?;
+            self.dir = Some(fd);
+        }
+        self.dir
+            .as_ref()
+            .ok_or_else(|| LeafError::io(&self.root, std::io::ErrorKind::NotFound.into()))
+    }
+
+    fn read(&mut self, pid: u32, name: &str) -> Result<Option<&str>, LeafError> {
+        use rustix::fs::{Mode, OFlags, openat};
+        use std::fmt::Write as _;
+        self.dir()?;
+        self.path.clear();
+        let _ = write!(self.path, "{pid}/{name}");
+        let Some(dir) = self.dir.as_ref() else {
+            return Ok(None);
+        };
+        let fd = match openat(
+            dir,
+            self.path.as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // Gone (ENOENT), or dying (ESRCH).
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::SRCH) => return Ok(None),
+            Err(e) => return Err(LeafError::io(self.root.join(&self.path), e.into())),
+        };
         self.buf.clear();
-        let r = std::fs::File::open(&p).and_then(|f| {
-            super::hot_file::pread_whole(&f, &mut self.buf, super::hot_file::Render::Single)
-        });
-        match r {
-            Ok(()) => Ok(Some(String::from_utf8_lossy(&self.buf).into_owned())),
-            // ESRCH when the process dies mid-read.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(3) => {
-                Ok(None)
+        self.buf.resize(MAX_FILE, 0);
+        let mut len = 0;
+        while len < MAX_FILE {
+            match rustix::io::read(&fd, &mut self.buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::SRCH) => return Ok(None),
+                Err(e) => return Err(LeafError::io(self.root.join(&self.path), e.into())),
             }
-            Err(e) => Err(LeafError::io(p, e)),
+        }
+        self.buf.truncate(len);
+        match std::str::from_utf8(&self.buf) {
+            Ok(t) => Ok(Some(t)),
+            Err(_) => {
+                self.text = String::from_utf8_lossy(&self.buf).into_owned();
+                Ok(Some(&self.text))
+            }
         }
     }
 
     /// Lists the processes with their directories' inodes (at most
     /// [`MAX_PROCS`]).
-    pub fn list(&self) -> Result<Vec<(u32, u64)>, LeafError> {
-        use std::os::unix::fs::DirEntryExt;
-        let rd = std::fs::read_dir(&self.root).map_err(|e| LeafError::io(&self.root, e))?;
-        Ok(rd
-            .flatten()
-            .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.ino())))
-            .take(MAX_PROCS)
-            .collect())
+    pub fn list(&mut self) -> Result<Vec<(u32, u64)>, LeafError> {
+        let root = self.root.clone();
+        let mut dir =
+            rustix::fs::Dir::read_from(self.dir()?).map_err(|e| LeafError::io(&root, e.into()))?;
+        let mut out = Vec::with_capacity(512);
+        while let Some(e) = dir.read() {
+            let e = e.map_err(|e| LeafError::io(&root, e.into()))?;
+            let Some(pid) = e
+                .file_name()
+                .to_str()
+                .ok()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            out.push((pid, e.ino()));
+            if out.len() == MAX_PROCS {
+                break;
+            }
+        }
+        Ok(out)
     }
 }
 
 impl ProcReader for ProcFiles {
-    fn stat(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn stat(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.read(pid, "stat")
     }
-    fn cgroup(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn cgroup(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.read(pid, "cgroup")
     }
-    fn io(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn io(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.read(pid, "io")
     }
 }
@@ -224,7 +291,7 @@ impl OutsideIo {
                             continue;
                         }
                     };
-                    let line = match parse_stat_line(&stat) {
+                    let line = match parse_stat_line(stat) {
                         Ok(l) => l,
                         Err(e) => {
                             errors.push(e);
@@ -250,7 +317,7 @@ impl OutsideIo {
                 counts.cgroup_reads += 1;
                 match files.cgroup(pid) {
                     Ok(Some(text)) => {
-                        k.cgroup_job = membership(&text) == Membership::Job;
+                        k.cgroup_job = membership(text) == Membership::Job;
                         k.outside_reads = if k.cgroup_job { 0 } else { k.outside_reads + 1 };
                     }
                     Ok(None) => continue,
@@ -288,10 +355,7 @@ impl OutsideIo {
         let mut samples = Vec::with_capacity(outside.len());
         for pid in outside {
             counts.io_reads += 1;
-            match files
-                .io(pid)
-                .and_then(|t| t.map(|t| parse_proc_io(&t)).transpose())
-            {
+            match files.io(pid).and_then(|t| t.map(parse_proc_io).transpose()) {
                 Ok(Some(io)) => samples.push((pid, self.memo[&pid].id, io)),
                 Ok(None) => {}
                 Err(e) => errors.push(e),

@@ -62,6 +62,8 @@ struct Model {
     next_ino: u64,
     reads: HashMap<&'static str, usize>,
     broken_io: Option<u32>,
+    /// The text of the last read (the reader lends it out).
+    last: String,
 }
 
 impl Model {
@@ -92,34 +94,44 @@ impl Model {
     }
 }
 
+impl Model {
+    fn lend(&mut self, text: Option<String>) -> Option<&str> {
+        self.last = text?;
+        Some(&self.last)
+    }
+}
+
 impl ProcReader for Model {
-    fn stat(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn stat(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.count("stat");
-        Ok(self.procs.get(&pid).map(|p| {
+        let t = self.procs.get(&pid).map(|p| {
             // Fields 3.. of a real line; 4 is ppid, 22 starttime.
             format!(
                 "{pid} ({}) S {} {pid} {pid} 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 {} 1000 200 \
                  18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0",
                 p.comm, p.ppid, p.start
             )
-        }))
+        });
+        Ok(self.lend(t))
     }
-    fn cgroup(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn cgroup(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.count("cgroup");
-        Ok(self.procs.get(&pid).map(|p| p.cgroup.to_string()))
+        let t = self.procs.get(&pid).map(|p| p.cgroup.to_string());
+        Ok(self.lend(t))
     }
-    fn io(&mut self, pid: u32) -> Result<Option<String>, LeafError> {
+    fn io(&mut self, pid: u32) -> Result<Option<&str>, LeafError> {
         self.count("io");
         if self.broken_io == Some(pid) {
             return Err(LeafError::parse("/proc/<pid>/io", 1, "test"));
         }
-        Ok(self.procs.get(&pid).map(|p| {
+        let t = self.procs.get(&pid).map(|p| {
             format!(
                 "rchar: 0\nwchar: 0\nsyscr: {}\nsyscw: {}\nread_bytes: {}\nwrite_bytes: {}\n\
                  cancelled_write_bytes: 0\n",
                 p.io[2], p.io[3], p.io[0], p.io[1]
             )
-        }))
+        });
+        Ok(self.lend(t))
     }
 }
 
@@ -339,4 +351,27 @@ fn memory_outside_jobs_reads_the_shared_reading_when_recorded_by_key() {
     let mut out = job();
     c.collect(&mut out).expect("derive");
     assert_eq!(outside(&out), vec![9e9]);
+}
+
+#[test]
+fn proc_files_list_and_read_a_proc_tree() {
+    use super::outside_io::ProcFiles;
+    let dir = crate::TestDir::new();
+    let p = dir.path().join("42");
+    std::fs::create_dir_all(&p).expect("mkdir");
+    std::fs::create_dir_all(dir.path().join("self")).expect("mkdir");
+    std::fs::write(p.join("io"), "read_bytes: 7\nwrite_bytes: 9\n").expect("write");
+    std::fs::write(p.join("cgroup"), b"0::/odd\xff/name\n").expect("write");
+    let mut f = ProcFiles::new(dir.path());
+    let listing = f.list().expect("list");
+    assert_eq!(listing.len(), 1, "{listing:?}");
+    assert_eq!(listing[0].0, 42);
+    assert_eq!(
+        f.io(42).expect("read"),
+        Some("read_bytes: 7\nwrite_bytes: 9\n")
+    );
+    // Not UTF-8: read lossily (membership only looks for job and pod names).
+    assert_eq!(f.cgroup(42).expect("read"), Some("0::/odd\u{fffd}/name\n"));
+    // A process gone: None, not an error.
+    assert_eq!(f.io(43).expect("read"), None);
 }
