@@ -131,7 +131,7 @@ impl ProcFiles {
             root: proc_root.to_path_buf(),
             dir: None,
             path: String::with_capacity(32),
-            buf: Vec::with_capacity(1024),
+            buf: Vec::new(),
             text: String::new(),
         }
     }
@@ -172,8 +172,10 @@ impl ProcFiles {
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::SRCH) => return Ok(None),
             Err(e) => return Err(LeafError::io(self.root.join(&self.path), e.into())),
         };
-        self.buf.clear();
-        self.buf.resize(MAX_FILE, 0);
+        // Zeroed once: reads write into it, only `..len` is looked at.
+        if self.buf.len() < MAX_FILE {
+            self.buf.resize(MAX_FILE, 0);
+        }
         let mut len = 0;
         while len < MAX_FILE {
             match rustix::io::read(&fd, &mut self.buf[len..]) {
@@ -184,11 +186,11 @@ impl ProcFiles {
                 Err(e) => return Err(LeafError::io(self.root.join(&self.path), e.into())),
             }
         }
-        self.buf.truncate(len);
-        match std::str::from_utf8(&self.buf) {
+        let bytes = &self.buf[..len];
+        match std::str::from_utf8(bytes) {
             Ok(t) => Ok(Some(t)),
             Err(_) => {
-                self.text = String::from_utf8_lossy(&self.buf).into_owned();
+                self.text = String::from_utf8_lossy(bytes).into_owned();
                 Ok(Some(&self.text))
             }
         }
