@@ -121,7 +121,7 @@ pub struct NodeFile {
     pub filesystem_every_ticks: Option<u32>,
     /// `/proc` is scanned for the I/O of processes outside any job every
     /// this many ticks, the last totals repeated in between (0: no scan, no
-    /// `job_id=""` I/O series). Absent: 10.
+    /// `job_id=""` I/O series). Absent: 30.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside_io_every_ticks: Option<u32>,
 }

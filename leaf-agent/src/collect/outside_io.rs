@@ -41,8 +41,9 @@ use crate::attrib::JobCarry;
 use crate::attrib::k8s::parse_pod_cgroup;
 use crate::error::LeafError;
 
-/// Default: scan `/proc` for the I/O outside jobs every 10 ticks.
-pub const DEFAULT_OUTSIDE_IO_EVERY_TICKS: u32 = 10;
+/// Default: scan `/proc` for the I/O outside jobs every 30 ticks (a scan
+/// is ~4 syscalls a process; `rate()` over a few minutes still reads it).
+pub const DEFAULT_OUTSIDE_IO_EVERY_TICKS: u32 = 30;
 
 /// Every this many scans, every remembered process's `stat` is read again.
 pub const FULL_EVERY_SCANS: u32 = 60;
@@ -180,6 +181,12 @@ impl ProcFiles {
         while len < MAX_FILE {
             match rustix::io::read(&fd, &mut self.buf[len..]) {
                 Ok(0) => break,
+                // procfs renders these files whole into a large enough
+                // buffer: a short read is the end (no read for the EOF).
+                Ok(n) if len + n < MAX_FILE => {
+                    len += n;
+                    break;
+                }
                 Ok(n) => len += n,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::SRCH) => return Ok(None),
