@@ -197,41 +197,6 @@ fn real_slurm_jobs_are_attributed_through_the_gateway() {
         ops.first().map(value_of).is_some_and(|v| v >= 300.0),
         "300 write calls at least: {ops:?}"
     );
-    // 64 MiB written by this test, outside any job: counted under
-    // job_id="", and the dd job's 300 MiB not counted there again.
-    let (ok, text) = run(
-        "dd",
-        &[
-            "if=/dev/zero",
-            &format!("of={}", dir.join("outside").to_string_lossy()),
-            "bs=1M",
-            "count=64",
-            "conv=fsync",
-        ],
-    );
-    assert!(ok, "dd outside jobs: {text}");
-    let outside_after = wait_for("64 MiB outside jobs", Duration::from_secs(60), || {
-        query(http, &outside_q)
-            .first()
-            .map(value_of)
-            .filter(|v| *v >= outside_before + 64.0 * MIB)
-    });
-    let outside = outside_after - outside_before;
-    eprintln!(
-        "outside jobs: {:.2} MiB written while the test wrote 64 MiB there and the dd job 300 MiB",
-        outside / MIB
-    );
-    assert!(
-        outside < 300.0 * MIB,
-        "the dd job's bytes were counted outside jobs too: {:.1} MiB",
-        outside / MIB
-    );
-    let outside_mem = query(http, &format!("canopy_job_memory_bytes{outside_sel}"));
-    assert!(
-        outside_mem.first().map(value_of).is_some_and(|v| v > 0.0),
-        "memory outside jobs: {outside_mem:?}"
-    );
-
     let alloc = query(http, &format!("canopy_job_cpus_allocated{}", sel(&dd)));
     assert_eq!(alloc.first().map(value_of), Some(1.0), "{alloc:?}");
     let mem = query(
@@ -317,5 +282,42 @@ fn real_slurm_jobs_are_attributed_through_the_gateway() {
         );
     }
     eprintln!("both jobs' series went stale after the jobs ended");
+
+    // Last (the jobs' series are checked while the jobs run): 64 MiB
+    // written by this test, outside any job, counted under job_id="",
+    // and the dd job's 300 MiB, written since `outside_before`, not
+    // counted there again.
+    let (ok, text) = run(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={}", dir.join("outside").to_string_lossy()),
+            "bs=1M",
+            "count=64",
+            "conv=fsync",
+        ],
+    );
+    assert!(ok, "dd outside jobs: {text}");
+    let outside_after = wait_for("64 MiB outside jobs", Duration::from_secs(60), || {
+        query(http, &outside_q)
+            .first()
+            .map(value_of)
+            .filter(|v| *v >= outside_before + 64.0 * MIB)
+    });
+    let outside = outside_after - outside_before;
+    eprintln!(
+        "outside jobs: {:.2} MiB written while the test wrote 64 MiB there and the dd job 300 MiB",
+        outside / MIB
+    );
+    assert!(
+        outside < 300.0 * MIB,
+        "the dd job's bytes were counted outside jobs too: {:.1} MiB",
+        outside / MIB
+    );
+    let outside_mem = query(http, &format!("canopy_job_memory_bytes{outside_sel}"));
+    assert!(
+        outside_mem.first().map(value_of).is_some_and(|v| v > 0.0),
+        "memory outside jobs: {outside_mem:?}"
+    );
     drop(cleanup);
 }
