@@ -66,8 +66,9 @@ fn a_tops_ack_timeout_outwaits_the_gateways_hole_wait() {
     }
 }
 
-#[test]
-fn planned_configs_stagger_relays_by_depth() {
+/// 16 hosts `h01`..`h16` in 4 subtrees, 2 replicas, arity 2, on loopback
+/// from port 20000 with `gateways` gateways: (hosts, plan, addressing).
+fn plan16(gateways: usize) -> (Vec<String>, Plan, Addressing) {
     let hosts: Vec<String> = (1..=16).map(|i| format!("h{i:02}")).collect();
     let p = plan(
         &hosts,
@@ -82,8 +83,14 @@ fn planned_configs_stagger_relays_by_depth() {
         loopback: true,
         base_port: 20000,
         gateways: Vec::new(),
-        loopback_gateways: 1,
+        loopback_gateways: gateways,
     };
+    (hosts, p, a)
+}
+
+#[test]
+fn planned_configs_stagger_relays_by_depth() {
+    let (_, p, a) = plan16(1);
     let offset = |h: &str| {
         let f = node_file(&p, &p.allowed_children(), h, &a, 1000).expect("node file");
         let s = f.sample_offset_ms.expect("sample offset");
@@ -158,22 +165,7 @@ fn planned_configs_stagger_relays_by_depth() {
 
 #[test]
 fn planned_configs_list_every_allowed_peer_and_old_ones_still_load() {
-    let hosts: Vec<String> = (1..=16).map(|i| format!("h{i:02}")).collect();
-    let p = plan(
-        &hosts,
-        PlanParams {
-            subtrees: 4,
-            replicas: 2,
-            arity: 2,
-        },
-    )
-    .expect("plan");
-    let a = Addressing {
-        loopback: true,
-        base_port: 20000,
-        gateways: Vec::new(),
-        loopback_gateways: 2,
-    };
+    let (hosts, p, a) = plan16(2);
     let allowed = p.allowed_children();
     let files: Vec<NodeFile> = hosts
         .iter()
