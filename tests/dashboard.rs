@@ -274,10 +274,13 @@ fn dashboard_renders_live_jobs_and_refreshes() {
         page.contains("Latest: used "),
         "CPU chart caption with data"
     );
-    // A node page lists its jobs.
+    // A node page lists its jobs. The job may end meanwhile (the
+    // simulated jobs churn): its node is read from its last samples.
     let node = results(
         http,
-        &format!("count by (node) (canopy_job_cpus_allocated{{job_id=\"{job}\"}})"),
+        &format!(
+            "count by (node) (last_over_time(canopy_job_cpus_allocated{{job_id=\"{job}\"}}[10m]))"
+        ),
     )
     .first()
     .and_then(|r| r["metric"]["node"].as_str().map(str::to_string))
