@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use canopy_gateway::store::Labels;
 use canopy_gateway::stress::{Sample, Source, StressError};
+use canopy_proto::link::tls::pem_roots;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -43,25 +44,18 @@ pub struct ClientTls {
 /// Roots for an https gateway: the certificates in `ca`, else the public
 /// (webpki) and system roots; the client certificate when given.
 fn tls_config(tls: &ClientTls) -> Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    match tls.ca.as_deref() {
+    let roots = match tls.ca.as_deref() {
         Some(path) => {
             let pem = std::fs::read(path).with_context(|| format!("CA file {}", path.display()))?;
-            for c in CertificateDer::pem_slice_iter(&pem) {
-                let c = c.with_context(|| format!("CA file {}", path.display()))?;
-                roots
-                    .add(c)
-                    .with_context(|| format!("CA certificate in {}", path.display()))?;
-            }
-            if roots.is_empty() {
-                bail!("CA file {} holds no certificate", path.display());
-            }
+            pem_roots(&pem, "the CA file").with_context(|| format!("CA file {}", path.display()))?
         }
         None => {
+            let mut roots = rustls::RootCertStore::empty();
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            roots
         }
-    }
+    };
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let b = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

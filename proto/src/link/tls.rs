@@ -55,11 +55,32 @@ fn key(pem: &str) -> Result<PrivateKeyDer<'static>> {
 }
 
 fn roots(identity: &Identity) -> Result<Arc<RootCertStore>> {
+    Ok(Arc::new(pem_roots(
+        identity.ca_pem.as_bytes(),
+        "CA certificate",
+    )?))
+}
+
+/// Every certificate of a PEM bundle as trust anchors, for each verifier
+/// Canopy builds (links, the API's client CA, https clients): a bundle with
+/// no certificate, or one that does not parse or is refused, is an error
+/// naming `what`.
+pub fn pem_roots(pem: &[u8], what: &'static str) -> Result<RootCertStore> {
     let mut roots = RootCertStore::empty();
-    for ca in certs(&identity.ca_pem, "CA certificate")? {
-        roots.add(ca)?;
+    for c in CertificateDer::pem_slice_iter(pem) {
+        let c = c.map_err(pem_err(what))?;
+        roots.add(c).map_err(|e| LinkError::Pem {
+            what,
+            detail: e.to_string(),
+        })?;
     }
-    Ok(Arc::new(roots))
+    if roots.is_empty() {
+        return Err(LinkError::Pem {
+            what,
+            detail: "no certificate found".to_owned(),
+        });
+    }
+    Ok(roots)
 }
 
 /// Ack-eliciting packets a parent may receive from a child before it must
@@ -341,6 +362,33 @@ mod tests {
         let id = Identity::ephemeral("node1").expect("identity");
         server_config(&id, &LinkTuning::default()).expect("server");
         client_config(&id, &LinkTuning::default()).expect("client");
+    }
+
+    #[test]
+    fn pem_roots_takes_every_certificate_and_refuses_empty_or_bad_bundles() {
+        let a = Ca::generate("CA a").expect("ca");
+        let b = Ca::generate("CA b").expect("ca");
+        let both = format!("{}{}", a.cert_pem(), b.cert_pem());
+        assert_eq!(pem_roots(both.as_bytes(), "CA").expect("roots").len(), 2);
+        assert_eq!(
+            pem_roots(a.cert_pem().as_bytes(), "CA")
+                .expect("roots")
+                .len(),
+            1
+        );
+        for bad in [
+            &b""[..],
+            b"not pem",
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        ] {
+            match pem_roots(bad, "client CA") {
+                Err(LinkError::Pem { what, .. }) => assert_eq!(what, "client CA"),
+                other => panic!(
+                    "{:?}: expected a PEM error, got {other:?}",
+                    String::from_utf8_lossy(bad)
+                ),
+            }
+        }
     }
 
     #[test]

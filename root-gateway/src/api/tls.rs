@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use canopy_proto::link::tls::pem_roots;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -204,16 +205,7 @@ fn configs(
     let verifier = match client_ca_pem {
         None => None,
         Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(pem) {
-                let c = c.map_err(|e| bad(format!("client CA PEM: {e}")))?;
-                roots
-                    .add(c)
-                    .map_err(|e| bad(format!("client CA certificate: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(bad("the client CA file holds no certificate".into()));
-            }
+            let roots = pem_roots(pem, "the client CA file").map_err(|e| bad(e.to_string()))?;
             Some(
                 rustls::server::WebPkiClientVerifier::builder_with_provider(
                     Arc::new(roots),

@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use canopy_proto::link::tls::pem_roots;
 use http_body_util::Full;
 use hyper::header::HeaderValue;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 
 use super::RemoteWriteError;
 
@@ -121,27 +120,20 @@ impl EndpointConfig {
             url: self.url.clone(),
             reason,
         };
-        let mut roots = rustls::RootCertStore::empty();
-        match &self.ca_pem {
+        let roots = match &self.ca_pem {
             Some(pem) => {
-                for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                    let c = c.map_err(|e| bad(format!("CA file: {e}")))?;
-                    roots
-                        .add(c)
-                        .map_err(|e| bad(format!("CA certificate: {e}")))?;
-                }
-                if roots.is_empty() {
-                    return Err(bad("the CA file holds no certificate".into()));
-                }
+                pem_roots(pem.as_bytes(), "the CA file").map_err(|e| bad(e.to_string()))?
             }
             None => {
+                let mut roots = rustls::RootCertStore::empty();
                 roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
                 if self.url.starts_with("https://") {
                     let native = rustls_native_certs::load_native_certs();
                     roots.add_parsable_certificates(native.certs);
                 }
+                roots
             }
-        }
+        };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         Ok(rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
