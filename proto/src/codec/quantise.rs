@@ -276,10 +276,23 @@ fn is_integral(v: f64) -> bool {
 
 /// `x.round()` (half away from zero) as an integer when it is at most
 /// 2^53 in magnitude (`None` otherwise, NaN included), without libm's
-/// `round`: below 2^52 the truncation and the fraction `x - trunc(x)` are
-/// exact, so comparing the fraction with 1/2 rounds exactly as `round`.
+/// `round` below 2^52 ([`round_small`]).
 #[inline]
 fn round_exact(x: f64) -> Option<i64> {
+    round_small(x).or_else(|| {
+        let k = x.round();
+        (k.abs() <= MAX_EXACT).then_some(k as i64)
+    })
+}
+
+/// `x.round()` (half away from zero) when `|x| < 2^52`, else `None` (NaN
+/// included), so each caller bounds large values its own way. Below 2^52
+/// the truncation and the fraction `x - trunc(x)` are exact, so comparing
+/// the fraction with 1/2 rounds as `round` does, without a libm call (on
+/// the baseline x86-64 target `f64::round` is one). The leaf's quantiser
+/// and the gateway's chunk coder share it.
+#[inline(always)]
+pub fn round_small(x: f64) -> Option<i64> {
     if x.abs() < TWO_52 {
         let t = x as i64;
         let f = x - t as f64;
@@ -291,8 +304,7 @@ fn round_exact(x: f64) -> Option<i64> {
             t
         });
     }
-    let k = x.round();
-    (k.abs() <= MAX_EXACT).then_some(k as i64)
+    None
 }
 
 /// Rounds `|v|` to `bits` mantissa bits and returns the signed grid index.

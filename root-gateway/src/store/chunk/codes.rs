@@ -3,6 +3,8 @@
 //! codes and timestamp delta-of-deltas, each with its cost, writer and
 //! reader, so the encoder can compare forms by their exact bit cost.
 
+use canopy_proto::codec::quantise::round_small;
+
 use super::super::bits::{Reader, Writer, bit_len};
 use super::{ESC_Q, EXACT_INT, MAX_RANK, MAX_RESID, POW10, RICE_ESCAPE};
 
@@ -21,25 +23,9 @@ pub(super) fn value_of(m: i64, e: u8) -> f64 {
 pub(super) fn approx(v: f64, e: u8) -> Option<i64> {
     let p = *POW10.get(usize::from(e))?;
     let x = v * p;
-    if x.abs() < HALF_EXACT {
-        // `f64::round` is a libm call on the baseline x86-64 target; below
-        // 2^52 the integer part and the exact fraction `x - t` give it
-        // (proptest `approx_rounds_as_f64_round`).
-        let t = x as i64;
-        let f = x - t as f64;
-        return Some(if f >= 0.5 {
-            t + 1
-        } else if f <= -0.5 {
-            t - 1
-        } else {
-            t
-        });
-    }
-    approx_rounded(x)
+    // Below 2^52 without a libm call (proptest `approx_rounds_as_f64_round`).
+    round_small(x).or_else(|| approx_rounded(x))
 }
-
-/// Below this magnitude an `f64` has a fraction part to round.
-const HALF_EXACT: f64 = 4_503_599_627_370_496.0;
 
 /// [`approx`] of `x = v × 10^e` through `f64::round` (what it was before
 /// the integer rounding, kept for large, infinite and NaN `x`).
