@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::store::bits::bit_len;
 use crate::store::codec::{CodecError, Cursor, put_uvarint, put_varint};
 
 fn encode(samples: &[(i64, f64)]) -> Chunk {
