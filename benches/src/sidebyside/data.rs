@@ -473,12 +473,35 @@ pub struct Cut {
 /// seed 1) and its default cut (4 senders, 10 nodes x 4 steps a request):
 /// what `tsdb-side-by-side` loads, for examples that replay it in-process.
 pub fn default_set(nodes: usize, minutes: usize, now_ms: i64) -> (DataSpec, Cut) {
+    set_at_interval(nodes, minutes, 15, now_ms)
+}
+
+/// The sample interval the replaying examples use: `SBS_INTERVAL_S`
+/// (whole seconds), else the side-by-side's default 15 s.
+pub fn interval_from_env() -> usize {
+    std::env::var("SBS_INTERVAL_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(15)
+}
+
+/// [`default_set`] at another sample interval (whole seconds, at least 1):
+/// the side-by-side's defaults with `--interval`, for the examples'
+/// `SBS_INTERVAL_S`.
+pub fn set_at_interval(
+    nodes: usize,
+    minutes: usize,
+    interval_s: usize,
+    now_ms: i64,
+) -> (DataSpec, Cut) {
+    let interval_s = interval_s.max(1);
     let spec = DataSpec {
         nodes,
         series_per_node: 100,
         nodes_per_job: 8,
-        interval_ms: 15_000,
-        steps: minutes * 60 / 15,
+        interval_ms: interval_s as i64 * 1000,
+        steps: minutes * 60 / interval_s,
         end_ms: (now_ms / 1000 + 1) * 1000,
         seed: 1,
     };
