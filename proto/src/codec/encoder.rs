@@ -36,6 +36,10 @@ pub struct LinkEncoder {
     last_keyframe_ts: Option<i64>,
     force_keyframe: bool,
     state: Vec<WireState>,
+    /// Per id, the wire value its last keyframe column carried (0: none;
+    /// see [`WireState::encode_column`]): apart from `state`, which every
+    /// delta tick walks.
+    kf: Vec<i64>,
     model: LinkModel,
     scratch: Vec<u8>,
     frame: pb::Frame,
@@ -95,6 +99,7 @@ impl LinkEncoder {
             last_keyframe_ts: None,
             force_keyframe: false,
             state: Vec::new(),
+            kf: Vec::new(),
             model: LinkModel::default(),
             scratch: Vec::new(),
             frame: pb::Frame::default(),
@@ -150,6 +155,7 @@ impl LinkEncoder {
                 .is_some_and(|k| cs.ts_ms.saturating_sub(k) >= self.cfg.keyframe_interval_ms);
         if self.state.len() < table.capacity() {
             self.state.resize(table.capacity(), WireState::default());
+            self.kf.resize(table.capacity(), 0);
         }
         let mut f = std::mem::take(&mut self.frame);
         for sec in &mut f.sections {
@@ -205,6 +211,7 @@ impl LinkEncoder {
             // A (re)definition starts the series afresh on both ends.
             let walks = self.coding.get(&d.source).map_or(0, |c| c.walks);
             self.state[d.id as usize] = WireState::defined(walks);
+            self.kf[d.id as usize] = 0;
             self.join(d.id, d.source);
         }
 
@@ -379,7 +386,9 @@ impl LinkEncoder {
         }
         if let Some(st) = self.state.get_mut(id as usize) {
             st.known = false;
-            st.forget_keyframe();
+        }
+        if let Some(kf) = self.kf.get_mut(id as usize) {
+            *kf = 0;
         }
         true
     }
@@ -535,8 +544,13 @@ impl LinkEncoder {
                     s.id_deltas.push(
                         i32::try_from(gap).map_err(|_| CodecError::TooManySeries { max: 0 })?,
                     );
-                    s.value_deltas
-                        .push(st.encode_column(w, is_counter(entry.encoding), keyframe));
+                    let kf = &mut self.kf[h as usize];
+                    s.value_deltas.push(st.encode_column(
+                        w,
+                        is_counter(entry.encoding),
+                        keyframe,
+                        kf,
+                    ));
                 }
                 None => {
                     st.known = false;
