@@ -53,7 +53,7 @@ pub struct LinkEncoder {
     /// Source of each member id, indexed by id (ids are this sender's
     /// table handles: dense and bounded by its capacity). A vector, not a
     /// map: a looked-up id per changed value, and a third of the memory.
-    member_of: Vec<Option<u32>>,
+    member_of: MemberOf,
     /// Hash of the labels each member id was last defined with, by id.
     labels_sent: Vec<Option<u64>>,
     /// Per source, the packed-section state both ends keep alike.
@@ -104,7 +104,7 @@ impl LinkEncoder {
             scratch: Vec::new(),
             frame: pb::Frame::default(),
             members: HashMap::default(),
-            member_of: Vec::new(),
+            member_of: MemberOf::default(),
             labels_sent: Vec::new(),
             coding: HashMap::default(),
             forms: (0, 0),
@@ -188,7 +188,7 @@ impl LinkEncoder {
             for &h in &cs.defs {
                 if let Some(e) = table.get(h) {
                     let mut d = series_def(table, h);
-                    if by_id(&self.member_of, h) == Some(e.source)
+                    if self.member_of.get(h) == Some(e.source)
                         && by_id(&self.labels_sent, h) == Some(labels_hash(&e.labels))
                     {
                         // The receiver holds this series: a new encoding
@@ -365,7 +365,7 @@ impl LinkEncoder {
 
     /// Series `id` of `source` is now held by the receiver.
     fn join(&mut self, id: u32, source: u32) {
-        if let Some(old) = slot(&mut self.member_of, id).replace(source)
+        if let Some(old) = self.member_of.replace(id, source)
             && let Some(m) = self.members.get_mut(&old)
         {
             remove_sorted(m, id);
@@ -378,7 +378,7 @@ impl LinkEncoder {
         if let Some(l) = self.labels_sent.get_mut(id as usize) {
             *l = None;
         }
-        let Some(source) = self.member_of.get_mut(id as usize).and_then(Option::take) else {
+        let Some(source) = self.member_of.take(id) else {
             return false;
         };
         if let Some(m) = self.members.get_mut(&source) {
@@ -425,7 +425,7 @@ impl LinkEncoder {
         coded: &mut Vec<(u32, i64, bool)>,
     ) -> Result<pb::Section, CodecError> {
         for &(h, v) in updates {
-            if by_id(&self.member_of, h) != Some(source) {
+            if self.member_of.get(h) != Some(source) {
                 rest.push((h, v));
                 continue;
             }
@@ -560,6 +560,48 @@ impl LinkEncoder {
             }
         }
         Ok(s)
+    }
+}
+
+/// The source each member id belongs to, by id: a `u32` per id, with
+/// [`MemberOf::NONE`] for "not a member" (4 bytes an id, not an
+/// `Option<u32>`'s 8: looked up per changed value, issue 3). Source handles
+/// are a table's slot indices, far below `u32::MAX`.
+#[derive(Debug, Default)]
+struct MemberOf(Vec<u32>);
+
+impl MemberOf {
+    const NONE: u32 = u32::MAX;
+
+    /// The source of member `id`, if it is one.
+    #[inline]
+    fn get(&self, id: u32) -> Option<u32> {
+        self.0
+            .get(id as usize)
+            .copied()
+            .filter(|&s| s != Self::NONE)
+    }
+
+    /// Makes `id` a member of `source`; returns its previous source.
+    fn replace(&mut self, id: u32, source: u32) -> Option<u32> {
+        let i = id as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, Self::NONE);
+        }
+        let old = std::mem::replace(&mut self.0[i], source);
+        (old != Self::NONE).then_some(old)
+    }
+
+    /// `id` is no member any more; returns the source it was one of.
+    fn take(&mut self, id: u32) -> Option<u32> {
+        let s = self.0.get_mut(id as usize)?;
+        let old = std::mem::replace(s, Self::NONE);
+        (old != Self::NONE).then_some(old)
+    }
+
+    /// No id is a member.
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 
