@@ -36,6 +36,10 @@ pub struct LinkEncoder {
     last_keyframe_ts: Option<i64>,
     force_keyframe: bool,
     state: Vec<WireState>,
+    /// Per id, the wire value its last keyframe column carried (0: none;
+    /// see [`WireState::encode_column`]): apart from `state`, which every
+    /// delta tick walks.
+    kf: Vec<i64>,
     model: LinkModel,
     scratch: Vec<u8>,
     frame: pb::Frame,
@@ -49,7 +53,7 @@ pub struct LinkEncoder {
     /// Source of each member id, indexed by id (ids are this sender's
     /// table handles: dense and bounded by its capacity). A vector, not a
     /// map: a looked-up id per changed value, and a third of the memory.
-    member_of: Vec<Option<u32>>,
+    member_of: MemberOf,
     /// Hash of the labels each member id was last defined with, by id.
     labels_sent: Vec<Option<u64>>,
     /// Per source, the packed-section state both ends keep alike.
@@ -95,11 +99,12 @@ impl LinkEncoder {
             last_keyframe_ts: None,
             force_keyframe: false,
             state: Vec::new(),
+            kf: Vec::new(),
             model: LinkModel::default(),
             scratch: Vec::new(),
             frame: pb::Frame::default(),
             members: HashMap::default(),
-            member_of: Vec::new(),
+            member_of: MemberOf::default(),
             labels_sent: Vec::new(),
             coding: HashMap::default(),
             forms: (0, 0),
@@ -150,6 +155,7 @@ impl LinkEncoder {
                 .is_some_and(|k| cs.ts_ms.saturating_sub(k) >= self.cfg.keyframe_interval_ms);
         if self.state.len() < table.capacity() {
             self.state.resize(table.capacity(), WireState::default());
+            self.kf.resize(table.capacity(), 0);
         }
         let mut f = std::mem::take(&mut self.frame);
         for sec in &mut f.sections {
@@ -182,7 +188,7 @@ impl LinkEncoder {
             for &h in &cs.defs {
                 if let Some(e) = table.get(h) {
                     let mut d = series_def(table, h);
-                    if by_id(&self.member_of, h) == Some(e.source)
+                    if self.member_of.get(h) == Some(e.source)
                         && by_id(&self.labels_sent, h) == Some(labels_hash(&e.labels))
                     {
                         // The receiver holds this series: a new encoding
@@ -205,6 +211,7 @@ impl LinkEncoder {
             // A (re)definition starts the series afresh on both ends.
             let walks = self.coding.get(&d.source).map_or(0, |c| c.walks);
             self.state[d.id as usize] = WireState::defined(walks);
+            self.kf[d.id as usize] = 0;
             self.join(d.id, d.source);
         }
 
@@ -358,7 +365,7 @@ impl LinkEncoder {
 
     /// Series `id` of `source` is now held by the receiver.
     fn join(&mut self, id: u32, source: u32) {
-        if let Some(old) = slot(&mut self.member_of, id).replace(source)
+        if let Some(old) = self.member_of.replace(id, source)
             && let Some(m) = self.members.get_mut(&old)
         {
             remove_sorted(m, id);
@@ -371,7 +378,7 @@ impl LinkEncoder {
         if let Some(l) = self.labels_sent.get_mut(id as usize) {
             *l = None;
         }
-        let Some(source) = self.member_of.get_mut(id as usize).and_then(Option::take) else {
+        let Some(source) = self.member_of.take(id) else {
             return false;
         };
         if let Some(m) = self.members.get_mut(&source) {
@@ -379,7 +386,9 @@ impl LinkEncoder {
         }
         if let Some(st) = self.state.get_mut(id as usize) {
             st.known = false;
-            st.forget_keyframe();
+        }
+        if let Some(kf) = self.kf.get_mut(id as usize) {
+            *kf = 0;
         }
         true
     }
@@ -416,7 +425,7 @@ impl LinkEncoder {
         coded: &mut Vec<(u32, i64, bool)>,
     ) -> Result<pb::Section, CodecError> {
         for &(h, v) in updates {
-            if by_id(&self.member_of, h) != Some(source) {
+            if self.member_of.get(h) != Some(source) {
                 rest.push((h, v));
                 continue;
             }
@@ -535,8 +544,13 @@ impl LinkEncoder {
                     s.id_deltas.push(
                         i32::try_from(gap).map_err(|_| CodecError::TooManySeries { max: 0 })?,
                     );
-                    s.value_deltas
-                        .push(st.encode_column(w, is_counter(entry.encoding), keyframe));
+                    let kf = &mut self.kf[h as usize];
+                    s.value_deltas.push(st.encode_column(
+                        w,
+                        is_counter(entry.encoding),
+                        keyframe,
+                        kf,
+                    ));
                 }
                 None => {
                     st.known = false;
@@ -546,6 +560,48 @@ impl LinkEncoder {
             }
         }
         Ok(s)
+    }
+}
+
+/// The source each member id belongs to, by id: a `u32` per id, with
+/// [`MemberOf::NONE`] for "not a member" (4 bytes an id, not an
+/// `Option<u32>`'s 8: looked up per changed value, issue 3). Source handles
+/// are a table's slot indices, far below `u32::MAX`.
+#[derive(Debug, Default)]
+struct MemberOf(Vec<u32>);
+
+impl MemberOf {
+    const NONE: u32 = u32::MAX;
+
+    /// The source of member `id`, if it is one.
+    #[inline]
+    fn get(&self, id: u32) -> Option<u32> {
+        self.0
+            .get(id as usize)
+            .copied()
+            .filter(|&s| s != Self::NONE)
+    }
+
+    /// Makes `id` a member of `source`; returns its previous source.
+    fn replace(&mut self, id: u32, source: u32) -> Option<u32> {
+        let i = id as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, Self::NONE);
+        }
+        let old = std::mem::replace(&mut self.0[i], source);
+        (old != Self::NONE).then_some(old)
+    }
+
+    /// `id` is no member any more; returns the source it was one of.
+    fn take(&mut self, id: u32) -> Option<u32> {
+        let s = self.0.get_mut(id as usize)?;
+        let old = std::mem::replace(s, Self::NONE);
+        (old != Self::NONE).then_some(old)
+    }
+
+    /// No id is a member.
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 

@@ -78,6 +78,8 @@ mod wire;
 use numbers::{LEN_SYMS, LenModel, RES_SYMS, get_len_coded, put_len_coded};
 #[cfg(test)]
 use numbers::{RES_ESC, window_base};
+#[cfg(test)]
+use wire::NO_TWIN;
 pub(crate) use wire::WireState;
 
 const PREDICTORS: usize = 4;
@@ -337,7 +339,7 @@ impl LinkModel {
     #[inline(always)]
     fn peer_of(state: &[WireState], h: u32, walk: u32) -> Option<(i64, bool)> {
         state[h as usize]
-            .twin
+            .twin()
             .and_then(|t| state.get(t as usize))
             .and_then(|t| t.as_peer(walk))
     }
@@ -396,7 +398,7 @@ impl LinkModel {
             return;
         }
         if let Some(first) = self.seen.first_or_insert(w, id) {
-            st.twin = Some(first);
+            st.twin = first;
         }
     }
 
@@ -426,7 +428,7 @@ impl LinkModel {
         let class = usize::from(counter);
         if !st.known {
             self.put_r(e, class, ABS_CTX, w);
-            st.reset_to(w);
+            st.reset_to(w, counter);
             return;
         }
         let preds = st.predictions(counter, peer);
@@ -481,7 +483,7 @@ impl LinkModel {
         let class = usize::from(counter);
         if !st.known {
             let w = self.get_r(d, class, ABS_CTX)?;
-            st.reset_to(w);
+            st.reset_to(w, counter);
             return Some(w);
         }
         let preds = st.predictions(counter, peer);

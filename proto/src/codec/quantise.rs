@@ -376,37 +376,119 @@ pub struct Emit {
 /// Invariant: `held` is what every receiver currently holds for the series
 /// (the last emitted value), and it satisfies the series' error bound for the
 /// last observed true value.
+///
+/// 24 bytes (40 before issue 3's cut), as a sender walks every series'
+/// quantiser every tick: the held value is an `f64` and a flag, not an
+/// `Option<f64>`; one bound field serves both classes (a gauge's relative
+/// bound, a counter's grid scale: a series' kind never changes); the
+/// encoding is kept as its kind and its one number, so the enum's padding
+/// holds the flags.
 #[derive(Clone, Debug)]
 pub struct Quantiser {
-    encoding: Encoding,
-    epsilon: f64,
-    scale: u32,
-    held: Option<f64>,
+    /// The held value, meaningful when `has_held`.
+    held: f64,
+    /// A gauge's relative bound (epsilon); a counter's grid steps per unit
+    /// (its `counter_scale`, exact in an f64), for when it turns float.
+    bound: f64,
+    /// The encoding's number: mantissa bits, ppb or scale (0: none).
+    arg: u32,
+    /// The encoding's kind.
+    kind: EncKind,
+    has_held: bool,
+}
+
+/// [`Encoding`]'s variants without their numbers (see [`Quantiser`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EncKind {
+    Gauge,
+    LogGauge,
+    GaugeInt,
+    CounterInt,
+    CounterFloat,
+}
+
+impl EncKind {
+    /// `Encoding::is_counter` of this kind.
+    #[inline(always)]
+    fn is_counter(self) -> bool {
+        matches!(self, EncKind::CounterInt | EncKind::CounterFloat)
+    }
+
+    /// `e` as its kind and its number.
+    #[inline(always)]
+    fn split(e: Encoding) -> (EncKind, u32) {
+        match e {
+            Encoding::Gauge { mantissa_bits } => (EncKind::Gauge, u32::from(mantissa_bits)),
+            Encoding::LogGauge { ppb } => (EncKind::LogGauge, ppb),
+            Encoding::GaugeInt => (EncKind::GaugeInt, 0),
+            Encoding::CounterInt => (EncKind::CounterInt, 0),
+            Encoding::CounterFloat { scale } => (EncKind::CounterFloat, scale),
+        }
+    }
 }
 
 impl Quantiser {
     /// A fresh quantiser for a series of `kind` under `bounds`.
     pub fn new(kind: MetricKind, bounds: Bounds) -> Self {
-        let encoding = match kind {
-            MetricKind::Gauge => Encoding::gauge_start(bounds.gauge_epsilon),
-            MetricKind::Counter => Encoding::CounterInt,
+        let (encoding, bound) = match kind {
+            MetricKind::Gauge => (
+                Encoding::gauge_start(bounds.gauge_epsilon),
+                bounds.gauge_epsilon,
+            ),
+            MetricKind::Counter => (Encoding::CounterInt, f64::from(bounds.counter_scale.max(1))),
         };
+        let (kind, arg) = EncKind::split(encoding);
         Self {
-            encoding,
-            epsilon: bounds.gauge_epsilon,
-            scale: bounds.counter_scale.max(1),
-            held: None,
+            held: 0.0,
+            bound,
+            arg,
+            kind,
+            has_held: false,
         }
     }
 
+    /// Takes `e` as the series' encoding.
+    #[inline]
+    fn set_encoding(&mut self, e: Encoding) {
+        (self.kind, self.arg) = EncKind::split(e);
+    }
+
+    /// A gauge's relative bound.
+    #[inline(always)]
+    fn epsilon(&self) -> f64 {
+        self.bound
+    }
+
+    /// A counter's grid scale (`bound` holds a `u32` exactly).
+    fn scale(&self) -> u32 {
+        self.bound as u32
+    }
+
     /// The series' current wire encoding.
+    #[inline]
     pub fn encoding(&self) -> Encoding {
-        self.encoding
+        match self.kind {
+            // Set from a `u8` (`split`), so it fits one.
+            EncKind::Gauge => Encoding::Gauge {
+                mantissa_bits: self.arg as u8,
+            },
+            EncKind::LogGauge => Encoding::LogGauge { ppb: self.arg },
+            EncKind::GaugeInt => Encoding::GaugeInt,
+            EncKind::CounterInt => Encoding::CounterInt,
+            EncKind::CounterFloat => Encoding::CounterFloat { scale: self.arg },
+        }
     }
 
     /// The value receivers hold, if anything was emitted yet.
     pub fn held(&self) -> Option<f64> {
-        self.held
+        self.has_held.then_some(self.held)
+    }
+
+    /// Holds `q` from now on.
+    #[inline(always)]
+    fn hold(&mut self, q: f64) {
+        self.held = q;
+        self.has_held = true;
     }
 
     /// Observes the true value `v` for this tick; returns what to send, or
@@ -417,7 +499,7 @@ impl Quantiser {
         // tick). An integer counter below 2^52, in one step: its wire value
         // is exact, the value sent is that integer, sent when its bits
         // differ from the held one's; anything else takes the general path.
-        if self.encoding == Encoding::CounterInt {
+        if self.kind == EncKind::CounterInt {
             // Below 2^52, adding 2^52 rounds `|v|` to an integer (the ulp
             // there is 1) and taking it off again is exact: equal exactly
             // when `v` is integral, without the saturating casts (false
@@ -426,21 +508,21 @@ impl Quantiser {
             let a = v.abs();
             if a < TWO_52 && (a + TWO_52) - TWO_52 == a {
                 let q = v + 0.0;
-                if self.held.is_some_and(|h| h.to_bits() == q.to_bits()) {
+                if self.has_held && self.held.to_bits() == q.to_bits() {
                     return None;
                 }
-                self.held = Some(q);
+                self.hold(q);
                 return Some(Emit {
                     value: q,
                     redefined: false,
                 });
             }
         }
-        if !self.encoding.is_counter()
-            && let Some(h) = self.held
-            && h.is_finite()
+        if !self.kind.is_counter()
+            && self.has_held
+            && self.held.is_finite()
             && v.is_finite()
-            && (v - h).abs() <= self.epsilon * v.abs()
+            && (v - self.held).abs() <= self.epsilon() * v.abs()
         {
             // A gauge within its deadband, before any grid arithmetic: the
             // held value still satisfies the bound.
@@ -455,41 +537,43 @@ impl Quantiser {
     #[inline(never)]
     fn observe_general(&mut self, v: f64) -> Option<Emit> {
         let mut redefined = false;
-        if self.encoding == Encoding::GaugeInt
+        if self.kind == EncKind::GaugeInt
             && v.is_finite()
-            && (!is_integral(v) || v.abs() > 0.5 / self.epsilon)
+            && (!is_integral(v) || v.abs() > 0.5 / self.epsilon())
         {
             // Not a small integer: the grid from now on (the logarithmic one
             // is as fine as the integers at 1/(2 eps) and finer below).
-            self.encoding = Encoding::gauge(self.epsilon);
-            redefined = self.held.is_some();
+            self.set_encoding(Encoding::gauge(self.epsilon()));
+            redefined = self.has_held;
         }
         // An integer counter's wire value, found once (quantising it again
         // would give the same).
         let mut int_wire = None;
-        if self.encoding == Encoding::CounterInt && v.is_finite() {
+        if self.kind == EncKind::CounterInt && v.is_finite() {
             int_wire = Encoding::CounterInt.to_wire(v);
             if int_wire.is_none() {
                 // First non-integral (or huge) value: this counter is a float
                 // one from now on. Monotone across the switch: the held
                 // integer n has n*scale exact, so round(v*scale) >= n*scale
                 // for v >= n.
-                self.encoding = Encoding::CounterFloat { scale: self.scale };
-                redefined = self.held.is_some();
+                self.set_encoding(Encoding::CounterFloat {
+                    scale: self.scale(),
+                });
+                redefined = self.has_held;
             }
         }
         let q = match int_wire {
             Some(w) => Encoding::CounterInt.from_wire(w),
             None => self.quantise(v),
         };
-        let changed = match self.held {
+        let changed = match self.held() {
             None => true,
             Some(h) if h.to_bits() == q.to_bits() => false,
-            Some(h) => match self.encoding {
-                Encoding::Gauge { .. } | Encoding::LogGauge { .. } | Encoding::GaugeInt => {
+            Some(h) => match self.kind {
+                EncKind::Gauge | EncKind::LogGauge | EncKind::GaugeInt => {
                     // Deadband: keep the held value while it is within the
                     // bound of the true one (both finite; else bits decide).
-                    !(h.is_finite() && v.is_finite() && (v - h).abs() <= self.epsilon * v.abs())
+                    !(h.is_finite() && v.is_finite() && (v - h).abs() <= self.epsilon() * v.abs())
                 }
                 _ => true,
             },
@@ -497,7 +581,7 @@ impl Quantiser {
         if !changed && !redefined {
             return None;
         }
-        self.held = Some(q);
+        self.hold(q);
         Some(Emit {
             value: q,
             redefined,
@@ -507,20 +591,22 @@ impl Quantiser {
     /// Forces the next observation to be sent (e.g. the series was retired
     /// and comes back).
     pub fn forget(&mut self) {
-        self.held = None;
+        self.has_held = false;
     }
 
     /// The on-grid value for `v`, or `v` itself when it must go as raw bits.
     pub fn quantise(&self, v: f64) -> f64 {
-        if let Encoding::LogGauge { ppb } = self.encoding {
+        if self.kind == EncKind::LogGauge {
+            let ppb = self.arg;
             // The grid search already computed the cell's value.
             return match v.is_finite().then(|| LogGrid::of(ppb).index(v)).flatten() {
                 Some((_, q)) => q,
                 None => v,
             };
         }
-        match self.encoding.to_wire(v) {
-            Some(w) => self.encoding.from_wire(w),
+        let encoding = self.encoding();
+        match encoding.to_wire(v) {
+            Some(w) => encoding.from_wire(w),
             None => v,
         }
     }

@@ -17,7 +17,7 @@ use rustc_hash::FxHasher;
 
 use crate::model::{Labels, MetricKind};
 
-use super::quantise::{Bounds, Encoding, Quantiser};
+use super::quantise::{Bounds, Quantiser};
 use super::table::{ChangeSection, Changeset, SeriesEntry, SeriesTable};
 
 /// Per-metric error bounds: a default and overrides by metric name.
@@ -209,20 +209,41 @@ impl Sender {
         // The source is looked up only when the value changed (most
         // observations change nothing).
         if let Some(e) = q.observe(value) {
-            let encoding = q.encoding();
-            self.apply_change(h, e, encoding);
+            self.apply_change(h, e);
         }
         true
     }
 
-    /// Writes an emitted change of live handle `h` to its table entry and
-    /// the tick's changeset.
-    fn apply_change(&mut self, h: u32, e: super::quantise::Emit, encoding: Encoding) {
+    /// Writes an emitted change of live handle `h` (recorded by key) to its
+    /// table entry and the tick's changeset. Out of line: what
+    /// [`Sender::observe_key`] inlines into every collector stays small.
+    ///
+    /// The entry's encoding is written only with a redefinition: a keyed
+    /// series held a value since [`Sender::observe`] (a quantiser's first
+    /// value is always sent, and `update` wrote the encoding it took), and
+    /// a quantiser holding a value changes its encoding only with
+    /// `redefined` set.
+    #[inline(never)]
+    fn apply_change(&mut self, h: u32, e: super::quantise::Emit) {
+        let encoding = if e.redefined || cfg!(debug_assertions) {
+            self.slots
+                .get(h as usize)
+                .and_then(|s| s.quant.as_ref())
+                .map(Quantiser::encoding)
+        } else {
+            None
+        };
         let Some(entry) = self.table.get_mut(h) else {
             return; // invariant: a handle with a quantiser is live
         };
         entry.value = e.value;
-        entry.encoding = encoding;
+        if let Some(encoding) = encoding {
+            debug_assert!(
+                e.redefined || entry.encoding == encoding,
+                "a keyed series' encoding changed without a redefinition"
+            );
+            entry.encoding = encoding;
+        }
         let src = entry.source;
         self.record_change(h, src, e);
     }
@@ -304,5 +325,67 @@ impl Sender {
     pub fn end_tick(&mut self) {
         self.table.end_tick();
         self.cs.new_sources.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quantise::Encoding;
+    use super::*;
+
+    /// Every observation reads its series' slot: 32 bytes, two to a cache
+    /// line (48 before issue 3's cut).
+    #[test]
+    fn a_sender_slot_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
+
+    /// Series recorded by key whose encodings change (a gauge leaving the
+    /// integers, a counter turning float, both after values were held)
+    /// leave the table with each quantiser's encoding and value, and each
+    /// change defined again, as recording by labels does.
+    #[test]
+    fn keyed_changes_keep_the_table_encoding() {
+        let mut s = Sender::new(BoundsPolicy::default());
+        let src = s.source("n", 1000);
+        let names = ["g", "c"];
+        let kinds = [MetricKind::Gauge, MetricKind::Counter];
+        let mut keys = Vec::new();
+        // Integers first, then fractions: both series redefine mid-run.
+        let values = [1.0, 2.0, 2.0, 3.5, 3.5, 7.25, 1e6, f64::NAN, 8.0];
+        for (t, &v) in values.iter().enumerate() {
+            let ts = 1000 * (t as i64 + 1);
+            s.begin_tick(ts);
+            s.tick_source(src, ts);
+            for (i, (&n, &k)) in names.iter().zip(&kinds).enumerate() {
+                let v = if k == MetricKind::Counter {
+                    v + t as f64
+                } else {
+                    v
+                };
+                if t == 0 {
+                    keys.push(s.observe(src, &Labels::from_pairs([("__name__", n)]), k, v));
+                } else {
+                    assert!(s.observe_key(keys[i], v));
+                }
+            }
+            let redefined = s.finish_tick().1.defs.len();
+            for (h, e) in s.table().iter() {
+                let q = s.slots[h as usize].quant.as_ref().expect("live");
+                assert_eq!(e.encoding, q.encoding(), "tick {t}");
+                assert_eq!(e.value.to_bits(), q.held().expect("held").to_bits());
+            }
+            if t == 3 {
+                assert_eq!(redefined, 2, "both left the integers at 3.5");
+            }
+            s.end_tick();
+        }
+        assert!(matches!(
+            s.table()
+                .iter()
+                .map(|(_, e)| e.encoding)
+                .collect::<Vec<_>>()[..],
+            [Encoding::LogGauge { .. }, Encoding::CounterFloat { .. }]
+        ));
     }
 }

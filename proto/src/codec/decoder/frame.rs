@@ -333,6 +333,7 @@ impl LinkDecoder {
             encoding,
             value,
             wire: WireState::defined(walks),
+            kf: 0,
             tag: 0,
         };
         // Invariant: `in_range` held just above.

@@ -27,6 +27,9 @@ pub struct RxSeries {
     /// holds it: see [`RxSeries::value`].
     pub(super) value: f64,
     pub(super) wire: WireState,
+    /// The wire value the series' last keyframe column carried (0: none;
+    /// see [`WireState::apply_column`]).
+    pub(super) kf: i64,
     /// The receiver's own word about this series (see
     /// [`LinkDecoder::set_tag`]); 0 until set, and again after a
     /// (re)definition.

@@ -142,7 +142,9 @@ impl LinkDecoder {
                 .series
                 .get_mut(id)
                 .ok_or(CodecError::UnknownSeries { id })?;
-            let w = s.wire.apply_column(*d, s.encoding.is_counter(), keyframe);
+            let w = s
+                .wire
+                .apply_column(*d, s.encoding.is_counter(), keyframe, &mut s.kf);
             s.value = s.encoding.from_wire(w);
             rs.updates.push((id, s.value));
         }

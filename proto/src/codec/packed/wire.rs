@@ -5,26 +5,28 @@
 use super::*;
 
 /// Per-series coding state, identical on both ends of a link.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// 72 bytes: a dense walk reads every member's state in id order, so the
+/// state's size is the cache lines a tick touches per member (112 bytes
+/// before issue 3's cut: probabilities packed in a `u16`, one running mean
+/// field for both classes, the twin without an `Option` tag, the keyframe
+/// reference kept by the owner, see [`WireState::encode_column`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct WireState {
-    /// Receiver holds `last` (else the next value goes absolute).
-    pub known: bool,
     /// Last wire value.
     pub last: i64,
     /// Last increment (delta-of-delta predictor).
     pub inc: i64,
-    /// Running mean of the wire value (gauges).
+    /// Running mean: of the wire value for a gauge, of the increments for
+    /// a counter (a series' class never changes without a definition,
+    /// which starts its state afresh).
     pub(super) mean: i64,
-    /// Running mean of the increments (counters).
-    pub(super) mean_inc: i64,
-    /// Recent residual bit length of each predictor, in 1/16 bits.
-    pub(super) cost: [u16; PREDICTORS],
     /// Counters: the greatest common divisor of every increment seen (0:
     /// none yet). Increments on this grid (CPU seconds in 0.01 s, bytes in
     /// sectors) are coded in units of it.
     pub(super) step: u64,
-    /// P(the increment is on the step grid).
-    pub(super) on_grid: Prob,
+    /// Recent residual bit length of each predictor, in 1/16 bits.
+    pub(super) cost: [u16; PREDICTORS],
     /// P(unchanged), given how many ticks ago the series last changed.
     pub(super) flag: [Prob; FLAG_CTX * 2],
     /// Walk count of its source (see [`LinkModel::start_section`]) at the
@@ -35,21 +37,46 @@ pub(crate) struct WireState {
     /// An earlier series of the same walk that last took the same wire
     /// value as this one in the same section (Go's `alloc_bytes` and
     /// `heap_alloc_bytes`, the kernel's `KReclaimable` and `SReclaimable`):
-    /// its value now is the fourth prediction.
-    pub(super) twin: Option<u32>,
-    /// Wire value in the last keyframe (0: none): keyframe columns carry
-    /// the change from it.
-    pub(super) kf: i64,
+    /// its value now is the fourth prediction. [`NO_TWIN`]: none (a twin's
+    /// id is below its own, so never `u32::MAX`).
+    pub(super) twin: u32,
+    /// P(the increment is on the step grid).
+    pub(super) on_grid: Prob,
+    /// Receiver holds `last` (else the next value goes absolute).
+    pub known: bool,
+}
+
+/// [`WireState::twin`]'s "no twin".
+pub(super) const NO_TWIN: u32 = u32::MAX;
+
+impl Default for WireState {
+    fn default() -> Self {
+        Self {
+            last: 0,
+            inc: 0,
+            mean: 0,
+            step: 0,
+            cost: [0; PREDICTORS],
+            flag: [Prob::default(); FLAG_CTX * 2],
+            mark: 0,
+            twin: NO_TWIN,
+            on_grid: Prob::default(),
+            known: false,
+        }
+    }
 }
 
 impl WireState {
     /// The value now held is `w`, sent absolute: restart the predictors but
-    /// keep the statistics (they describe the series, not its level).
-    pub(super) fn reset_to(&mut self, w: i64) {
+    /// keep the statistics (they describe the series, not its level); a
+    /// gauge's mean starts at `w`, a counter's mean increment stays.
+    pub(super) fn reset_to(&mut self, w: i64, counter: bool) {
         self.known = true;
         self.last = w;
         self.inc = 0;
-        self.mean = w;
+        if !counter {
+            self.mean = w;
+        }
     }
 
     /// Starts the series afresh (a definition) in a source whose walk
@@ -72,7 +99,7 @@ impl WireState {
             self.last,
             self.last.wrapping_add(self.inc),
             if counter {
-                self.last.wrapping_add(self.mean_inc)
+                self.last.wrapping_add(self.mean)
             } else {
                 self.mean
             },
@@ -94,18 +121,20 @@ impl WireState {
     #[inline]
     pub fn repeat(&mut self, walk: u32, counter: bool) -> i64 {
         let w = self.last.wrapping_add(self.inc);
-        if counter {
-            self.mean_inc = running_mean(self.mean_inc, self.inc);
-        }
-        self.mean = running_mean(self.mean, w);
+        self.mean = if counter {
+            running_mean(self.mean, self.inc)
+        } else {
+            running_mean(self.mean, w)
+        };
         self.last = w;
         self.mark = walk;
         w
     }
 
     /// The twin this series predicts from, if any.
+    #[inline(always)]
     pub fn twin(&self) -> Option<u32> {
-        self.twin
+        (self.twin != NO_TWIN).then_some(self.twin)
     }
 
     /// What a series twinned to this one sees in walk `walk`: the value
@@ -247,13 +276,10 @@ impl WireState {
             }
         }
         self.inc = w.wrapping_sub(self.last);
-        if counter {
-            // The same running mean, of the increments: a counter whose
-            // rate is noise around a level is best predicted by that level.
-            self.mean_inc = running_mean(self.mean_inc, self.inc);
-        }
+        // A counter's running mean is of the increments: a counter whose
+        // rate is noise around a level is best predicted by that level.
+        self.mean = running_mean(self.mean, if counter { self.inc } else { w });
         self.last = w;
-        self.mean = running_mean(self.mean, w);
     }
 
     /// Column (unpacked) coding, sender side: the delta to transmit for `w`.
@@ -261,7 +287,7 @@ impl WireState {
     /// the increment. Mirrors [`WireState::apply`].
     pub fn encode(&mut self, w: i64, counter: bool) -> i64 {
         if !self.known {
-            self.reset_to(w);
+            self.reset_to(w, counter);
             return w;
         }
         let d = if counter {
@@ -274,38 +300,38 @@ impl WireState {
     }
 
     /// Column coding of a value, sender side; in a keyframe (where every
-    /// value is absolute) as the change from the series' value in the
-    /// previous keyframe, so the column is mostly zeros for zstd.
-    pub fn encode_column(&mut self, w: i64, counter: bool, keyframe: bool) -> i64 {
+    /// value is absolute) as the change from `kf`, the series' value in the
+    /// previous keyframe (0: none), so the column is mostly zeros for zstd.
+    /// `kf` is kept by the owner beside the state, not in it (read only by
+    /// keyframes: a delta tick's walk need not carry it through the cache);
+    /// it starts at 0 with the state ([`WireState::defined`]) and goes back
+    /// to 0 when the receiver drops the series.
+    pub fn encode_column(&mut self, w: i64, counter: bool, keyframe: bool, kf: &mut i64) -> i64 {
         if keyframe {
-            let d = w.wrapping_sub(self.kf);
-            self.kf = w;
+            let d = w.wrapping_sub(*kf);
+            *kf = w;
             self.encode(w, counter);
             return d;
         }
         self.encode(w, counter)
     }
 
-    /// Column coding, receiver side (inverse of [`WireState::encode_column`]).
-    pub fn apply_column(&mut self, d: i64, counter: bool, keyframe: bool) -> i64 {
+    /// Column coding, receiver side (inverse of [`WireState::encode_column`],
+    /// with the receiver's `kf`).
+    pub fn apply_column(&mut self, d: i64, counter: bool, keyframe: bool, kf: &mut i64) -> i64 {
         if keyframe {
-            let w = self.kf.wrapping_add(d);
-            self.kf = w;
+            let w = kf.wrapping_add(d);
+            *kf = w;
             self.known = false;
             return self.apply(w, counter);
         }
         self.apply(d, counter)
     }
 
-    /// Forgets the keyframe reference (the receiver dropped the series).
-    pub fn forget_keyframe(&mut self) {
-        self.kf = 0;
-    }
-
     /// Column coding, receiver side: the wire value delta `d` stands for.
     pub fn apply(&mut self, d: i64, counter: bool) -> i64 {
         if !self.known {
-            self.reset_to(d);
+            self.reset_to(d, counter);
             return d;
         }
         let w = if counter {

@@ -3,6 +3,59 @@
 use super::*;
 use proptest::prelude::*;
 
+/// A quantiser stays 24 bytes, an `Option` of one too (a sender keeps one
+/// per series beside two `u32`s, one 32-byte slot: issue 3).
+#[test]
+fn a_quantiser_is_24_bytes() {
+    assert_eq!(std::mem::size_of::<Quantiser>(), 24);
+    assert_eq!(std::mem::size_of::<Option<Quantiser>>(), 24);
+}
+
+/// The encoding a quantiser keeps as its kind and number comes back whole,
+/// for every encoding.
+#[test]
+fn encodings_split_and_come_back() {
+    let mut q = Quantiser::new(MetricKind::Gauge, Bounds::default());
+    for e in [
+        Encoding::Gauge { mantissa_bits: 0 },
+        Encoding::Gauge { mantissa_bits: 52 },
+        Encoding::LogGauge { ppb: 1 },
+        Encoding::LogGauge { ppb: 500_000_000 },
+        Encoding::GaugeInt,
+        Encoding::CounterInt,
+        Encoding::CounterFloat { scale: 1 },
+        Encoding::CounterFloat { scale: u32::MAX },
+    ] {
+        q.set_encoding(e);
+        assert_eq!(q.encoding(), e);
+    }
+}
+
+/// A counter keeps its scale in the shared bound field and turns float on
+/// it; a gauge keeps its epsilon there.
+#[test]
+fn the_bound_field_serves_both_kinds() {
+    let b = Bounds {
+        gauge_epsilon: 0.25,
+        counter_scale: 4_000_000_000,
+    };
+    let mut c = Quantiser::new(MetricKind::Counter, b);
+    assert_eq!(c.encoding(), Encoding::CounterInt);
+    let e = c.observe(1.5).expect("first value is sent");
+    assert_eq!(
+        c.encoding(),
+        Encoding::CounterFloat {
+            scale: 4_000_000_000
+        }
+    );
+    assert_eq!(e.value, 1.5);
+    let mut g = Quantiser::new(MetricKind::Gauge, b);
+    let h = g.observe(100.0).expect("first value is sent").value;
+    assert!((h - 100.0).abs() <= 25.0, "held {h}");
+    assert!(g.observe(h * 1.1).is_none(), "within 25 %");
+    assert!(g.observe(h * 2.0).is_some(), "beyond 25 %");
+}
+
 #[test]
 fn bits_for_default_epsilon() {
     assert_eq!(gauge_bits_for(1e-3), 9);
@@ -164,7 +217,8 @@ proptest! {
     ) {
         let bounds = Bounds { gauge_epsilon: eps, ..Bounds::default() };
         let e = Encoding::gauge(eps);
-        let q = Quantiser { encoding: e, ..Quantiser::new(MetricKind::Gauge, bounds) };
+        let mut q = Quantiser::new(MetricKind::Gauge, bounds);
+        q.set_encoding(e);
         let want = |e: Encoding| match e.to_wire(v) {
             Some(w) => e.from_wire(w),
             None => v,

@@ -3,11 +3,13 @@ use proptest::prelude::*;
 
 proptest! {
     /// The one-sided floor in `update` is the two-sided clamp it
-    /// replaced, for any run of bits (long runs reach the floors).
+    /// replaced, for any run of bits (long runs reach the floors), and the
+    /// packed word keeps the probability and the shift as two plain
+    /// fields would (a settled step never reaches the shift's bits).
     #[test]
     fn update_matches_the_two_sided_clamp(runs in prop::collection::vec((any::<bool>(), 1usize..40), 0..60)) {
         let mut p = Prob::default();
-        let (mut q, mut shift) = (p.p, p.shift);
+        let (mut q, mut shift) = (p.p(), (p.v >> P_FIELD) as u8);
         for (b, n) in runs {
             for _ in 0..n {
                 p.update(b);
@@ -15,7 +17,7 @@ proptest! {
                 if b { q -= q >> s } else { q += (PROB_ONE - q) >> s }
                 q = q.clamp(PROB_FLOOR, PROB_ONE - PROB_FLOOR);
                 shift = (shift + 1).min(ADAPT_MAX);
-                prop_assert_eq!((p.p, p.shift), (q, shift));
+                prop_assert_eq!((p.p(), (p.v >> P_FIELD) as u8), (q, shift));
             }
         }
     }
