@@ -76,7 +76,7 @@ pub struct MemoryBreakdown {
     /// The fixed part of each series' sealed-chunk buffer (reference
     /// counts and chunk count; the open chunk's header is in `entries`).
     pub chunk_lists: usize,
-    /// Sealed chunks' index entries (first timestamp, count, bit length).
+    /// Sealed chunks' index entries (first timestamp, span, count, bit length).
     pub chunk_headers: usize,
     /// Encoded chunk bytes in use.
     pub chunk_bytes: usize,
@@ -219,6 +219,31 @@ impl Entry {
         }
         let first = self.sealed.count_at_or_before(mint).saturating_sub(1);
         self.sealed.iter_from(first, head)
+    }
+
+    /// The chunks that hold the explicit samples at or after `mint`,
+    /// oldest first: [`Entry::chunks_at`] without a first sealed chunk
+    /// whose last sample is older than `mint` (a series with no source
+    /// implies no sample from an older point).
+    #[inline]
+    fn chunks_in(&self, mint: i64) -> Runs<'_> {
+        let head = self.head_view();
+        if head.is_some_and(|h| h.first_ts() <= mint) {
+            return Runs::head_only(head);
+        }
+        self.sealed.iter_from(self.sealed.first_for(mint), head)
+    }
+
+    /// The chunks a read of the window from `mint` decodes: for a fabric
+    /// series (with a source) [`Entry::chunks_at`], whose older change
+    /// point implies samples in the window, else [`Entry::chunks_in`].
+    #[inline]
+    fn window_chunks(&self, mint: i64) -> Runs<'_> {
+        if self.source_plus_one == 0 {
+            self.chunks_in(mint)
+        } else {
+            self.chunks_at(mint)
+        }
     }
 
     /// Drops the chunks wholly older than `cutoff` (the newest one always

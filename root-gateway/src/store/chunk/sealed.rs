@@ -2,15 +2,22 @@
 //!
 //! A sealed chunk is never written again, so it needs no encoder state:
 //! its first timestamp, sample count and bit length are enough to decode
-//! it (the first value is the stream's first 64 bits). A series keeps all
+//! it (the first value is the stream's first 64 bits). Its last timestamp
+//! lets a window that starts after the chunk's last sample skip it, as
+//! Prometheus skips a chunk by its maximum time: without it, a 1 m window
+//! whose start falls between a sealed chunk and the open one decoded the
+//! whole sealed chunk (240 samples at 1 s) for nothing. A series keeps all
 //! of its sealed chunks in one allocation, an index then the runs:
 //!
 //! ```text
-//! n (u32 LE) | n x (first_ts i64 LE, count u8, bit_len u16 LE) | runs
+//! n (u32 LE) | n x (first_ts i64 LE, span u32 LE, count u8, bit_len u16 LE) | runs
 //! ```
 //!
-//! 11 bytes a chunk, where a chunk of its own took a 104-byte header, a
-//! list slot and two allocations. The buffer is shared (`Arc`), so a
+//! `span` is the last timestamp less the first (a chunk spans less than
+//! 2^32 ms: `Chunk::fits`), [`UNKNOWN_SPAN`] where it is not known (then
+//! the next chunk's first timestamp bounds it). 15 bytes a chunk, where a
+//! chunk of its own took a 104-byte header, a list slot and two
+//! allocations. The buffer is shared (`Arc`), so a
 //! snapshot cut holds it while the store moves on: sealing a chunk or
 //! dropping old ones builds a new buffer (once per [`CHUNK_SAMPLES`]
 //! samples of a series), never writes the old one.
@@ -27,7 +34,9 @@ use super::{CHUNK_SAMPLES, ChunkView};
 /// Bytes of the chunk count.
 const COUNT: usize = 4;
 /// Bytes of a chunk's index entry.
-const ENTRY: usize = 11;
+const ENTRY: usize = 15;
+/// A chunk's `span` when its last timestamp is not known.
+const UNKNOWN_SPAN: u32 = u32::MAX;
 /// Bytes of the [`ThinArc`]'s own header: the reference count and the
 /// slice length.
 const FIXED: usize = 2 * std::mem::size_of::<usize>();
@@ -57,18 +66,27 @@ impl Sealed {
         self.len() == 0
     }
 
-    /// The index entry of chunk `i`: first timestamp, count, bit length.
+    /// The index entry of chunk `i`: first timestamp, span, count, bit
+    /// length.
     #[inline]
-    fn entry(b: &[u8], i: usize) -> (i64, u16, u32) {
+    fn entry(b: &[u8], i: usize) -> (i64, u32, u16, u32) {
         let at = COUNT + i * ENTRY;
         match b.get(at..at + ENTRY) {
             Some(e) => (
                 i64::from_le_bytes(e[..8].try_into().unwrap_or_default()),
-                u16::from(e[8]),
-                u32::from(u16::from_le_bytes([e[9], e[10]])),
+                u32::from_le_bytes(e[8..12].try_into().unwrap_or_default()),
+                u16::from(e[12]),
+                u32::from(u16::from_le_bytes([e[13], e[14]])),
             ),
-            None => (i64::MAX, 0, 0),
+            None => (i64::MAX, UNKNOWN_SPAN, 0, 0),
         }
+    }
+
+    /// Timestamp of chunk `i`'s last sample, `None` when not known (or
+    /// past the end).
+    pub fn last_ts(&self, i: usize) -> Option<i64> {
+        let (first, span, ..) = Self::entry(self.bytes()?, i);
+        (span != UNKNOWN_SPAN && i < self.len()).then(|| first.saturating_add(i64::from(span)))
     }
 
     /// Timestamp of chunk `i`'s first sample (`i64::MAX` past the end).
@@ -90,6 +108,18 @@ impl Sealed {
         lo
     }
 
+    /// The first chunk a window that starts at `mint` reads when it needs
+    /// no sample before `mint`: the last chunk that begins at or before
+    /// `mint`, or the one after it when its last sample is older than
+    /// `mint` ([`Sealed::len`] when no sealed chunk is read).
+    pub fn first_for(&self, mint: i64) -> usize {
+        let k = self.count_at_or_before(mint).saturating_sub(1);
+        match self.last_ts(k) {
+            Some(last) if last < mint => k + 1,
+            _ => k,
+        }
+    }
+
     /// The chunks from `from` on, oldest first, then `head` (the open
     /// chunk) if given; `head`'s first timestamp (or `i64::MAX`) ends the
     /// newest sealed chunk for its estimate.
@@ -99,7 +129,7 @@ impl Sealed {
         let at = COUNT
             + n * ENTRY
             + (0..from.min(n))
-                .map(|i| Self::entry(b, i).2.div_ceil(8) as usize)
+                .map(|i| Self::entry(b, i).3.div_ceil(8) as usize)
                 .sum::<usize>();
         Runs {
             b,
@@ -124,6 +154,7 @@ impl Sealed {
         for v in views.clone() {
             debug_assert!(v.len() <= CHUNK_SAMPLES && v.bit_len <= u32::from(u16::MAX));
             buf.extend_from_slice(&v.first_ts.to_le_bytes());
+            buf.extend_from_slice(&span_of(&v).to_le_bytes());
             buf.push(v.count.min(u16::from(u8::MAX)) as u8);
             buf.extend_from_slice(&(v.bit_len.min(u32::from(u16::MAX)) as u16).to_le_bytes());
         }
@@ -172,6 +203,15 @@ impl Sealed {
     }
 }
 
+/// A view's span for the index: its last timestamp less its first, or
+/// [`UNKNOWN_SPAN`] when that is not a `u32` below it.
+fn span_of(v: &ChunkView<'_>) -> u32 {
+    u32::try_from(i128::from(v.last_ts) - i128::from(v.first_ts))
+        .ok()
+        .filter(|&s| s != UNKNOWN_SPAN)
+        .unwrap_or(UNKNOWN_SPAN)
+}
+
 /// The chunks of a [`Sealed`] buffer from one on, then the open chunk:
 /// see [`Sealed::iter_from`].
 #[derive(Clone, Debug)]
@@ -205,7 +245,7 @@ impl<'a> Iterator for Runs<'a> {
         if self.i >= self.n {
             return self.head.take();
         }
-        let (first_ts, count, bit_len) = Sealed::entry(self.b, self.i);
+        let (first_ts, span, count, bit_len) = Sealed::entry(self.b, self.i);
         let len = bit_len.div_ceil(8) as usize;
         let Some(bytes) = self.b.get(self.at..self.at + len) else {
             // Damaged: no more sealed chunks.
@@ -214,7 +254,9 @@ impl<'a> Iterator for Runs<'a> {
         };
         self.at += len;
         self.i += 1;
-        let last_ts = if self.i < self.n {
+        let last_ts = if span != UNKNOWN_SPAN {
+            first_ts.saturating_add(i64::from(span))
+        } else if self.i < self.n {
             Sealed::entry(self.b, self.i).0
         } else {
             self.head.map_or(first_ts, |h| h.first_ts())
@@ -256,6 +298,22 @@ mod tests {
         assert_eq!(s.count_at_or_before(0), 1);
         assert_eq!(s.count_at_or_before(479_999), 2);
         assert_eq!(s.count_at_or_before(480_000), 3);
+        // Each chunk's last timestamp is in the index.
+        let lasts: Vec<_> = (0..4).map(|i| s.last_ts(i)).collect();
+        assert_eq!(lasts, [Some(239_000), Some(479_000), Some(496_000), None]);
+        for (mint, first) in [
+            (-5, 0),
+            (239_000, 0),
+            (239_001, 1),
+            (240_000, 1),
+            (479_500, 2),
+            (496_001, 3),
+        ] {
+            assert_eq!(s.first_for(mint), first, "mint {mint}");
+        }
+        for (v, c) in s.iter_from(0, None).zip(&cs) {
+            assert_eq!(v.last_ts(), c.last_ts());
+        }
         for from in 0..4 {
             let got: Vec<_> = s.iter_from(from, None).collect();
             assert_eq!(got.len(), 3 - from);

@@ -15,27 +15,75 @@ pub struct ChunkView<'a> {
     pub(super) bit_len: u32,
     pub(super) count: u16,
     pub(super) first_ts: i64,
-    /// The newest sample's timestamp (for a sealed chunk, the next chunk's
-    /// first one, an upper bound: only [`ChunkView::estimate`] reads it).
+    /// The newest sample's timestamp (for a sealed chunk whose index has
+    /// no span, the next chunk's first one: an upper bound).
     pub(super) last_ts: i64,
 }
 
 impl<'a> ChunkView<'a> {
     /// A sealed chunk's view of `bytes` (a snapshot's), or `None` when the
     /// fields cannot be a chunk's: 1 to [`CHUNK_SAMPLES`] samples, at least
-    /// the first value's 64 bits, at most [`MAX_SEALED_BITS`], and exactly
-    /// the bytes the bits need.
-    pub fn sealed(bytes: &'a [u8], bit_len: u32, count: usize, first_ts: i64) -> Option<Self> {
+    /// the first value's 64 bits, at most [`MAX_SEALED_BITS`], exactly the
+    /// bytes the bits need, and a last timestamp at or after the first, at
+    /// most 2^32 - 1 ms past it (`Chunk::fits`), and equal to it for one
+    /// sample.
+    pub fn sealed(
+        bytes: &'a [u8],
+        bit_len: u32,
+        count: usize,
+        first_ts: i64,
+        last_ts: i64,
+    ) -> Option<Self> {
+        let span = i128::from(last_ts) - i128::from(first_ts);
         ((1..=CHUNK_SAMPLES).contains(&count)
             && (64..=MAX_SEALED_BITS).contains(&bit_len)
-            && bytes.len() == bit_len.div_ceil(8) as usize)
+            && bytes.len() == bit_len.div_ceil(8) as usize
+            && (0..=i128::from(u32::MAX)).contains(&span)
+            && (count > 1 || span == 0))
             .then_some(ChunkView {
                 bytes,
                 bit_len,
                 count: count as u16,
                 first_ts,
-                last_ts: first_ts,
+                last_ts,
             })
+    }
+
+    /// [`ChunkView::sealed`] for a chunk read without its last timestamp
+    /// (a v5 snapshot's): the stream is decoded for it, and must hold
+    /// `count` samples in time order.
+    pub fn sealed_scanned(
+        bytes: &'a [u8],
+        bit_len: u32,
+        count: usize,
+        first_ts: i64,
+    ) -> Option<Self> {
+        // The span checks come after the scan.
+        let v = ChunkView::sealed(bytes, bit_len, count.min(1), first_ts, first_ts)?;
+        let v = ChunkView {
+            count: u16::try_from(count).ok()?,
+            ..v
+        };
+        let last_ts = v.scan_last_ts()?;
+        ChunkView::sealed(bytes, bit_len, count, first_ts, last_ts)
+    }
+
+    /// Timestamp of the last sample (an upper bound for a sealed chunk
+    /// whose index has no span: see [`Sealed`]).
+    pub fn last_ts(&self) -> i64 {
+        self.last_ts
+    }
+
+    /// The timestamp of the last sample, by decoding the whole chunk, or
+    /// `None` when the stream does not hold [`ChunkView::len`] samples in
+    /// time order (a damaged chunk): for chunks read without their last
+    /// timestamp.
+    pub fn scan_last_ts(&self) -> Option<i64> {
+        let mut out = Vec::with_capacity(self.len());
+        self.decode_window(i64::MIN, i64::MAX, &mut out);
+        (out.len() == self.len() && out.windows(2).all(|w| w[0].ts_ms <= w[1].ts_ms))
+            .then(|| out.last().map(|s| s.ts_ms))
+            .flatten()
     }
 
     /// Length of the encoded stream in bits.

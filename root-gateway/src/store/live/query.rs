@@ -325,7 +325,7 @@ impl LiveStore {
             }
         }
         for e in entries {
-            for c in e.chunks_at(mint).take_while(|c| c.first_ts() <= maxt) {
+            for c in e.window_chunks(mint).take_while(|c| c.first_ts() <= maxt) {
                 acc ^= usize::from(c.touch());
             }
         }

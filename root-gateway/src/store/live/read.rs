@@ -19,7 +19,7 @@ impl LiveStore {
         let src = e.source().and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
-            let chunks = e.chunks_at(mint);
+            let chunks = e.chunks_in(mint);
             let est: usize = chunks
                 .clone()
                 .take_while(|c| c.first_ts() <= maxt)

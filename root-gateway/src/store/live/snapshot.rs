@@ -3,16 +3,17 @@
 //! side holds more than the store itself plus one record.
 //!
 //! ```text
-//! magic  "canopy-snapshot-v5" (or "-v4", "-v3", "-v2", "-v1": read, converted)
+//! magic  "canopy-snapshot-v6" (or "-v5" .. "-v1": read, converted)
 //! header 0x01 now_ms | rejected_series | out_of_order | sources_died | n_sources | n_series
 //! source 0x02 name | tick_ms | n_alive | (start | end | closed)*
 //! series 0x03 labels | source+1 (0 none) | n_sealed | sealed* | open
-//! sealed      first_ts | count | bit_len | bit_len/8 bytes (rounded up)
+//! sealed      first_ts | last_ts - first_ts | count | bit_len | bit_len/8 bytes (rounded up)
 //! open        0 | 1 + chunk state (the open chunk, with its encoder state)
 //! end    0x04 n_sources | n_series
 //! ```
 //!
-//! Up to v3 a series record held `n_chunks | chunk state*`, each chunk with
+//! v5 had no `last_ts - first_ts` (a load decodes each sealed chunk for
+//! it). Up to v3 a series record held `n_chunks | chunk state*`, each chunk with
 //! its encoder state; a load keeps the last as the open chunk and only the
 //! bits of the others.
 
@@ -25,9 +26,12 @@ use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
 
-/// v5: sealed chunks as bare runs, the open chunk with its state, in the
-/// chunk format with folded Rice codes.
-const MAGIC: &[u8] = b"canopy-snapshot-v5";
+/// v6: sealed chunks as bare runs with their last timestamps, the open
+/// chunk with its state, in the chunk format with folded Rice codes.
+const MAGIC: &[u8] = b"canopy-snapshot-v6";
+/// v5 (the release before): the same without sealed chunks' last
+/// timestamps (found on load by decoding each chunk).
+const MAGIC_V5: &[u8] = b"canopy-snapshot-v5";
 /// v4 (the release before): the same records in the chunk format with a
 /// flag bit on every sample (converted on load: `chunk::v4`).
 const MAGIC_V4: &[u8] = b"canopy-snapshot-v4";
@@ -40,6 +44,13 @@ const MAGIC_V2: &[u8] = b"canopy-snapshot-v2";
 /// v1 (the release before v2): the same records with byte-aligned chunks,
 /// still read so an upgrade loads its predecessor's data dir.
 const MAGIC_V1: &[u8] = b"canopy-snapshot-v1";
+#[cfg(test)]
+thread_local! {
+    /// Tests only: write the v5 release's snapshot (no sealed chunk's last
+    /// timestamp), to make v5 snapshots to load.
+    pub(crate) static WRITE_V5: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Largest record accepted when reading (one series' chunks).
 const MAX_RECORD: usize = 64 << 20;
 
@@ -89,13 +100,15 @@ impl SnapshotCut {
     pub fn write(&self, w: &mut impl Write) -> io::Result<u64> {
         let str_of = |id: u32| self.strings.get(id as usize).map_or("", |s| s);
         #[cfg(test)]
-        let magic = if crate::store::chunk::WRITE_V4.with(std::cell::Cell::get) {
-            MAGIC_V4
+        let (magic, spans) = if crate::store::chunk::WRITE_V4.with(std::cell::Cell::get) {
+            (MAGIC_V4, false)
+        } else if WRITE_V5.with(std::cell::Cell::get) {
+            (MAGIC_V5, false)
         } else {
-            MAGIC
+            (MAGIC, true)
         };
         #[cfg(not(test))]
-        let magic = MAGIC;
+        let (magic, spans) = (MAGIC, true);
         let mut n = write_frame(w, magic)? as u64;
         let mut p = vec![0x01];
         put_varint(&mut p, self.now_ms);
@@ -136,6 +149,9 @@ impl SnapshotCut {
             put_uvarint(&mut p, s.sealed.len() as u64);
             for c in s.sealed.iter_from(0, None) {
                 put_varint(&mut p, c.first_ts());
+                if spans {
+                    put_uvarint(&mut p, c.last_ts().abs_diff(c.first_ts()));
+                }
                 put_uvarint(&mut p, c.len() as u64);
                 put_uvarint(&mut p, u64::from(c.bit_len()));
                 p.extend_from_slice(c.bytes());
@@ -199,8 +215,8 @@ impl LiveStore {
         };
         next(&mut buf)?;
         let (v1, v2, v3) = (buf == MAGIC_V1, buf == MAGIC_V2, buf == MAGIC_V3);
-        let v4 = buf == MAGIC_V4;
-        if buf != MAGIC && !v1 && !v2 && !v3 && !v4 {
+        let (v4, v5) = (buf == MAGIC_V4, buf == MAGIC_V5);
+        if buf != MAGIC && !v1 && !v2 && !v3 && !v4 && !v5 {
             return Err(CodecError::Malformed("not a canopy snapshot (bad magic)"));
         }
         next(&mut buf)?;
@@ -275,6 +291,7 @@ impl LiveStore {
                 let mut prev = i64::MIN;
                 for i in 0..n {
                     let first_ts = c.varint()?;
+                    let span = if v4 || v5 { None } else { Some(c.uvarint()?) };
                     let count = c.len(crate::store::chunk::CHUNK_SAMPLES)?;
                     let bit_len = c.len(crate::store::chunk::MAX_SEALED_BITS as usize)?;
                     let bytes = c.bytes(bit_len.div_ceil(8))?;
@@ -292,7 +309,26 @@ impl LiveStore {
                         )?;
                         continue;
                     }
-                    let run = ChunkView::sealed(bytes, bit_len as u32, count, first_ts)
+                    let last_ts = match span {
+                        Some(d) => i64::try_from(d)
+                            .ok()
+                            .and_then(|d| first_ts.checked_add(d))
+                            .ok_or(CodecError::Malformed("sealed chunk out of range"))?,
+                        // v5: decode the chunk for it.
+                        None => {
+                            let run =
+                                ChunkView::sealed_scanned(bytes, bit_len as u32, count, first_ts)
+                                    .ok_or(CodecError::Malformed("sealed chunk does not decode"))?;
+                            run.last_ts()
+                        }
+                    };
+                    if runs
+                        .last()
+                        .is_some_and(|r: &ChunkView<'_>| r.last_ts() > first_ts)
+                    {
+                        return Err(CodecError::Malformed("sealed chunks overlap"));
+                    }
+                    let run = ChunkView::sealed(bytes, bit_len as u32, count, first_ts, last_ts)
                         .ok_or(CodecError::Malformed("sealed chunk out of range"))?;
                     runs.push(run);
                 }

@@ -1,9 +1,11 @@
 //! Snapshots: round trips, cuts that share sealed chunks, upgrades from
-//! the v1, v2, v3 and v4 formats (fixtures under `tests/data/`, v4 made by
-//! the encoder with folding off), damaged v5 records.
+//! the v1, v2, v3, v4 and v5 formats (fixtures under `tests/data/`, v4 made
+//! by the encoder with folding off, v5 by the writer without sealed
+//! chunks' last timestamps), damaged v5 and v6 records.
 
 #![allow(clippy::unwrap_used)]
 
+use super::snapshot::WRITE_V5;
 use super::tests::{m, pts};
 use super::*;
 use crate::store::{Appender, Querier};
@@ -90,7 +92,7 @@ fn upgrade_reads_v1_snapshot_with_every_sample() {
     s.append(None, &l, 10_000, 6.0).unwrap();
     let mut v2 = Vec::new();
     s.write_snapshot(&mut v2).unwrap();
-    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    assert!(v2.windows(18).any(|w| w == b"canopy-snapshot-v6"));
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v2[..]).unwrap();
     assert_eq!(pts(&r, "v1_steady", 10_000, 10_000), vec![(10_000, 6.0)]);
     // Every truncation of the v1 stream is an error, never a panic.
@@ -215,7 +217,7 @@ fn upgrade_reads_v2_snapshot_with_every_sample() {
     // and a v5 snapshot of them reads back the same samples.
     let mut v4 = Vec::new();
     s.write_snapshot(&mut v4).unwrap();
-    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v6"));
     assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
     let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
@@ -251,7 +253,7 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     // and reads back the same samples.
     let mut v4 = Vec::new();
     s.write_snapshot(&mut v4).unwrap();
-    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    assert!(v4.windows(18).any(|w| w == b"canopy-snapshot-v6"));
     assert!(v4.len() < bytes.len(), "{} >= {}", v4.len(), bytes.len());
     let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
@@ -284,11 +286,17 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     }
 }
 
-/// A v5 snapshot whose series record is damaged (sealed runs' counts,
-/// lengths and order, the open chunk's flag and state), with valid
-/// checksums, is refused or loads something queries read without a panic.
+/// A v5 or v6 snapshot whose series record is damaged (sealed runs'
+/// counts, spans, lengths and order, the open chunk's flag and state),
+/// with valid checksums, is refused or loads something queries read
+/// without a panic.
 #[test]
-fn damaged_v5_series_records_never_panic() {
+fn damaged_series_records_never_panic() {
+    damaged_series_records(true);
+    damaged_series_records(false);
+}
+
+fn damaged_series_records(v5: bool) {
     use crate::store::codec::{read_frame, write_frame};
     let mut s = LiveStore::new(LiveStoreConfig::default());
     let l = Labels::metric("dmg", [("node", "n1")]);
@@ -296,7 +304,9 @@ fn damaged_v5_series_records_never_panic() {
         s.append(None, &l, t * 1000, (t % 7) as f64).unwrap();
     }
     let mut good = Vec::new();
+    WRITE_V5.with(|w| w.set(v5));
     s.write_snapshot(&mut good).unwrap();
+    WRITE_V5.with(|w| w.set(false));
     let mut frames = Vec::new();
     let mut r = &good[..];
     let mut buf = Vec::new();
@@ -410,7 +420,7 @@ fn upgrade_reads_v4_snapshot_with_every_sample() {
     assert_eq!((e.sealed.len(), e.head.len()), (2, 20));
     let mut v5 = Vec::new();
     s.write_snapshot(&mut v5).unwrap();
-    assert!(v5.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    assert!(v5.windows(18).any(|w| w == b"canopy-snapshot-v6"));
     assert!(v5.len() < v4.len(), "{} >= {}", v5.len(), v4.len());
     let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v5[..]).unwrap();
     assert_v4_series(&r, &want);
@@ -431,4 +441,84 @@ fn upgrade_reads_v4_snapshot_with_every_sample() {
             "cut at {cut}"
         );
     }
+}
+
+/// A v5 snapshot (sealed chunks without their last timestamps) loads with
+/// every sample and each sealed chunk's exact last timestamp, found by
+/// decoding it; written again as v6 the spans are kept, and a sealed chunk
+/// whose stream does not hold its count of samples is refused.
+#[test]
+fn upgrade_reads_v5_snapshot_with_last_timestamps() {
+    let want = v4_series();
+    let mut old = LiveStore::new(LiveStoreConfig::default());
+    for (l, p) in &want {
+        for &(t, v) in p {
+            old.append(None, l, t, v).unwrap();
+        }
+    }
+    let lasts = |s: &LiveStore| -> Vec<Vec<Option<i64>>> {
+        let mut v: Vec<_> = s
+            .entries
+            .iter()
+            .flatten()
+            .map(|e| (0..e.sealed.len()).map(|i| e.sealed.last_ts(i)).collect())
+            .collect();
+        v.sort();
+        v
+    };
+    let exp = lasts(&old);
+    assert!(
+        exp.iter()
+            .all(|l| l.len() == 2 && l.iter().all(Option::is_some))
+    );
+    // Each sealed chunk's last sample is the one before the next chunk's.
+    for (l, p) in &want {
+        let e = old
+            .entries
+            .iter()
+            .flatten()
+            .find(|e| old.strings.labels(&old.label_ids.get(e.labels)) == *l)
+            .unwrap();
+        for i in 0..e.sealed.len() {
+            let next = if i + 1 < e.sealed.len() {
+                e.sealed.first_ts(i + 1)
+            } else {
+                e.head.first_ts()
+            };
+            let before = p.iter().rev().find(|q| q.0 < next).unwrap().0;
+            assert_eq!(e.sealed.last_ts(i), Some(before), "{}", l.name());
+        }
+    }
+    WRITE_V5.with(|w| w.set(true));
+    let mut v5 = Vec::new();
+    old.write_snapshot(&mut v5).unwrap();
+    WRITE_V5.with(|w| w.set(false));
+    assert!(v5.windows(18).any(|w| w == b"canopy-snapshot-v5"));
+    let r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v5[..]).unwrap();
+    assert_v4_series(&r, &want);
+    assert_eq!(lasts(&r), exp);
+    let mut v6 = Vec::new();
+    r.write_snapshot(&mut v6).unwrap();
+    assert!(v6.windows(18).any(|w| w == b"canopy-snapshot-v6"));
+    let r6 = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v6[..]).unwrap();
+    assert_v4_series(&r6, &want);
+    assert_eq!(lasts(&r6), exp);
+    // A v5 sealed run claiming one sample more than its stream holds.
+    let mut one = LiveStore::new(LiveStoreConfig::default());
+    let l = Labels::metric("c", [("node", "n1")]);
+    for t in 0..250i64 {
+        one.append(None, &l, t * 1000, t as f64).unwrap();
+    }
+    let e = one.entries.iter().flatten().next().unwrap();
+    let run = e.sealed.iter_from(0, None).next().unwrap();
+    assert_eq!(
+        ChunkView::sealed_scanned(run.bytes(), run.bit_len(), run.len(), run.first_ts())
+            .map(|v| v.last_ts()),
+        Some(239_000)
+    );
+    // The same count in a stream cut short.
+    let cut = &run.bytes()[..run.bytes().len() - 4];
+    assert!(
+        ChunkView::sealed_scanned(cut, cut.len() as u32 * 8, run.len(), run.first_ts()).is_none()
+    );
 }

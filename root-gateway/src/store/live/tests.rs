@@ -167,9 +167,9 @@ fn memory_breakdown_counts_what_the_series_hold() {
     let ids = 10 * (1 + 3 * 2);
     assert!((ids..=2 * ids).contains(&m.labels), "{}", m.labels);
     // 300 samples make two chunks per series: one sealed, with an index
-    // entry of 11 bytes in its series' sealed buffer, and the open one in
+    // entry of 15 bytes in its series' sealed buffer, and the open one in
     // the entry.
-    assert_eq!(m.chunk_headers, 10 * 11);
+    assert_eq!(m.chunk_headers, 10 * 15);
     assert_eq!(m.chunk_lists, 10 * (2 * std::mem::size_of::<usize>() + 4));
     assert!(m.index > 0 && m.strings > 0 && m.entries >= 10 * std::mem::size_of::<Entry>());
     assert_eq!(
@@ -719,4 +719,65 @@ fn a_series_past_its_chunk_span_seals_and_reads_back() {
     s.write_snapshot(&mut snap).unwrap();
     let back = LiveStore::read_snapshot(cfg, &mut snap.as_slice()).unwrap();
     assert_eq!(pts(&back, "slow", 0, 200 * day), want);
+}
+
+/// A window that starts after a sealed chunk's last sample and before the
+/// open chunk's first skips the sealed chunk for a series with no source
+/// (its index keeps the last timestamp), and reads it for a fabric series
+/// (whose last change point there implies the window's samples); every
+/// window across the boundary answers as the full series filtered.
+#[test]
+fn windows_skip_a_sealed_chunk_that_ends_before_them() {
+    let mut s = LiveStore::new(LiveStoreConfig::default());
+    let x = Labels::metric("x", [("node", "n1")]);
+    let f = Labels::metric("f", [("node", "n1")]);
+    let mut want = Vec::new();
+    // 1 s ticks with a gap of 700 ms before the open chunk's first.
+    for k in 0..300i64 {
+        let ts = k * 1000 + if k >= 240 { 700 } else { 0 };
+        s.append(None, &x, ts, (k * k) as f64).unwrap();
+        want.push((ts, (k * k) as f64));
+    }
+    // Change points at 0..240 s (one sealed chunk) and 280 s.
+    let fv = |k: i64| match k {
+        0..240 => k as f64,
+        240..280 => 239.0,
+        _ => 1e3,
+    };
+    for k in 0..300i64 {
+        s.append(Some("n1"), &f, k * 1000, fv(k)).unwrap();
+        s.heartbeat("n1", k * 1000, 1000);
+    }
+    let (last, head) = (239_000, 240_700);
+    let entry = |l: &Labels| {
+        let id = s.find(s.index.hash(l), l).unwrap();
+        s.entries[id as usize].as_ref().unwrap()
+    };
+    let ex = entry(&x);
+    assert_eq!(ex.sealed.len(), 1);
+    assert_eq!(ex.sealed.last_ts(0), Some(last));
+    for (mint, n) in [(last, 2), (last + 1, 1), (head - 1, 1), (head, 1)] {
+        assert_eq!(ex.chunks_in(mint).count(), n, "mint {mint}");
+        assert_eq!(ex.chunks_at(mint).count(), if mint >= head { 1 } else { 2 });
+    }
+    // The fabric series' change point at 239 s, in its sealed chunk,
+    // implies the samples to 279 s: windows there still read it.
+    let ef = entry(&f);
+    assert_eq!((ef.sealed.len(), ef.head.len()), (1, 1));
+    assert_eq!(ef.window_chunks(250_000).count(), 2);
+    for mint in (last - 2_000..head + 2_000).step_by(250) {
+        let got = pts(&s, "x", mint, mint + 60_000);
+        let exp: Vec<_> = want
+            .iter()
+            .copied()
+            .filter(|p| (mint..=mint + 60_000).contains(&p.0))
+            .collect();
+        assert_eq!(got, exp, "mint {mint}");
+        let implied = pts(&s, "f", mint, mint + 5_000);
+        let exp: Vec<_> = (0..300i64)
+            .filter(|k| (mint..=mint + 5_000).contains(&(k * 1000)))
+            .map(|k| (k * 1000, fv(k)))
+            .collect();
+        assert_eq!(implied, exp, "mint {mint}");
+    }
 }
