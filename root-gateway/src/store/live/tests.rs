@@ -751,7 +751,7 @@ fn windows_skip_a_sealed_chunk_that_ends_before_them() {
     let (last, head) = (239_000, 240_700);
     let entry = |l: &Labels| {
         let id = s.find(s.index.hash(l), l).unwrap();
-        s.entries[id as usize].as_ref().unwrap()
+        s.entries[id].as_ref().unwrap()
     };
     let ex = entry(&x);
     assert_eq!(ex.sealed.len(), 1);
