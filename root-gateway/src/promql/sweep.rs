@@ -371,30 +371,30 @@ impl<'n> Pass<'n> {
         let (pts, sts, brk) = (&mut self.pts, &mut self.sts, &mut self.brk);
         pts.clear();
         sts.clear();
-        for (i, p) in s.samples.iter().enumerate() {
-            if is_stale_nan(p.value) {
-                continue;
-            }
-            pts.push(Point {
+        brk.clear();
+        if s.start_ms.is_none() && self.counter && !s.samples.iter().any(|p| is_stale_nan(p.value))
+        {
+            // The common case: every sample a point, and the breaks
+            // (without start times, a break is a fall in value), each
+            // filled by a loop of known length.
+            pts.extend(s.samples.iter().map(|p| Point {
                 t: p.ts_ms,
                 v: p.value,
-            });
-            if let Some(st) = s.start_ms.as_deref() {
-                sts.push(st.get(i).copied().unwrap_or(0));
-            }
-        }
-        brk.clear();
-        if self.counter {
+            }));
             // brk[k]: breaks at indices 1..k (k excluded).
             brk.push(0);
-            let mut n = 0u32;
-            for g in 0..pts.len() {
-                if g > 0 && functions::is_break(pts, sts, g) {
-                    n += 1;
-                }
-                brk.push(n);
+            if !pts.is_empty() {
+                brk.push(0);
             }
+            let mut n = 0u32;
+            brk.extend(pts.windows(2).map(|w| {
+                n += u32::from(w[1].v < w[0].v);
+                n
+            }));
+        } else {
+            self.points_and_breaks(s);
         }
+        let (pts, sts, brk) = (&self.pts, &self.sts, &self.brk);
         if self.agg.is_some() && self.acc.len() < (o + 1) * self.nsteps {
             self.acc.resize(
                 (o + 1) * self.nsteps,
@@ -456,6 +456,36 @@ impl<'n> Pass<'n> {
 }
 
 impl Pass<'_> {
+    /// Fills `self.pts` with `s`'s points (staleness markers left out),
+    /// `self.sts` with their start times when `s` has them, and for a
+    /// counter function `self.brk` with the prefix counts of breaks
+    /// (`brk[k]`: breaks at indices 1..k, k excluded).
+    fn points_and_breaks(&mut self, s: &Series) {
+        let (pts, sts, brk) = (&mut self.pts, &mut self.sts, &mut self.brk);
+        for (i, p) in s.samples.iter().enumerate() {
+            if is_stale_nan(p.value) {
+                continue;
+            }
+            pts.push(Point {
+                t: p.ts_ms,
+                v: p.value,
+            });
+            if let Some(st) = s.start_ms.as_deref() {
+                sts.push(st.get(i).copied().unwrap_or(0));
+            }
+        }
+        if self.counter {
+            brk.push(0);
+            let mut n = 0u32;
+            for g in 0..pts.len() {
+                if g > 0 && functions::is_break(pts, sts, g) {
+                    n += 1;
+                }
+                brk.push(n);
+            }
+        }
+    }
+
     /// [`Pass::series`] for the rate kernel on a series without start
     /// times (`self.pts`, `self.brk` filled): windows gathered in step
     /// order, the kernel run over all of them at once, then folded or
