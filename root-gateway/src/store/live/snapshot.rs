@@ -64,7 +64,8 @@ pub(super) const OPEN_STATE_HEAD: usize = 96;
 /// The flat buffers are [`MappedBuf`]s, unmapped when the cut is dropped:
 /// from `malloc` they came from a thread's arena after the first
 /// checkpoint (glibc's mmap threshold rises to the first one's size when
-/// it is freed) and stayed resident, ~580 B a series at 1 s.
+/// it is freed) and stayed resident: at 1 s, `--data-dir` held 632 B a
+/// series more anonymous memory than memory only, 74 B with mappings.
 #[derive(Debug)]
 pub struct SnapshotCut {
     now_ms: i64,
