@@ -64,8 +64,9 @@ pub(super) const OPEN_STATE_HEAD: usize = 96;
 /// The flat buffers are [`MappedBuf`]s, unmapped when the cut is dropped:
 /// from `malloc` they came from a thread's arena after the first
 /// checkpoint (glibc's mmap threshold rises to the first one's size when
-/// it is freed) and stayed resident: at 1 s, `--data-dir` held 632 B a
-/// series more anonymous memory than memory only, 74 B with mappings.
+/// it is freed) and stayed resident: at 1 s and 30,000 series, after 4
+/// checkpoints, 2 to 4 arena heaps of 4–14 MB, 500–1,760 B a series more
+/// anonymous memory than memory only (median 740); 30–75 B with mappings.
 #[derive(Debug)]
 pub struct SnapshotCut {
     now_ms: i64,
