@@ -12,6 +12,7 @@ pub mod codec;
 mod index;
 mod intern;
 mod live;
+pub(crate) mod mapped;
 mod mem;
 mod op;
 mod shared;

@@ -19,12 +19,13 @@
 pub mod record;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::store::codec::{CodecError, crc32c, read_frame};
+use crate::store::mapped::MappedWriter;
 use crate::store::{
     Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SeriesHint, SnapshotCut, StoreError,
 };
@@ -400,27 +401,33 @@ impl Wal {
         self.rotate()?;
         let n = self.seg;
         let dir = self.cfg.dir.clone();
+        // Ingest waits for the cut (taken under the store's lock).
+        let started = std::time::Instant::now();
         let cut = store.snapshot_cut();
+        let cut_us = started.elapsed().as_micros() as u64;
         let stats = Arc::clone(&self.stats);
         self.since_checkpoint = 0;
         self.last_checkpoint_ms = Some(store.now_ms());
-        Ok(Box::new(move || write_checkpoint(&dir, n, &cut, &stats)))
+        Ok(Box::new(move || {
+            write_checkpoint(&dir, n, &cut, cut_us, &stats)
+        }))
     }
 }
 
-/// Writes snapshot `n` from `cut`, then deletes the segments and snapshots
-/// it covers. Runs with no lock held.
+/// Writes snapshot `n` from `cut` (taken in `cut_us` µs), then deletes the
+/// segments and snapshots it covers. Runs with no lock held.
 fn write_checkpoint(
     dir: &Path,
     n: u64,
     cut: &SnapshotCut,
+    cut_us: u64,
     stats: &WalStats,
 ) -> Result<(), StoreError> {
     let tmp = dir.join(format!("snapshot-{n:010}.tmp"));
     let res = (|| -> std::io::Result<u64> {
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        let mut w = MappedWriter::with_capacity(1 << 20, File::create(&tmp)?);
         let size = cut.write(&mut w)?;
-        let f = w.into_inner().map_err(|e| e.into_error())?;
+        let f = w.into_inner()?;
         f.sync_all()?;
         fs::rename(&tmp, snap_path(dir, n))?;
         File::open(dir)?.sync_all()?;
@@ -457,10 +464,14 @@ fn write_checkpoint(
             Some(b.saturating_sub(freed))
         });
     stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+    let (cut_bytes, cut_mapped) = cut.buffer_bytes();
     tracing::info!(
         snapshot = n,
         bytes = size,
         series = cut.series(),
+        cut_us,
+        cut_bytes,
+        cut_mapped,
         "checkpoint written"
     );
     Ok(())

@@ -522,3 +522,187 @@ fn upgrade_reads_v5_snapshot_with_last_timestamps() {
         ChunkView::sealed_scanned(cut, cut.len() as u32 * 8, run.len(), run.first_ts()).is_none()
     );
 }
+
+/// The snapshot the cut wrote before its buffers moved to anonymous
+/// mappings (branch point of `gwcut`, with v6's sealed spans): label ids and open-chunk
+/// states in flat `Vec`s with each series' ends, then the same records.
+/// The reference for [`cut_in_mapped_buffers_writes_the_old_paths_bytes`];
+/// a change of the record format changes both.
+fn old_path_snapshot(s: &LiveStore) -> Vec<u8> {
+    use crate::store::codec::{put_str, put_uvarint, put_varint, write_frame};
+    let (mut label_ids, mut open, mut series) = (Vec::new(), Vec::new(), Vec::new());
+    for e in s.entries.iter().flatten() {
+        label_ids.extend_from_slice(&s.syms(e));
+        if e.head.len() > 0 {
+            e.head.write_state(&mut open);
+        }
+        series.push((e.source(), e.sealed.clone(), label_ids.len(), open.len()));
+    }
+    let strings = s.strings.table();
+    let str_of = |id: u32| strings.get(id as usize).map_or("", |s| s);
+    let mut w = Vec::new();
+    write_frame(&mut w, b"canopy-snapshot-v6").unwrap();
+    let mut p = vec![0x01];
+    put_varint(&mut p, s.now_ms);
+    put_uvarint(&mut p, s.stats.rejected_series);
+    put_uvarint(&mut p, s.stats.out_of_order);
+    put_uvarint(&mut p, s.stats.sources_died);
+    put_uvarint(&mut p, s.sources.len() as u64);
+    put_uvarint(&mut p, series.len() as u64);
+    write_frame(&mut w, &p).unwrap();
+    for src in &s.sources {
+        p.clear();
+        p.push(0x02);
+        put_str(&mut p, &src.name);
+        put_varint(&mut p, src.tick_ms);
+        put_uvarint(&mut p, src.alive.len() as u64);
+        for a in &src.alive {
+            put_varint(&mut p, a.start);
+            put_varint(&mut p, a.end);
+            p.push(u8::from(a.closed));
+        }
+        write_frame(&mut w, &p).unwrap();
+    }
+    let (mut labels_from, mut open_from) = (0, 0);
+    for (source, sealed, labels_end, open_end) in &series {
+        let labels = &label_ids[labels_from..*labels_end];
+        let open = &open[open_from..*open_end];
+        (labels_from, open_from) = (*labels_end, *open_end);
+        p.clear();
+        p.push(0x03);
+        put_uvarint(&mut p, (labels.len() / 2) as u64);
+        for id in labels {
+            put_str(&mut p, str_of(*id));
+        }
+        put_uvarint(&mut p, source.map_or(0, |s| u64::from(s) + 1));
+        put_uvarint(&mut p, sealed.len() as u64);
+        for c in sealed.iter_from(0, None) {
+            put_varint(&mut p, c.first_ts());
+            put_uvarint(&mut p, c.last_ts().abs_diff(c.first_ts()));
+            put_uvarint(&mut p, c.len() as u64);
+            put_uvarint(&mut p, u64::from(c.bit_len()));
+            p.extend_from_slice(c.bytes());
+        }
+        p.push(u8::from(!open.is_empty()));
+        p.extend_from_slice(open);
+        write_frame(&mut w, &p).unwrap();
+    }
+    p.clear();
+    p.push(0x04);
+    put_uvarint(&mut p, s.sources.len() as u64);
+    put_uvarint(&mut p, series.len() as u64);
+    write_frame(&mut w, &p).unwrap();
+    w
+}
+
+/// A store of `n` series (seeded): 0 to 7 labels besides the name, 0 to
+/// ~700 samples (none, open only, sealed and open), every third of a
+/// source with heartbeats, counters, gauges and noise; series of source
+/// `dead` stop early and are dropped by retention (freed slots).
+fn mixed_store(n: usize, seed: u64) -> LiveStore {
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let cfg = LiveStoreConfig {
+        retention_ms: 600_000,
+        ..LiveStoreConfig::default()
+    };
+    let mut s = LiveStore::new(cfg);
+    let end = 700_000i64;
+    for i in 0..n {
+        let n_labels = (rnd() % 8) as usize;
+        let pairs: Vec<(String, String)> = (0..n_labels)
+            .map(|k| (format!("l{k}"), format!("v{}", rnd() % 50)))
+            .chain([("i".to_string(), i.to_string())])
+            .collect();
+        let l = Labels::metric(&format!("m{}", i % 13), pairs);
+        let dead = i % 17 == 0;
+        let source = match i % 3 {
+            0 if dead => Some("dead"),
+            0 => Some(["n1", "n2", "n3"][i % 9 / 3]),
+            _ => None,
+        };
+        let samples = if dead { 60 } else { (rnd() % 700) as i64 };
+        let first = if dead { 0 } else { end - samples * 1000 };
+        let mut v = (rnd() % 1000) as f64;
+        for k in 0..samples {
+            let ts = first + k * 1000;
+            v = match i % 4 {
+                0 => v + (rnd() % 100) as f64,
+                1 => ((rnd() % 8) * 1024) as f64,
+                2 => v,
+                _ => (rnd() % 1_000_000) as f64 / 1e3,
+            };
+            s.append(source, &l, ts, v).unwrap();
+        }
+    }
+    for t in 0..=700i64 {
+        for src in ["n1", "n2", "n3"] {
+            s.heartbeat(src, t * 1000, 1000);
+        }
+        if t < 70 {
+            s.heartbeat("dead", t * 1000, 1000);
+        }
+    }
+    s.maintain(end + 5_000);
+    // Every 11th series with its open chunk just sealed (an empty head,
+    // as between a seal and the next sample).
+    for e in s.entries.iter_mut().flatten().step_by(11) {
+        if e.head.len() > 0 {
+            let h = std::mem::take(&mut e.head);
+            e.sealed.push(h.view());
+        }
+    }
+    s
+}
+
+/// The cut in anonymous mappings writes byte for byte what the flat
+/// `Vec` cut wrote, on a store with many series of every shape.
+#[test]
+fn cut_in_mapped_buffers_writes_the_old_paths_bytes() {
+    let s = mixed_store(6_000, 0x9e37_79b9_7f4a_7c15);
+    assert!(s.entries.iter().any(Option::is_none), "no freed slot");
+    let with = |f: fn(&Entry) -> bool| s.entries.iter().flatten().filter(|e| f(e)).count();
+    assert!(with(|e| e.head.len() == 0) > 0);
+    assert!(with(|e| e.head.len() > 0 && e.sealed.is_empty()) > 0);
+    assert!(with(|e| e.head.len() > 0 && e.sealed.len() > 1) > 0);
+    assert!(with(|e| e.source().is_some()) > 0);
+    let want = old_path_snapshot(&s);
+    let cut = s.snapshot_cut();
+    assert_eq!(cut.series(), s.stats().series);
+    let mut got = Vec::new();
+    cut.write(&mut got).unwrap();
+    assert!(got == want, "{} vs {} bytes", got.len(), want.len());
+    let mut direct = Vec::new();
+    s.write_snapshot(&mut direct).unwrap();
+    assert!(direct == want);
+    // Sized by a bound every open state fits (so the buffer never grows).
+    let (written, mapped) = cut.buffer_bytes();
+    assert!(written <= mapped, "{written} in {mapped}");
+    for e in s.entries.iter().flatten() {
+        let mut st = Vec::new();
+        e.head.write_state(&mut st);
+        assert!(st.len() <= super::snapshot::OPEN_STATE_HEAD + e.head.byte_len());
+    }
+    // And it reads back to a store that writes the same bytes again.
+    let back = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &got[..]).unwrap();
+    let mut again = Vec::new();
+    back.write_snapshot(&mut again).unwrap();
+    assert!(again == want);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// As above, on stores of 0 to 300 series from random seeds.
+    #[test]
+    fn cut_writes_the_old_paths_bytes_for_any_store(n in 0usize..300, seed in proptest::prelude::any::<u64>()) {
+        let s = mixed_store(n, seed);
+        let mut got = Vec::new();
+        s.snapshot_cut().write(&mut got).unwrap();
+        proptest::prop_assert!(got == old_path_snapshot(&s));
+    }
+}
