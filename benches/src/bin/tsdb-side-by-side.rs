@@ -8,7 +8,9 @@
 //! `prometheus --web.enable-remote-write-receiver` on a temp TSDB. The same
 //! bodies go to each in turn (the order rotates between runs) from a few
 //! concurrent senders; then resident memory, and the latency of three
-//! queries repeated over the same HTTP client, interleaved between servers.
+//! queries repeated over the same HTTP client, interleaved between servers
+//! (at the data's end, or with `--spread` at times spread before it, so
+//! that windows start at every place in the servers' chunks).
 //! Every answer of Canopy is checked against Prometheus's before any time
 //! counts. Medians over the runs are printed as a Markdown table.
 #![allow(clippy::print_stdout)]
@@ -69,6 +71,13 @@ struct Cli {
     /// Repetitions of each query per server and run.
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    /// Spread the queries' evaluation times over this span before the
+    /// data's end, e.g. `240s` (repetition r at end - r x span / reps,
+    /// whole seconds; every time's answers are checked): a query's cost
+    /// depends on where its window starts in the servers' chunks, so one
+    /// time measures one alignment. Default 0: all at the end.
+    #[arg(long, default_value = "0s")]
+    spread: String,
     /// Seed of the data.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -276,11 +285,31 @@ fn main() -> Result<()> {
     result
 }
 
+/// `--spread` in seconds (0 allowed).
+fn spread_of(cli: &Cli) -> Result<i64> {
+    if cli.spread.trim().trim_end_matches(['s', 'm', 'h']) == "0" {
+        Ok(0)
+    } else {
+        secs("--spread", &cli.spread)
+    }
+}
+
+/// The evaluation time of repetition `r` of `reps`: `end` less `r` of
+/// `reps` equal parts of `spread`, whole seconds.
+fn eval_time(end: i64, spread: i64, r: usize, reps: usize) -> i64 {
+    end - spread * r as i64 / reps.max(1) as i64
+}
+
 fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
     let interval = secs("--interval", &cli.interval)?;
     let duration = secs("--duration", &cli.duration)?;
     if duration < 3600 + 60 + interval {
         bail!("--duration must cover the 1 h range query plus its 1 m window and one interval");
+    }
+    if spread_of(cli)? > duration - (3600 + 60 + interval) {
+        bail!(
+            "--spread leaves the 1 h range query without full windows: at most --duration - 1h - 1m - one interval"
+        );
     }
     let cut = Cut {
         senders: cli.senders,
@@ -347,7 +376,7 @@ fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
         })
         .unwrap_or_default();
     println!(
-        "tsdb-side-by-side: {} nodes x {} series = {} series, {} min at {} s = {:.1} M samples; {} senders, {} nodes x {} steps per request; {} runs, {} reps per query, medians",
+        "tsdb-side-by-side: {} nodes x {} series = {} series, {} min at {} s = {:.1} M samples; {} senders, {} nodes x {} steps per request; {} runs, {} reps per query (evaluated over the last {} s of the data), medians",
         spec.nodes,
         spec.series_per_node,
         spec.series(),
@@ -358,7 +387,8 @@ fn run_all(cli: &Cli, canopy: &Path, prom: &Path, dir: &Path) -> Result<()> {
         cli.nodes_per_request,
         cli.steps_per_request,
         cli.runs,
-        cli.reps
+        cli.reps,
+        spread_of(cli)?
     );
     println!(
         "machine: {} CPUs, load {load_start} at start, {} at end; {pv}; canopy {}",
@@ -472,14 +502,26 @@ fn one_run(
             );
         }
     }
-    let mut reference: Vec<Answer> = Vec::new();
-    for q in qs {
-        let (b, _) = timed_query(&mut conns[prom_i], q, t_eval)?;
-        reference.push(answer::parse(&b).with_context(|| format!("prometheus: {}", q.expr))?);
+    let spread = spread_of(cli)?;
+    let mut times: Vec<i64> = (0..cli.reps)
+        .map(|r| eval_time(t_eval, spread, r, cli.reps))
+        .collect();
+    times.dedup();
+    let mut reference: Vec<(i64, Answer)> = Vec::new();
+    for &t in &times {
+        for q in qs {
+            let (b, _) = timed_query(&mut conns[prom_i], q, t)?;
+            reference.push((
+                t,
+                answer::parse(&b).with_context(|| format!("prometheus: {}", q.expr))?,
+            ));
+        }
     }
+    let mut agree: Vec<(usize, usize, f64)> = vec![(0, 0, 0.0); servers.len() * qs.len()];
     for (i, s) in servers.iter().enumerate().take(prom_i) {
-        for (q, r) in qs.iter().zip(&reference) {
-            let (b, _) = timed_query(&mut conns[i], q, t_eval)?;
+        for (k, (t, r)) in reference.iter().enumerate() {
+            let q = &qs[k % qs.len()];
+            let (b, _) = timed_query(&mut conns[i], q, *t)?;
             let a = answer::parse(&b).with_context(|| format!("{}: {}", s.name, q.expr))?;
             let d = answer::compare(&a, r, 1e-9);
             if !d.agree() {
@@ -492,22 +534,33 @@ fn one_run(
                     d.problems.join("\n  ")
                 );
             }
+            let g = &mut agree[i * qs.len() + k % qs.len()];
+            (g.0, g.1, g.2) = (g.0 + r.series.len(), g.1 + d.agreeing, g.2.max(d.max_rel));
+        }
+        for (qi, q) in qs.iter().enumerate() {
+            let g = agree[i * qs.len() + qi];
+            let at = if times.len() > 1 {
+                format!(" (at {} times over {spread} s)", times.len())
+            } else {
+                String::new()
+            };
             check.push_str(&format!(
-                "- {}, `{}`: {} series, {} points agree, largest relative difference {:.1e}\n",
+                "- {}, `{}`{at}: {} series, {} points agree, largest relative difference {:.1e}\n",
                 s.name,
                 q.label(),
-                r.series.len(),
-                d.agreeing,
-                d.max_rel
+                g.0,
+                g.1,
+                g.2
             ));
         }
     }
     // Latency: interleaved, the same client for all.
     let mut ms: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); qs.len()]; servers.len()];
-    for _ in 0..cli.reps {
+    for r in 0..cli.reps {
+        let t_r = eval_time(t_eval, spread, r, cli.reps);
         for (qi, q) in qs.iter().enumerate() {
             for (i, _) in servers.iter().enumerate() {
-                let (_, t) = timed_query(&mut conns[i], q, t_eval)?;
+                let (_, t) = timed_query(&mut conns[i], q, t_r)?;
                 ms[i][qi].push(t);
             }
         }
