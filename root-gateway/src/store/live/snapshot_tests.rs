@@ -8,6 +8,7 @@
 use super::snapshot::WRITE_V5;
 use super::tests::{m, pts};
 use super::*;
+use crate::store::chunk::ChunkView;
 use crate::store::{Appender, Querier};
 
 #[test]
