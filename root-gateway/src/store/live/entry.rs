@@ -7,7 +7,7 @@ use crate::store::chunk::{Chunk, ChunkView, Runs, Sealed};
 /// its chunks.
 #[derive(Debug)]
 pub(super) struct Entry {
-    /// Offset of the interned labels in the store's [`LabelArena`].
+    /// Offset of the interned labels in the store's label arena.
     pub(super) labels: u32,
     /// Index into `sources` plus one, 0 for none (u32: series outnumber
     /// sources by far; 4 bytes where an `Option<u32>` takes 8).
