@@ -92,15 +92,9 @@ impl Chunk {
             first_ts,
             last_ts: ts,
         };
-        let mut samples = Vec::with_capacity(usize::from(count));
-        view.decode_window(i64::MIN, i64::MAX, &mut samples);
-        if samples.len() != usize::from(count)
-            || samples.windows(2).any(|w| w[1].ts_ms < w[0].ts_ms)
-        {
-            return Err(CodecError::Malformed(
-                "chunk stream does not match its state",
-            ));
-        }
+        let samples = view.decode_checked().ok_or(CodecError::Malformed(
+            "chunk stream does not match its state",
+        ))?;
         let mut chunk = Chunk::default();
         for p in samples {
             chunk.push_splitting(out, p.ts_ms, p.value);

@@ -35,18 +35,10 @@ impl<'a> ChunkView<'a> {
         last_ts: i64,
     ) -> Option<Self> {
         let span = i128::from(last_ts) - i128::from(first_ts);
-        ((1..=CHUNK_SAMPLES).contains(&count)
-            && (64..=MAX_SEALED_BITS).contains(&bit_len)
-            && bytes.len() == bit_len.div_ceil(8) as usize
-            && (0..=i128::from(u32::MAX)).contains(&span)
-            && (count > 1 || span == 0))
-            .then_some(ChunkView {
-                bytes,
-                bit_len,
-                count: count as u16,
-                first_ts,
-                last_ts,
-            })
+        ((0..=i128::from(u32::MAX)).contains(&span) && (count > 1 || span == 0))
+            .then(|| Self::sized(bytes, bit_len, count, first_ts))
+            .flatten()
+            .map(|v| ChunkView { last_ts, ..v })
     }
 
     /// [`ChunkView::sealed`] for a chunk read without its last timestamp
@@ -58,14 +50,27 @@ impl<'a> ChunkView<'a> {
         count: usize,
         first_ts: i64,
     ) -> Option<Self> {
-        // The span checks come after the scan.
-        let v = ChunkView::sealed(bytes, bit_len, count.min(1), first_ts, first_ts)?;
-        let v = ChunkView {
-            count: u16::try_from(count).ok()?,
-            ..v
-        };
-        let last_ts = v.scan_last_ts()?;
+        let last_ts = Self::sized(bytes, bit_len, count, first_ts)?
+            .decode_checked()?
+            .last()?
+            .ts_ms;
         ChunkView::sealed(bytes, bit_len, count, first_ts, last_ts)
+    }
+
+    /// The view when the sizes can be a sealed chunk's (1 to
+    /// [`CHUNK_SAMPLES`] samples, 64 to [`MAX_SEALED_BITS`] bits in exactly
+    /// the bytes they need), its last timestamp not yet known.
+    fn sized(bytes: &'a [u8], bit_len: u32, count: usize, first_ts: i64) -> Option<Self> {
+        ((1..=CHUNK_SAMPLES).contains(&count)
+            && (64..=MAX_SEALED_BITS).contains(&bit_len)
+            && bytes.len() == bit_len.div_ceil(8) as usize)
+            .then_some(ChunkView {
+                bytes,
+                bit_len,
+                count: count as u16,
+                first_ts,
+                last_ts: first_ts,
+            })
     }
 
     /// Timestamp of the last sample (an upper bound for a sealed chunk
@@ -74,16 +79,13 @@ impl<'a> ChunkView<'a> {
         self.last_ts
     }
 
-    /// The timestamp of the last sample, by decoding the whole chunk, or
-    /// `None` when the stream does not hold [`ChunkView::len`] samples in
-    /// time order (a damaged chunk): for chunks read without their last
-    /// timestamp.
-    pub fn scan_last_ts(&self) -> Option<i64> {
+    /// Every sample, or `None` when the stream does not hold
+    /// [`ChunkView::len`] samples in time order (a damaged chunk): for
+    /// chunks whose stream is checked as it is read back.
+    pub fn decode_checked(&self) -> Option<Vec<Sample>> {
         let mut out = Vec::with_capacity(self.len());
         self.decode_window(i64::MIN, i64::MAX, &mut out);
-        (out.len() == self.len() && out.windows(2).all(|w| w[0].ts_ms <= w[1].ts_ms))
-            .then(|| out.last().map(|s| s.ts_ms))
-            .flatten()
+        (out.len() == self.len() && out.windows(2).all(|w| w[0].ts_ms <= w[1].ts_ms)).then_some(out)
     }
 
     /// Length of the encoded stream in bits.
