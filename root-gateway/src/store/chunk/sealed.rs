@@ -6,7 +6,7 @@
 //! lets a window that starts after the chunk's last sample skip it, as
 //! Prometheus skips a chunk by its maximum time: without it, a 1 m window
 //! whose start falls between a sealed chunk and the open one decoded the
-//! whole sealed chunk (240 samples at 1 s) for nothing. A series keeps all
+//! whole sealed chunk (240 samples at 1 s then) for nothing. A series keeps all
 //! of its sealed chunks in one allocation, an index then the runs:
 //!
 //! ```text
@@ -19,7 +19,7 @@
 //! chunk of its own took a 104-byte header, a list slot and two
 //! allocations. The buffer is shared (`Arc`), so a
 //! snapshot cut holds it while the store moves on: sealing a chunk or
-//! dropping old ones builds a new buffer (once per [`CHUNK_SAMPLES`]
+//! dropping old ones builds a new buffer (once per [`CHUNK_SAMPLES`](super::CHUNK_SAMPLES)
 //! samples of a series), never writes the old one.
 //!
 //! The buffer is a [`ThinArc`]: its length lives in the allocation beside
@@ -29,7 +29,7 @@
 
 use triomphe::ThinArc;
 
-use super::{CHUNK_SAMPLES, ChunkView};
+use super::{ChunkView, MAX_CHUNK_SAMPLES};
 
 /// Bytes of the chunk count.
 const COUNT: usize = 4;
@@ -141,7 +141,7 @@ impl Sealed {
     }
 
     /// A buffer holding `views`, oldest first. Views must be chunks of at
-    /// most [`CHUNK_SAMPLES`] samples (their bit length then fits 16 bits).
+    /// most [`MAX_CHUNK_SAMPLES`] samples (their bit length then fits 16 bits).
     pub fn from_views<'a>(views: impl Iterator<Item = ChunkView<'a>> + Clone) -> Sealed {
         let (n, bytes) = views
             .clone()
@@ -152,7 +152,7 @@ impl Sealed {
         let mut buf = Vec::with_capacity(COUNT + n * ENTRY + bytes);
         buf.extend_from_slice(&(n as u32).to_le_bytes());
         for v in views.clone() {
-            debug_assert!(v.len() <= CHUNK_SAMPLES && v.bit_len <= u32::from(u16::MAX));
+            debug_assert!(v.len() <= MAX_CHUNK_SAMPLES && v.bit_len <= u32::from(u16::MAX));
             buf.extend_from_slice(&v.first_ts.to_le_bytes());
             buf.extend_from_slice(&span_of(&v).to_le_bytes());
             buf.push(v.count.min(u16::from(u8::MAX)) as u8);
@@ -274,7 +274,7 @@ impl<'a> Iterator for Runs<'a> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::Chunk;
+    use super::super::{CHUNK_SAMPLES, Chunk};
     use super::*;
 
     fn chunk(from: i64, n: i64) -> Chunk {
@@ -287,7 +287,11 @@ mod tests {
 
     #[test]
     fn sealed_runs_decode_like_their_chunks() {
-        let cs = [chunk(0, 240), chunk(240, 240), chunk(480, 17)];
+        assert_eq!(
+            CHUNK_SAMPLES, 120,
+            "the timestamps below assume 120-sample chunks"
+        );
+        let cs = [chunk(0, 120), chunk(120, 120), chunk(240, 17)];
         let mut s = Sealed::default();
         assert!(s.is_empty());
         for c in &cs {
@@ -296,18 +300,18 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(s.count_at_or_before(-1), 0);
         assert_eq!(s.count_at_or_before(0), 1);
-        assert_eq!(s.count_at_or_before(479_999), 2);
-        assert_eq!(s.count_at_or_before(480_000), 3);
+        assert_eq!(s.count_at_or_before(239_999), 2);
+        assert_eq!(s.count_at_or_before(240_000), 3);
         // Each chunk's last timestamp is in the index.
         let lasts: Vec<_> = (0..4).map(|i| s.last_ts(i)).collect();
-        assert_eq!(lasts, [Some(239_000), Some(479_000), Some(496_000), None]);
+        assert_eq!(lasts, [Some(119_000), Some(239_000), Some(256_000), None]);
         for (mint, first) in [
             (-5, 0),
-            (239_000, 0),
-            (239_001, 1),
-            (240_000, 1),
-            (479_500, 2),
-            (496_001, 3),
+            (119_000, 0),
+            (119_001, 1),
+            (120_000, 1),
+            (239_500, 2),
+            (256_001, 3),
         ] {
             assert_eq!(s.first_for(mint), first, "mint {mint}");
         }
@@ -328,7 +332,7 @@ mod tests {
         let held = s.clone();
         s.drop_front(2);
         assert_eq!(s.len(), 1);
-        assert_eq!(s.first_ts(0), 480_000);
+        assert_eq!(s.first_ts(0), 240_000);
         // The clone (a snapshot cut's) is unchanged.
         assert_eq!(held.len(), 3);
         let (fixed, idx, runs) = held.heap_bytes();
@@ -343,10 +347,10 @@ mod tests {
     #[test]
     fn estimates_use_the_next_chunk_start() {
         let mut s = Sealed::default();
-        s.push(chunk(0, 240).view());
-        let head = chunk(240, 5);
+        s.push(chunk(0, 120).view());
+        let head = chunk(120, 5);
         let v = s.iter_from(0, Some(head.view())).next().unwrap();
-        // 60 of 240 one-second samples in a minute.
+        // 60 of 120 one-second samples in a minute.
         let e = v.estimate(0, 59_000);
         assert!((60..=62).contains(&e), "{e}");
     }

@@ -4,8 +4,8 @@
 //! Apart from `chunk.rs` because only snapshot writing and loading use it.
 
 use super::{
-    CHUNK_SAMPLES, Chunk, ChunkView, Enc, FOLD_AFTER, MAX_EXP, MAX_SEALED_BITS, NONE, State, XOR,
-    folding,
+    Chunk, ChunkView, Enc, FOLD_AFTER, MAX_CHUNK_SAMPLES, MAX_EXP, MAX_SEALED_BITS, NONE, State,
+    XOR, folding,
 };
 
 impl Chunk {
@@ -38,7 +38,7 @@ impl Chunk {
         out: &mut Vec<Chunk>,
     ) -> Result<(), crate::store::codec::CodecError> {
         use crate::store::codec::CodecError;
-        let count = c.len(CHUNK_SAMPLES)? as u16;
+        let count = c.len(MAX_CHUNK_SAMPLES)? as u16;
         let first_ts = c.varint()?;
         let ts = c.varint()?;
         let delta = c.varint()?;

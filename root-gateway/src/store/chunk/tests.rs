@@ -121,26 +121,39 @@ fn irregular_and_extreme_timestamps_round_trip() {
 
 #[test]
 fn regular_series_are_compact() {
+    let n = CHUNK_SAMPLES as i64;
     // A counter of whole bytes on a 15 s grid with a steady increase: one
     // leading bit and the Rice code of the increase's few noisy bits.
-    let s: Vec<(i64, f64)> = (0..240i64)
+    let s: Vec<(i64, f64)> = (0..n)
         .map(|i| (i * 15_000, (i * 40_960 + i % 7) as f64))
         .collect();
     let c = encode(&s);
     assert_round_trip(&c, &s);
-    assert!(c.byte_len() <= 8 + 239 * 10 / 8, "{}", c.byte_len());
+    assert!(
+        c.byte_len() <= 8 + (n as usize - 1) * 10 / 8,
+        "{}",
+        c.byte_len()
+    );
     // CPU seconds rounded to the ms: decimal mantissas.
-    let s: Vec<(i64, f64)> = (0..240i64)
+    let s: Vec<(i64, f64)> = (0..n)
         .map(|i| (i * 15_000 + 3, ((i * 10_517 + i % 13) as f64) / 1e3))
         .collect();
     let c = encode(&s);
     assert_round_trip(&c, &s);
-    assert!(c.byte_len() <= 8 + 239 * 12 / 8, "{}", c.byte_len());
+    assert!(
+        c.byte_len() <= 8 + (n as usize - 1) * 12 / 8,
+        "{}",
+        c.byte_len()
+    );
     // A flat series: one bit a sample (after the second, which sets the tick).
-    let s: Vec<(i64, f64)> = (0..240i64).map(|i| (i * 1000, 5.0)).collect();
+    let s: Vec<(i64, f64)> = (0..n).map(|i| (i * 1000, 5.0)).collect();
     let c = encode(&s);
     assert_round_trip(&c, &s);
-    assert!(c.byte_len() <= 8 + 2 + 30, "{}", c.byte_len());
+    assert!(
+        c.byte_len() <= 8 + 2 + CHUNK_SAMPLES / 8,
+        "{}",
+        c.byte_len()
+    );
 }
 
 #[test]
@@ -258,12 +271,13 @@ proptest! {
 
 #[test]
 fn estimate_is_close_and_bounded() {
-    let s: Vec<(i64, f64)> = (0..240i64).map(|i| (i * 1000, i as f64)).collect();
+    let n = CHUNK_SAMPLES as i64;
+    let s: Vec<(i64, f64)> = (0..n).map(|i| (i * 1000, i as f64)).collect();
     let c = encode(&s);
-    let e = c.estimate(100_000, 159_000);
+    let e = c.estimate(30_000, 89_000);
     assert!((60..=62).contains(&e), "{e}");
-    assert_eq!(c.estimate(500_000, 600_000), 1);
-    assert_eq!(c.estimate(i64::MIN, i64::MAX), 240);
+    assert_eq!(c.estimate(n * 1000 + 500_000, n * 1000 + 600_000), 1);
+    assert_eq!(c.estimate(i64::MIN, i64::MAX), CHUNK_SAMPLES);
     assert_eq!(Chunk::default().estimate(0, 10), 0);
 }
 
@@ -274,7 +288,8 @@ fn sums_of_rounded_increments_stay_decimal() {
     // covers instead of a 40-bit XOR.
     let mut v = 0.0f64;
     let mut drifted = 0;
-    let s: Vec<(i64, f64)> = (0..240i64)
+    let n = CHUNK_SAMPLES as i64;
+    let s: Vec<(i64, f64)> = (0..n)
         .map(|i| {
             v += ((i * 7919) % 3000 + 9000) as f64 / 1e3;
             if approx(v, 3).is_some_and(|m| value_of(m, 3).to_bits() != v.to_bits()) {
@@ -288,7 +303,11 @@ fn sums_of_rounded_increments_stay_decimal() {
     assert_round_trip(&c, &s);
     // The float-sum form: a leading bit and ~12 bits of Rice code, no
     // residual (it took ~36 bits with a decimal delta and a residual).
-    assert!(c.byte_len() <= 8 + 239 * 16 / 8, "{}", c.byte_len());
+    assert!(
+        c.byte_len() <= 8 + (n as usize - 1) * 16 / 8,
+        "{}",
+        c.byte_len()
+    );
 }
 
 proptest! {
@@ -313,7 +332,8 @@ proptest! {
 fn decimal_values_after_noise_are_found_again() {
     // 40 noisy floats make the encoder back off its exponent search; the
     // rounded gauge after them must still round trip and soon go decimal.
-    let s: Vec<(i64, f64)> = (0..240i64)
+    let n = CHUNK_SAMPLES as i64;
+    let s: Vec<(i64, f64)> = (0..n)
         .map(|i| {
             let v = if i < 40 {
                 (i as f64 + 0.5).sqrt()
@@ -327,23 +347,24 @@ fn decimal_values_after_noise_are_found_again() {
     assert_round_trip(&c, &s);
     // Noise at <= 4 + 64 bits, then the gauge at the decimal cost (1 + 2 +
     // 5 + 10 + 1 bits) after at most MAX_SKIP more XOR values.
-    let bound = 8 + (39 + MAX_SKIP as usize) * 69 / 8 + (200 - MAX_SKIP as usize) * 19 / 8;
+    let bound =
+        8 + (39 + MAX_SKIP as usize) * 69 / 8 + (n as usize - 40 - MAX_SKIP as usize) * 19 / 8;
     assert!(c.byte_len() <= bound, "{} > {bound}", c.byte_len());
     // The search state is the encoder's alone: a chunk read back from its
     // state encodes the next value the same way on both.
-    let c = encode(&s[..239]);
+    let c = encode(&s[..n as usize - 1]);
     let mut state = Vec::new();
     c.write_state(&mut state);
     let mut back = read_back(&mut Cursor::new(&state))
         .expect("read_state")
         .pop()
         .expect("a chunk");
-    back.push(239_000, 1.25);
+    back.push((n - 1) * 1000, 1.25);
     let mut out = Vec::new();
     back.decode(&mut out);
     assert_eq!(
         out.last().map(|p| (p.ts_ms, p.value)),
-        Some((239_000, 1.25))
+        Some(((n - 1) * 1000, 1.25))
     );
 }
 
@@ -492,7 +513,8 @@ fn counters_cost_about_their_noise() {
     // about the noise's 25 bits a sample plus ~2 bits of codes, where a
     // delta of the whole increase took ~39.
     let mut v = 1u64 << 40;
-    let s: Vec<(i64, f64)> = (0..240i64)
+    let n = CHUNK_SAMPLES as i64;
+    let s: Vec<(i64, f64)> = (0..n)
         .map(|i| {
             let noise = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 39;
             v += (1 << 27) + noise;
@@ -501,7 +523,11 @@ fn counters_cost_about_their_noise() {
         .collect();
     let c = encode(&s);
     assert_round_trip(&c, &s);
-    assert!(c.byte_len() <= 8 + 8 + 239 * 28 / 8, "{}", c.byte_len());
+    assert!(
+        c.byte_len() <= 8 + 8 + (n as usize - 1) * 28 / 8,
+        "{}",
+        c.byte_len()
+    );
 }
 
 #[test]

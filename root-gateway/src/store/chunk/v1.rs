@@ -14,7 +14,7 @@
 //!                                         right by `trail` bytes (n 1..=8)
 //! ```
 
-use super::{CHUNK_SAMPLES, Chunk};
+use super::{Chunk, MAX_CHUNK_SAMPLES};
 use crate::store::codec::{CodecError, Cursor};
 
 /// Header byte of an integer-delta value.
@@ -28,13 +28,13 @@ pub(in crate::store) fn read_state(
     c: &mut Cursor<'_>,
     out: &mut Vec<Chunk>,
 ) -> Result<(), CodecError> {
-    let count = c.len(CHUNK_SAMPLES)?;
+    let count = c.len(MAX_CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
     let last_ts = c.varint()?;
     let _last_delta = c.varint()?;
     let last_bits = c.u64_le()?;
     // At most a 10-byte varint and 9 value bytes per sample.
-    let n = c.len(CHUNK_SAMPLES * 21 + 16)?;
+    let n = c.len(MAX_CHUNK_SAMPLES * 21 + 16)?;
     let mut s = Cursor::new(c.bytes(n)?);
     let mut chunk = Chunk::default();
     let (mut ts, mut delta, mut bits) = (0i64, 0i64, 0u64);

@@ -16,7 +16,7 @@
 //! ```
 
 use super::{
-    CHUNK_SAMPLES, Chunk, MAX_EXP, NONE, approx, get_delta, get_resid, get_window, read_dod,
+    Chunk, MAX_CHUNK_SAMPLES, MAX_EXP, NONE, approx, get_delta, get_resid, get_window, read_dod,
     value_of,
 };
 use crate::store::bits::{Reader, unzigzag};
@@ -42,7 +42,7 @@ pub(in crate::store) fn read_state(
     out: &mut Vec<Chunk>,
 ) -> Result<(), CodecError> {
     let bad = CodecError::Malformed;
-    let count = c.len(CHUNK_SAMPLES)?;
+    let count = c.len(MAX_CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
     let last_ts = c.varint()?;
     let _last_delta = c.varint()?;
@@ -53,7 +53,7 @@ pub(in crate::store) fn read_state(
         return Err(bad("v2 chunk: encoder state out of range"));
     }
     // At most 4 + 64 timestamp bits and 3 + 3 + 7 + 64 value bits a sample.
-    let bit_len = c.len(CHUNK_SAMPLES * 145 + 64)? as u32;
+    let bit_len = c.len(MAX_CHUNK_SAMPLES * 145 + 64)? as u32;
     let bytes = c.bytes(bit_len.div_ceil(8) as usize)?;
     let mut chunk = Chunk::default();
     if count == 0 {

@@ -5,12 +5,12 @@
 //! chunk, open or sealed, is decoded with the v4 bit format and its
 //! samples pushed into new [`Chunk`]s; nothing writes v4 any more.
 
-use super::{CHUNK_SAMPLES, Chunk, MAX_EXP, NONE, State, XOR};
+use super::{Chunk, MAX_CHUNK_SAMPLES, MAX_EXP, NONE, State, XOR};
 use crate::store::bits::Reader;
 use crate::store::codec::{CodecError, Cursor};
 
 /// Most bits a v4 chunk's stream can take.
-const MAX_V4_BITS: usize = CHUNK_SAMPLES * 181 + 64;
+const MAX_V4_BITS: usize = MAX_CHUNK_SAMPLES * 181 + 64;
 
 /// Reads one v3/v4 chunk with its encoder state (the open chunk of a v4
 /// snapshot, every chunk of a v3 one) and converts it into `out` (one
@@ -22,7 +22,7 @@ pub(in crate::store) fn read_state(
     out: &mut Vec<Chunk>,
 ) -> Result<(), CodecError> {
     let bad = CodecError::Malformed;
-    let count = c.len(CHUNK_SAMPLES)?;
+    let count = c.len(MAX_CHUNK_SAMPLES)?;
     let first_ts = c.varint()?;
     let last_ts = c.varint()?;
     let _delta = c.varint()?;
@@ -59,7 +59,7 @@ pub(in crate::store) fn read_sealed(
     first_ts: i64,
     out: &mut Vec<Chunk>,
 ) -> Result<(), CodecError> {
-    if !(1..=CHUNK_SAMPLES).contains(&count)
+    if !(1..=MAX_CHUNK_SAMPLES).contains(&count)
         || !(64..=MAX_V4_BITS).contains(&(bit_len as usize))
         || bytes.len() != bit_len.div_ceil(8) as usize
     {

@@ -22,7 +22,7 @@ pub struct ChunkView<'a> {
 
 impl<'a> ChunkView<'a> {
     /// A sealed chunk's view of `bytes` (a snapshot's), or `None` when the
-    /// fields cannot be a chunk's: 1 to [`CHUNK_SAMPLES`] samples, at least
+    /// fields cannot be a chunk's: 1 to [`MAX_CHUNK_SAMPLES`] samples, at least
     /// the first value's 64 bits, at most [`MAX_SEALED_BITS`], exactly the
     /// bytes the bits need, and a last timestamp at or after the first, at
     /// most 2^32 - 1 ms past it (`Chunk::fits`), and equal to it for one
@@ -58,10 +58,10 @@ impl<'a> ChunkView<'a> {
     }
 
     /// The view when the sizes can be a sealed chunk's (1 to
-    /// [`CHUNK_SAMPLES`] samples, 64 to [`MAX_SEALED_BITS`] bits in exactly
+    /// [`MAX_CHUNK_SAMPLES`] samples, 64 to [`MAX_SEALED_BITS`] bits in exactly
     /// the bytes they need), its last timestamp not yet known.
     fn sized(bytes: &'a [u8], bit_len: u32, count: usize, first_ts: i64) -> Option<Self> {
-        ((1..=CHUNK_SAMPLES).contains(&count)
+        ((1..=MAX_CHUNK_SAMPLES).contains(&count)
             && (64..=MAX_SEALED_BITS).contains(&bit_len)
             && bytes.len() == bit_len.div_ceil(8) as usize)
             .then_some(ChunkView {

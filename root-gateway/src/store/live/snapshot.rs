@@ -388,7 +388,7 @@ impl LiveStore {
                 for i in 0..n {
                     let first_ts = c.varint()?;
                     let span = if v4 || v5 { None } else { Some(c.uvarint()?) };
-                    let count = c.len(crate::store::chunk::CHUNK_SAMPLES)?;
+                    let count = c.len(crate::store::chunk::MAX_CHUNK_SAMPLES)?;
                     let bit_len = c.len(crate::store::chunk::MAX_SEALED_BITS as usize)?;
                     let bytes = c.bytes(bit_len.div_ceil(8))?;
                     if first_ts <= prev && i > 0 {

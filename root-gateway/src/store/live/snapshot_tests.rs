@@ -242,14 +242,16 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     let s = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &bytes[..]).unwrap();
     let want = v2_series();
     assert_series(&s, &want);
-    // v2_cpu has 260 samples: a sealed chunk and an open one.
+    // v2_cpu has 260 samples, pushed again into chunks of this release's
+    // size: sealed ones and an open one.
+    let n = crate::store::chunk::CHUNK_SAMPLES;
     let cpu = s
         .entries
         .iter()
         .flatten()
         .find(|e| s.strings.labels(&s.syms(e)).name() == "v2_cpu")
         .unwrap();
-    assert_eq!((cpu.sealed.len(), cpu.head.len()), (1, 20));
+    assert_eq!((cpu.sealed.len(), cpu.head.len()), (260 / n, 260 % n));
     // A v5 snapshot of it is smaller (no encoder state for sealed chunks)
     // and reads back the same samples.
     let mut v4 = Vec::new();
@@ -259,7 +261,7 @@ fn upgrade_reads_v3_snapshot_with_every_sample() {
     let mut r = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v4[..]).unwrap();
     assert_series(&r, &want);
     // The open chunk's encoder state came through: appends continue it
-    // and read back, sealing it at 240 samples.
+    // and read back, sealing it at CHUNK_SAMPLES.
     let l = s.strings.labels(&s.syms(cpu));
     let last = want.iter().find(|w| w.0 == "v2_cpu").unwrap().2.clone();
     let (t0, v0) = *last.last().unwrap();
@@ -402,9 +404,13 @@ fn assert_v4_series(s: &LiveStore, want: &[(Labels, Vec<(i64, f64)>)]) {
 /// reads back the same, and appends continue it.
 #[test]
 fn upgrade_reads_v4_snapshot_with_every_sample() {
-    use crate::store::chunk::WRITE_V4;
+    use crate::store::chunk::{CHUNK_SAMPLES, SEAL_AT, WRITE_V4};
     let want = v4_series();
+    // As the v4 release wrote: folded codes off, chunks of 240 samples
+    // (kept at 240 throughout, so the formats' sizes compare on the same
+    // chunks).
     WRITE_V4.with(|w| w.set(true));
+    SEAL_AT.with(|w| w.set(240));
     let mut old = LiveStore::new(LiveStoreConfig::default());
     for (l, p) in &want {
         for &(t, v) in p {
@@ -442,15 +448,20 @@ fn upgrade_reads_v4_snapshot_with_every_sample() {
             "cut at {cut}"
         );
     }
+    SEAL_AT.with(|w| w.set(CHUNK_SAMPLES));
 }
 
-/// A v5 snapshot (sealed chunks without their last timestamps) loads with
-/// every sample and each sealed chunk's exact last timestamp, found by
-/// decoding it; written again as v6 the spans are kept, and a sealed chunk
-/// whose stream does not hold its count of samples is refused.
+/// A v5 snapshot (sealed chunks of 240 samples without their last
+/// timestamps) loads with every sample and each sealed chunk's exact last
+/// timestamp, found by decoding it; written again as v6 the spans and the
+/// 240-sample chunks are kept, appends seal chunks of this release's size
+/// after them, and a sealed chunk whose stream does not hold its count of
+/// samples is refused.
 #[test]
 fn upgrade_reads_v5_snapshot_with_last_timestamps() {
+    use crate::store::chunk::{CHUNK_SAMPLES, SEAL_AT};
     let want = v4_series();
+    SEAL_AT.with(|w| w.set(240));
     let mut old = LiveStore::new(LiveStoreConfig::default());
     for (l, p) in &want {
         for &(t, v) in p {
@@ -501,9 +512,29 @@ fn upgrade_reads_v5_snapshot_with_last_timestamps() {
     let mut v6 = Vec::new();
     r.write_snapshot(&mut v6).unwrap();
     assert!(v6.windows(18).any(|w| w == b"canopy-snapshot-v6"));
-    let r6 = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v6[..]).unwrap();
+    let mut r6 = LiveStore::read_snapshot(LiveStoreConfig::default(), &mut &v6[..]).unwrap();
     assert_v4_series(&r6, &want);
     assert_eq!(lasts(&r6), exp);
+    // Appends after the 240-sample chunks seal chunks of this release's
+    // size, and every sample reads back.
+    SEAL_AT.with(|w| w.set(CHUNK_SAMPLES));
+    let mut more = want.clone();
+    for (l, p) in &mut more {
+        let (t0, v0) = *p.last().unwrap();
+        for i in 1..=2 * CHUNK_SAMPLES as i64 {
+            let pt = (t0 + i * 15_000, v0 + i as f64 * 4096.0);
+            r6.append(None, l, pt.0, pt.1).unwrap();
+            p.push(pt);
+        }
+    }
+    assert_v4_series(&r6, &more);
+    for e in r6.entries.iter().flatten() {
+        let sizes: Vec<_> = e.sealed.iter_from(0, None).map(|v| v.len()).collect();
+        assert_eq!(&sizes[..2], [240, 240], "{sizes:?}");
+        assert!(sizes[2..].iter().all(|&n| n == CHUNK_SAMPLES), "{sizes:?}");
+        assert!(sizes.len() >= 4, "{sizes:?}");
+    }
+    SEAL_AT.with(|w| w.set(240));
     // A v5 sealed run claiming one sample more than its stream holds.
     let mut one = LiveStore::new(LiveStoreConfig::default());
     let l = Labels::metric("c", [("node", "n1")]);
@@ -522,6 +553,7 @@ fn upgrade_reads_v5_snapshot_with_last_timestamps() {
     assert!(
         ChunkView::sealed_scanned(cut, cut.len() as u32 * 8, run.len(), run.first_ts()).is_none()
     );
+    SEAL_AT.with(|w| w.set(CHUNK_SAMPLES));
 }
 
 /// The snapshot the cut wrote before its buffers moved to anonymous

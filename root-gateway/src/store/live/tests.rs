@@ -166,10 +166,12 @@ fn memory_breakdown_counts_what_the_series_hold() {
     // room).
     let ids = 10 * (1 + 3 * 2);
     assert!((ids..=2 * ids).contains(&m.labels), "{}", m.labels);
-    // 300 samples make two chunks per series: one sealed, with an index
-    // entry of 15 bytes in its series' sealed buffer, and the open one in
-    // the entry.
-    assert_eq!(m.chunk_headers, 10 * 15);
+    // 300 samples make 300 / CHUNK_SAMPLES sealed chunks per series, each
+    // with an index entry of 15 bytes in its series' sealed buffer, and the
+    // open one in the entry.
+    let sealed = 300 / crate::store::chunk::CHUNK_SAMPLES;
+    assert!(sealed >= 1);
+    assert_eq!(m.chunk_headers, 10 * 15 * sealed);
     assert_eq!(m.chunk_lists, 10 * (2 * std::mem::size_of::<usize>() + 4));
     assert!(m.index > 0 && m.strings > 0 && m.entries >= 10 * std::mem::size_of::<Entry>());
     assert_eq!(
@@ -557,14 +559,16 @@ fn windows_span_sealed_runs_and_retention_drops_whole_ones() {
         let e = s.entries.iter().flatten().next().unwrap();
         (e.sealed.len(), e.head.len())
     };
-    // Four sealed chunks of 240 samples, an open one of 40.
-    assert_eq!(shape(&s), (4, 40));
+    // Sealed chunks of n samples, an open one of the rest.
+    let n = crate::store::chunk::CHUNK_SAMPLES;
+    assert_eq!(shape(&s), (1000 / n, 1000 % n));
+    let n = n as i64;
     let want = |lo: i64, hi: i64| (lo..=hi).map(|t| (t * 1000, v(t))).collect::<Vec<_>>();
     for (lo, hi) in [
         (0, 999),
         (100, 300),
-        (239, 240),
-        (250, 700),
+        (n - 1, n),
+        (n + 10, 700),
         (719, 960),
         (959, 999),
         (980, 999),
@@ -575,13 +579,15 @@ fn windows_span_sealed_runs_and_retention_drops_whole_ones() {
             "{lo}..{hi}"
         );
     }
-    // Cutoff 699 s: the chunks starting at 0 and 240 s go; the one
-    // starting at 480 s holds samples after the cutoff and stays.
+    // Cutoff 699 s: the chunks that end before it go; the one that
+    // holds it (starting at 699 / n x n s) stays.
     s.maintain(999_000);
-    assert_eq!(shape(&s), (2, 40));
+    let kept = (1000 / n - 699 / n) as usize;
+    assert!(kept >= 2);
+    assert_eq!(shape(&s), (kept, (1000 % n) as usize));
     assert_eq!(pts(&s, "ret", 0, 999_000), want(699, 999));
     let st = s.stats();
-    assert_eq!(st.change_points, 2 * 240 + 40);
+    assert_eq!(st.change_points, kept * n as usize + (1000 % n) as usize);
 }
 
 #[test]
@@ -732,23 +738,28 @@ fn windows_skip_a_sealed_chunk_that_ends_before_them() {
     let x = Labels::metric("x", [("node", "n1")]);
     let f = Labels::metric("f", [("node", "n1")]);
     let mut want = Vec::new();
+    let n = crate::store::chunk::CHUNK_SAMPLES as i64;
     // 1 s ticks with a gap of 700 ms before the open chunk's first.
-    for k in 0..300i64 {
-        let ts = k * 1000 + if k >= 240 { 700 } else { 0 };
+    for k in 0..n + 60 {
+        let ts = k * 1000 + if k >= n { 700 } else { 0 };
         s.append(None, &x, ts, (k * k) as f64).unwrap();
         want.push((ts, (k * k) as f64));
     }
-    // Change points at 0..240 s (one sealed chunk) and 280 s.
-    let fv = |k: i64| match k {
-        0..240 => k as f64,
-        240..280 => 239.0,
-        _ => 1e3,
+    // Change points at 0..n s (one sealed chunk) and n + 40 s.
+    let fv = |k: i64| {
+        if k < n {
+            k as f64
+        } else if k < n + 40 {
+            (n - 1) as f64
+        } else {
+            1e3
+        }
     };
-    for k in 0..300i64 {
+    for k in 0..n + 60 {
         s.append(Some("n1"), &f, k * 1000, fv(k)).unwrap();
         s.heartbeat("n1", k * 1000, 1000);
     }
-    let (last, head) = (239_000, 240_700);
+    let (last, head) = ((n - 1) * 1000, n * 1000 + 700);
     let entry = |l: &Labels| {
         let id = s.find(s.index.hash(l), l).unwrap();
         s.entries[id].as_ref().unwrap()
@@ -760,11 +771,11 @@ fn windows_skip_a_sealed_chunk_that_ends_before_them() {
         assert_eq!(ex.chunks_in(mint).count(), n, "mint {mint}");
         assert_eq!(ex.chunks_at(mint).count(), if mint >= head { 1 } else { 2 });
     }
-    // The fabric series' change point at 239 s, in its sealed chunk,
-    // implies the samples to 279 s: windows there still read it.
+    // The fabric series' change point at n - 1 s, in its sealed chunk,
+    // implies the samples to n + 39 s: windows there still read it.
     let ef = entry(&f);
     assert_eq!((ef.sealed.len(), ef.head.len()), (1, 1));
-    assert_eq!(ef.window_chunks(250_000).count(), 2);
+    assert_eq!(ef.window_chunks((n + 10) * 1000).count(), 2);
     for mint in (last - 2_000..head + 2_000).step_by(250) {
         let got = pts(&s, "x", mint, mint + 60_000);
         let exp: Vec<_> = want
@@ -774,7 +785,7 @@ fn windows_skip_a_sealed_chunk_that_ends_before_them() {
             .collect();
         assert_eq!(got, exp, "mint {mint}");
         let implied = pts(&s, "f", mint, mint + 5_000);
-        let exp: Vec<_> = (0..300i64)
+        let exp: Vec<_> = (0..n + 60)
             .filter(|k| (mint..=mint + 5_000).contains(&(k * 1000)))
             .map(|k| (k * 1000, fv(k)))
             .collect();
