@@ -240,8 +240,10 @@ impl Enc {
         }
     }
 
-    /// `best`, or a decimal form at a new exponent when one is shorter.
-    /// Integral values try exponent 0 alone (the only one that can be
+    /// `best`, or a decimal form at a new exponent when one is shorter
+    /// (for an integral value, also when its delta is no wider than XOR's
+    /// window, as later samples then cost no more). Integral
+    /// values try exponent 0 alone (the only one that can be
     /// shorter); after a search that finds
     /// nothing, the next ones wait 1, 3, 7 .. [`MAX_SKIP`] changed values.
     fn search_exp(&mut self, v: f64, best: Form) -> Form {
@@ -250,14 +252,32 @@ impl Enc {
             return best;
         }
         let prev = f64::from_bits(self.st.bits);
-        let exps = if v.fract() == 0.0 { 0..=0 } else { 0..=MAX_EXP };
+        let integral = v.fract() == 0.0;
+        let exps = if integral { 0..=0 } else { 0..=MAX_EXP };
         let found = exps.into_iter().find_map(|e| {
             let (m, r) = decimal(v, e)?;
             let d = m.checked_sub(approx(prev, e)?)?;
             Some(Form::NewExp(e, m, zigzag(d), r))
         });
+        // An integral value at exponent 0 is exact, and each later change
+        // then costs about the bits of its delta (less, as a Rice code
+        // around the running mean), where XOR costs its window, from the
+        // highest changed bit down to the lowest: when the delta is no
+        // wider than the window, switch even though this one sample costs
+        // a few bits more (a byte counter's noisy ~2^24 steps stayed in
+        // XOR for whole chunks, ~20 % of them, each sample through the
+        // slow decoder). The 3 bits of slack: the zigzag's sign bit, a
+        // chance low zero bit in XOR's window, and what the running mean
+        // takes off a counter's steps. Values with many low zero bits
+        // (page multiples) keep XOR, whose window leaves those out.
+        let steps_no_wider = |f: &Form| match (f, &best) {
+            (Form::NewExp(_, _, z, _), Form::Xor { sig, .. }) => {
+                integral && bit_len(*z) <= u32::from(*sig) + 3
+            }
+            _ => false,
+        };
         match found {
-            Some(f) if f.cost(&self.st) < best.cost(&self.st) => {
+            Some(f) if steps_no_wider(&f) || f.cost(&self.st) < best.cost(&self.st) => {
                 self.backoff = 0;
                 f
             }

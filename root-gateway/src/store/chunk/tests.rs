@@ -653,3 +653,52 @@ proptest! {
         prop_assert_eq!(fast.len(), slow.len());
     }
 }
+
+/// A byte counter with noisy steps of ~2^22 to 2^25 from ~2^43: after its
+/// first few samples a chunk codes every one in the decimal form (a Rice
+/// code), not XOR, whose window such steps made as cheap for one sample,
+/// so whole chunks stayed in it (the slow decoder's path), ~20 % of them,
+/// before an integral value switched when its delta is no wider than the
+/// window.
+#[test]
+fn integral_counters_with_large_steps_go_decimal() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut u = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut forms = [0usize; 8];
+    for s in 0..50 {
+        let scale = 2e7 * (0.2 + 1.6 * u());
+        let mut v = (2e7 * (3600.0 + 860_000.0 * u())).round();
+        let phase = u() * std::f64::consts::TAU;
+        let samples: Vec<(i64, f64)> = (0..CHUNK_SAMPLES as i64)
+            .map(|k| {
+                let swing = 0.6 + 0.4 * (phase + (k + s * 120) as f64 / 600.0).sin();
+                v += (scale * swing * (0.7 + 0.6 * u())).round();
+                (k * 1000, v)
+            })
+            .collect();
+        let c = encode(&samples);
+        assert_round_trip(&c, &samples);
+        let mut r = Reader::new(&c.bytes, u32::from(c.bit_len));
+        let first = r.read(64).expect("first value");
+        let mut st = State::first(c.first_ts, first);
+        for i in 1..c.count {
+            view::next(&mut r, &mut st).expect("a sample");
+            forms[usize::from(st.last)] += 1;
+            // The first steps may still take XOR, when its window happens
+            // to be narrower than the delta (a search then waits a few
+            // samples); none after them.
+            assert!(st.last != XOR || i <= 8, "chunk {s}: XOR at sample {i}");
+        }
+    }
+    assert!(forms[usize::from(XOR)] <= 50, "{forms:?}");
+    assert_eq!(
+        forms[usize::from(DEC)] + forms[usize::from(XOR)],
+        50 * (CHUNK_SAMPLES - 1),
+        "{forms:?}"
+    );
+}
