@@ -407,6 +407,7 @@ proptest! {
             1..CHUNK_SAMPLES,
         ),
         scale in 0u32..4,
+        window in (0usize..CHUNK_SAMPLES, 0usize..CHUNK_SAMPLES, -20i64..20),
     ) {
         let (mut t, mut m) = (start, 0i64);
         let mut samples = Vec::new();
@@ -423,7 +424,82 @@ proptest! {
             samples.push((t, v));
         }
         let c = encode(&samples);
-        prop_assert_eq!(decode_bits(&c), decode_general(&c));
+        let all = decode_general(&c);
+        prop_assert_eq!(decode_bits(&c), all.clone());
+        // A window's decode (the folded runs skip and stop inside it too):
+        // the samples from `from` on, through the first past `to`.
+        let (a, b, jitter) = window;
+        let at = |i: usize| samples[i.min(samples.len() - 1)].0;
+        let (from, to) = (at(a) + jitter, at(a.max(b)) - jitter);
+        let mut out = Vec::new();
+        let stopped = c.decode_window(from, to, &mut out);
+        let past = all.iter().position(|p| p.0 > to);
+        let want: Vec<_> = all[..past.map_or(all.len(), |i| i + 1)]
+            .iter()
+            .copied()
+            .filter(|p| p.0 >= from)
+            .collect();
+        let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(stopped, past.is_some());
+    }
+
+    /// Counters on a regular tick (long runs of folded Rice codes, in the
+    /// dec form or, with drifting sums, the sum form) with now and then a
+    /// jittered tick, a flat step, a noisy value or a jump past the Rice
+    /// escape: every window's decode equals the general decoder's samples
+    /// from its start through the first past its end.
+    #[test]
+    fn folded_runs_decode_like_the_general_decoder(
+        steps in proptest::collection::vec((0u8..32, 0u64..1 << 20), 2..CHUNK_SAMPLES),
+        scale in 0u32..4,
+        sums in any::<bool>(),
+        windows in proptest::collection::vec((0usize..CHUNK_SAMPLES, 0usize..CHUNK_SAMPLES, -1i64..2), 1..8),
+    ) {
+        let (mut t, mut m, mut v) = (1_000_000i64, 1i64 << 30, 1000.0f64);
+        let p = 10f64.powi(scale as i32);
+        let mut samples = Vec::new();
+        for (kind, inc) in steps {
+            t += match kind {
+                0 => 997,
+                _ => 1000,
+            };
+            let value = match kind {
+                1 => f64::from_bits(inc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 2),
+                2 => m as f64 / p,
+                3 => {
+                    m += (inc as i64) << 22;
+                    m as f64 / p
+                }
+                _ if sums => {
+                    v += ((inc % 5000) + 1000) as f64 / 1e3;
+                    v
+                }
+                _ => {
+                    m += (inc % 4096) as i64 + 100_000;
+                    m as f64 / p
+                }
+            };
+            samples.push((t, value));
+        }
+        let c = encode(&samples);
+        let all = decode_general(&c);
+        prop_assert_eq!(decode_bits(&c), all.clone());
+        for (a, b, jitter) in windows {
+            let at = |i: usize| samples[i.min(samples.len() - 1)].0;
+            let (from, to) = (at(a) + jitter, at(a.max(b)) + jitter);
+            let mut out = Vec::new();
+            let stopped = c.decode_window(from, to, &mut out);
+            let past = all.iter().position(|p| p.0 > to);
+            let want: Vec<_> = all[..past.map_or(all.len(), |i| i + 1)]
+                .iter()
+                .copied()
+                .filter(|p| p.0 >= from)
+                .collect();
+            let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
+            prop_assert_eq!(got, want, "window {} ..= {}", from, to);
+            prop_assert_eq!(stopped, past.is_some());
+        }
     }
 
     /// Damaged streams too (a counter chunk with bytes overwritten, or cut

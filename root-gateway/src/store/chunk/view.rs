@@ -159,10 +159,26 @@ impl<'a> ChunkView<'a> {
         if emit(&st, out) {
             return true;
         }
-        for _ in 1..self.count {
+        let mut left = usize::from(self.count) - 1;
+        while left > 0 {
+            if folds(&st) && st.exp != NONE {
+                let (n, stopped) = if st.last == SUM {
+                    folded_run::<true>(&mut r, &mut st, left, from, to, out)
+                } else {
+                    folded_run::<false>(&mut r, &mut st, left, from, to, out)
+                };
+                if stopped {
+                    return true;
+                }
+                left -= n;
+                if left == 0 {
+                    break;
+                }
+            }
             if next_fast(&mut r, &mut st).is_none() {
                 return false;
             }
+            left -= 1;
             if emit(&st, out) {
                 return true;
             }
@@ -175,6 +191,73 @@ impl<'a> ChunkView<'a> {
     pub fn decode(&self, out: &mut Vec<Sample>) {
         self.decode_window(i64::MIN, i64::MAX, out);
     }
+}
+
+/// Decodes up to `max` samples after `st` while they are folded Rice codes
+/// (regular ticks in the dec form, or the sum form when `SUM`, after
+/// [`FOLD_AFTER`] of them: a counter's usual run), pushing those with
+/// `ts_ms >= from` to `out` and stopping after the first past `to`. The
+/// state lives in locals for the run (the sample-by-sample path kept the
+/// Rice mean in memory, a store and a load on its critical path), and a
+/// dec value's float is made only for the samples pushed. Leaves `st` at
+/// the last sample decoded; the count decoded, and whether it stopped
+/// past `to`. Same arithmetic as [`next_fast`], so the same samples.
+#[inline(always)]
+fn folded_run<const SUM: bool>(
+    r: &mut Reader<'_>,
+    st: &mut State,
+    max: usize,
+    from: i64,
+    to: i64,
+    out: &mut Vec<Sample>,
+) -> (usize, bool) {
+    let (exp, delta) = (st.exp, st.delta);
+    let (mut ts, mut mant, mut pred, mut mag, mut bits) =
+        (st.ts, st.mant, st.pred, f32::from_bits(st.mag), st.bits);
+    let (mut n, mut stopped) = (0, false);
+    while n < max && r.left() >= 57 {
+        let w = r.peek();
+        let k = ((mag.to_bits() >> 23) & 0xff).saturating_sub(127).min(63);
+        let q = w.leading_ones();
+        let total = q + 1 + k;
+        if q == ESC_Q || q >= RICE_ESCAPE || total > 57 {
+            break;
+        }
+        // `k` may be 0: shift in two steps.
+        let low = ((w << (q + 1)) >> 1) >> (63 - k);
+        let q = if q > ESC_Q { q - 1 } else { q };
+        let z = (u64::from(q) << k) | low;
+        r.skip(total);
+        ts = ts.wrapping_add(delta);
+        let d = pred.wrapping_add(unzigzag(z));
+        mant = mant.wrapping_add(d);
+        // As `State::adapt`.
+        pred = pred.wrapping_add(d.wrapping_sub(pred) >> 2);
+        mag = mag * 0.75 + ((z >> 1) as i64) as f32 * 0.5;
+        if SUM {
+            bits = (f64::from_bits(bits) + value_of(d, exp)).to_bits();
+        }
+        n += 1;
+        if ts >= from {
+            let value = if SUM {
+                f64::from_bits(bits)
+            } else {
+                value_of(mant, exp)
+            };
+            out.push(Sample { ts_ms: ts, value });
+        }
+        if ts > to {
+            stopped = true;
+            break;
+        }
+    }
+    if n > 0 {
+        if !SUM {
+            bits = value_of(mant, exp).to_bits();
+        }
+        (st.ts, st.mant, st.pred, st.mag, st.bits) = (ts, mant, pred, mag.to_bits(), bits);
+    }
+    (n, stopped)
 }
 
 /// Decodes the sample after `st` into `st` like [`next`], reading the
