@@ -396,6 +396,24 @@ fn decode_bits(c: &Chunk) -> Vec<(i64, u64)> {
     out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect()
 }
 
+/// Checks `c.decode_window(from, to)` against `all` (the general
+/// decoder's samples): those from `from` on, through the first past `to`,
+/// and whether it stopped there.
+fn check_window(c: &Chunk, all: &[(i64, u64)], from: i64, to: i64) -> Result<(), TestCaseError> {
+    let mut out = Vec::new();
+    let stopped = c.decode_window(from, to, &mut out);
+    let past = all.iter().position(|p| p.0 > to);
+    let want: Vec<_> = all[..past.map_or(all.len(), |i| i + 1)]
+        .iter()
+        .copied()
+        .filter(|p| p.0 >= from)
+        .collect();
+    let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
+    prop_assert_eq!(got, want, "window {} ..= {}", from, to);
+    prop_assert_eq!(stopped, past.is_some());
+    Ok(())
+}
+
 proptest! {
     /// The fast path gives what the general decoder gives, on counters
     /// with small and large increments, flat stretches, jitter and noise.
@@ -431,17 +449,7 @@ proptest! {
         let (a, b, jitter) = window;
         let at = |i: usize| samples[i.min(samples.len() - 1)].0;
         let (from, to) = (at(a) + jitter, at(a.max(b)) - jitter);
-        let mut out = Vec::new();
-        let stopped = c.decode_window(from, to, &mut out);
-        let past = all.iter().position(|p| p.0 > to);
-        let want: Vec<_> = all[..past.map_or(all.len(), |i| i + 1)]
-            .iter()
-            .copied()
-            .filter(|p| p.0 >= from)
-            .collect();
-        let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
-        prop_assert_eq!(got, want);
-        prop_assert_eq!(stopped, past.is_some());
+        check_window(&c, &all, from, to)?;
     }
 
     /// Counters on a regular tick (long runs of folded Rice codes, in the
@@ -488,17 +496,7 @@ proptest! {
         for (a, b, jitter) in windows {
             let at = |i: usize| samples[i.min(samples.len() - 1)].0;
             let (from, to) = (at(a) + jitter, at(a.max(b)) + jitter);
-            let mut out = Vec::new();
-            let stopped = c.decode_window(from, to, &mut out);
-            let past = all.iter().position(|p| p.0 > to);
-            let want: Vec<_> = all[..past.map_or(all.len(), |i| i + 1)]
-                .iter()
-                .copied()
-                .filter(|p| p.0 >= from)
-                .collect();
-            let got: Vec<_> = out.iter().map(|s| (s.ts_ms, s.value.to_bits())).collect();
-            prop_assert_eq!(got, want, "window {} ..= {}", from, to);
-            prop_assert_eq!(stopped, past.is_some());
+            check_window(&c, &all, from, to)?;
         }
     }
 

@@ -201,7 +201,8 @@ impl<'a> ChunkView<'a> {
 /// Rice mean in memory, a store and a load on its critical path), and a
 /// dec value's float is made only for the samples pushed. Leaves `st` at
 /// the last sample decoded; the count decoded, and whether it stopped
-/// past `to`. Same arithmetic as [`next_fast`], so the same samples.
+/// past `to`. Same arithmetic as [`next`] on a folded code, so the same
+/// samples.
 #[inline(always)]
 fn folded_run<const SUM: bool>(
     r: &mut Reader<'_>,
@@ -260,46 +261,19 @@ fn folded_run<const SUM: bool>(
     (n, stopped)
 }
 
-/// Decodes the sample after `st` into `st` like [`next`], reading the
-/// common samples (a regular tick with the previous value's form, when
-/// that is an unchanged value or a decimal or float-sum delta: flat series,
-/// counters) from one look-ahead word; anything else goes to [`next`].
+/// Decodes the sample after `st` into `st` like [`next`], reading an
+/// unchanged value at a regular tick (flat series) from one look-ahead
+/// word; anything else goes to [`next`]. (Folded Rice codes, a counter's
+/// usual sample, are read by [`folded_run`] before this is called: when
+/// that stops, [`next`] is what they need.)
 #[inline(always)]
 fn next_fast(r: &mut Reader<'_>, st: &mut State) -> Option<()> {
     // 57 stream bits are in a peeked word when that many are left.
-    if r.left() >= 57 {
-        let w = r.peek();
-        if st.last == SAME {
-            if w >> 63 == 0 {
-                r.skip(1);
-                st.ts = st.ts.wrapping_add(st.delta);
-                st.reg = (st.reg + 1).min(FOLD_AFTER);
-                return Some(());
-            }
-        } else if folds(st) && st.exp != NONE {
-            // The folded Rice code, no flag bit (see the module docs).
-            let k = st.k();
-            let q = w.leading_ones();
-            // Bits: the quotient and its zero, k bits.
-            let total = q + 1 + k;
-            if q != ESC_Q && q < RICE_ESCAPE && total <= 57 {
-                // `k` may be 0: shift in two steps.
-                let low = ((w << (q + 1)) >> 1) >> (63 - k);
-                let q = if q > ESC_Q { q - 1 } else { q };
-                let z = (u64::from(q) << k) | low;
-                r.skip(total);
-                st.ts = st.ts.wrapping_add(st.delta);
-                let d = st.pred.wrapping_add(unzigzag(z));
-                st.mant = st.mant.wrapping_add(d);
-                st.adapt(d, z);
-                st.bits = if st.last == SUM {
-                    (f64::from_bits(st.bits) + value_of(d, st.exp)).to_bits()
-                } else {
-                    value_of(st.mant, st.exp).to_bits()
-                };
-                return Some(());
-            }
-        }
+    if st.last == SAME && r.left() >= 57 && r.peek() >> 63 == 0 {
+        r.skip(1);
+        st.ts = st.ts.wrapping_add(st.delta);
+        st.reg = (st.reg + 1).min(FOLD_AFTER);
+        return Some(());
     }
     next(r, st)
 }
