@@ -177,17 +177,15 @@ impl State {
     /// spread evenly below 2^a the mean is 2^(a-1), and k = a - 1 the best.
     #[inline(always)]
     fn k(&self) -> u32 {
-        ((self.mag >> 23) & 0xff).saturating_sub(127).min(63)
+        rice_k(self.mag)
     }
 
     /// After a decimal delta `d` coded as `z`: the running means move a
     /// quarter of the way towards them.
     #[inline(always)]
     fn adapt(&mut self, d: i64, z: u64) {
-        self.pred = self.pred.wrapping_add(d.wrapping_sub(self.pred) >> 2);
-        // z / 2 through i64: one conversion instruction (u64 takes a dozen).
-        let m = f32::from_bits(self.mag) * 0.75 + ((z >> 1) as i64) as f32 * 0.5;
-        self.mag = m.to_bits();
+        self.pred = next_pred(self.pred, d);
+        self.mag = next_mag(f32::from_bits(self.mag), z).to_bits();
     }
 
     /// After a new exponent with mantissa delta `d`: the prediction starts
@@ -196,6 +194,26 @@ impl State {
         self.pred = d;
         self.mag = (((zigzag(d) >> 3) as i64) as f32).to_bits();
     }
+}
+
+/// [`State::k`] of a running mean's `f32` bits (shared with the decoder's
+/// register-held run, `view::folded_run`, which must match it bit for bit).
+#[inline(always)]
+fn rice_k(mag: u32) -> u32 {
+    ((mag >> 23) & 0xff).saturating_sub(127).min(63)
+}
+
+/// The predicted delta after delta `d` ([`State::adapt`]).
+#[inline(always)]
+fn next_pred(pred: i64, d: i64) -> i64 {
+    pred.wrapping_add(d.wrapping_sub(pred) >> 2)
+}
+
+/// The Rice codes' running mean after code `z` ([`State::adapt`]).
+#[inline(always)]
+fn next_mag(mag: f32, z: u64) -> f32 {
+    // z / 2 through i64: one conversion instruction (u64 takes a dozen).
+    mag * 0.75 + ((z >> 1) as i64) as f32 * 0.5
 }
 
 /// True when the sample after `st` has no flag bit: after a value in the

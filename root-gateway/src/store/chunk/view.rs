@@ -218,7 +218,7 @@ fn folded_run<const SUM: bool>(
     let (mut n, mut stopped) = (0, false);
     while n < max && r.left() >= 57 {
         let w = r.peek();
-        let k = ((mag.to_bits() >> 23) & 0xff).saturating_sub(127).min(63);
+        let k = rice_k(mag.to_bits());
         let q = w.leading_ones();
         let total = q + 1 + k;
         if q == ESC_Q || q >= RICE_ESCAPE || total > 57 {
@@ -233,8 +233,8 @@ fn folded_run<const SUM: bool>(
         let d = pred.wrapping_add(unzigzag(z));
         mant = mant.wrapping_add(d);
         // As `State::adapt`.
-        pred = pred.wrapping_add(d.wrapping_sub(pred) >> 2);
-        mag = mag * 0.75 + ((z >> 1) as i64) as f32 * 0.5;
+        pred = next_pred(pred, d);
+        mag = next_mag(mag, z);
         if SUM {
             bits = (f64::from_bits(bits) + value_of(d, exp)).to_bits();
         }
