@@ -54,3 +54,45 @@ fn series_per_selector_limit_is_a_clear_error() {
     let ok = engine.instant(&store, "up{node=~\"n1|n2\"}", 0);
     assert!(ok.is_ok(), "{ok:?}");
 }
+
+/// A segment that loads native histograms runs every eval whose selectors
+/// cannot match a histogram series (and really checks it: a wrong
+/// expectation fails), and skips those that could.
+#[test]
+fn evals_beside_native_histograms_run_unless_they_could_select_them() {
+    let script = r#"
+load 1m
+	floats{k="a"} 1+1x4
+	hist{k="a"} {{count:1 sum:1}}+{{count:1 sum:1}}x4
+
+eval instant at 2m floats
+	floats{k="a"} 3
+
+eval instant at 2m floats + 1
+	{k="a"} 99
+
+eval instant at 2m count({__name__=~".+"})
+	{} 2
+
+eval instant at 2m hist
+	{k="a"} 1
+
+eval instant at 2m sum(rate(floats[2m])) + count(hist)
+	{} 1
+
+clear
+
+load 1m
+	floats{k="a"} 1+1x4
+
+eval instant at 2m count({__name__=~".+"})
+	{} 1
+"#;
+    let r = canopy_gateway::promql::testscript::run_script(script);
+    assert_eq!(
+        (r.passed, r.failed, r.skipped),
+        (2, 1, 3),
+        "{:#?}",
+        r.failures
+    );
+}

@@ -87,6 +87,40 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// Warns, as Prometheus 3 does, about each `sort*` call evaluated over
+    /// more than one step (anywhere in a range query, or inside a
+    /// subquery): the result of such an evaluation is ordered by labels, so
+    /// the call's ordering is lost. Positioned at the call's name.
+    fn warn_sorts(&mut self, root: &Expr, ranged: bool) {
+        let at = call_positions(self.text, &SORTS);
+        // Pre-order in source order: the k-th `sort*` call met is the k-th
+        // written in the text.
+        let mut k = 0usize;
+        let mut stack = vec![(root, ranged)];
+        while let Some((e, r)) = stack.pop() {
+            if let Expr::Call(c) = e
+                && SORTS.contains(&c.func.name)
+            {
+                if r && let Some(&pos) = at.get(k) {
+                    let before = &self.text[..pos];
+                    let line = before.matches('\n').count() + 1;
+                    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    let w = format!(
+                        "PromQL warning: sort is ineffective for range queries since results are always ordered by labels ({line}:{col})"
+                    );
+                    if !self.warnings.contains(&w) {
+                        self.warnings.push(w);
+                    }
+                }
+                k += 1;
+            }
+            let inner = r || matches!(e, Expr::Subquery(_));
+            for c in prepass::children(e).into_iter().rev() {
+                stack.push((c, inner));
+            }
+        }
+    }
+
     /// Warns when a quantile parameter (written as `arg` in `func`) is
     /// outside [0, 1], as Prometheus does.
     pub(crate) fn check_quantile(&mut self, q: f64, func: &str, arg: &Expr) {
@@ -602,6 +636,7 @@ pub(crate) fn instant(
 ) -> Result<(Value, Vec<String>), PromqlError> {
     let mut ev = Evaluator::new(opts, q, cancel, expr, ts, ts);
     ev.text = text;
+    ev.warn_sorts(expr, false);
     if opts.one_pass_ranges
         && let Some(v) = super::sweep::instant(&mut ev, expr, ts)?
     {
@@ -609,6 +644,51 @@ pub(crate) fn instant(
     }
     let v = ev.eval(expr, ts)?;
     Ok((finish(v, ts)?, ev.warnings))
+}
+
+/// The functions whose ordering a result ordered by labels discards.
+const SORTS: [&str; 4] = ["sort", "sort_desc", "sort_by_label", "sort_by_label_desc"];
+
+/// Byte offsets in `text` of the calls of `names` (a name, not part of a
+/// longer identifier, then `(` after optional blanks), in text order;
+/// string literals and `#` comments are skipped.
+fn call_positions(text: &str, names: &[&str]) -> Vec<usize> {
+    let b = text.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            q @ (b'"' | b'\'' | b'`') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' && q != b'`' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            c if ident(c) => {
+                let start = i;
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                let word = &text[start..i];
+                let mut j = i;
+                while j < b.len() && b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if b.get(j) == Some(&b'(') && names.contains(&word) {
+                    out.push(start);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out
 }
 
 /// Runs a range query; also returns its warnings.
@@ -637,6 +717,7 @@ pub(crate) fn range(
     let mut ev = Evaluator::new(opts, q, cancel, expr, start, end);
     ev.step_ms = step;
     ev.text = text;
+    ev.warn_sorts(expr, start != end);
     if opts.one_pass_ranges
         && let Some(m) = super::sweep::range(&mut ev, expr, (start, end, step))?
     {

@@ -10,12 +10,13 @@ mod variants;
 
 use std::collections::BTreeMap;
 
-use canopy_proto::model::is_stale_nan;
+use canopy_proto::model::{METRIC_NAME, is_stale_nan};
 use notation::{Item, duration_ms, go_number, metric, values, word};
+use promql_parser::parser::Expr;
 
 use super::aggregate::almost_equal;
 use super::{Engine, EngineOpts, PromqlError, RangeSeries, Value};
-use crate::store::{Labels, MemStore};
+use crate::store::{Labels, Matcher, MemStore};
 
 /// One failed eval.
 #[derive(Clone, Debug)]
@@ -126,6 +127,10 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
     let mut store = MemStore::new();
     let mut report = Report::default();
     let mut unsupported_segment: Option<&'static str> = None;
+    // Series loaded with native histogram samples in this segment: they
+    // are not loaded, and an eval whose selectors could match one of them
+    // is skipped (one that cannot match them runs as usual).
+    let mut hist_series: Vec<Labels> = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let line = &lines[i];
@@ -145,6 +150,7 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
         if cmd_l == "clear" {
             store.clear();
             unsupported_segment = None;
+            hist_series.clear();
             i = start + 1;
         } else if cmd_l.starts_with("load") {
             if cmd_l == "load_with_nhcb" {
@@ -157,7 +163,15 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
             let mut pending_st: Option<(Labels, Offsets)> = None;
             for (_, l) in &body {
                 if l.contains("{{") {
-                    unsupported_segment = Some("native histograms");
+                    match metric(l) {
+                        Some((labels, _)) => {
+                            batch.retain(|(b, _, _)| *b != labels);
+                            if !hist_series.contains(&labels) {
+                                hist_series.push(labels);
+                            }
+                        }
+                        None => unsupported_segment = Some("native histograms"),
+                    }
                     pending_st = None;
                     continue;
                 }
@@ -166,6 +180,9 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
                 };
                 if let Some(items) = rest.trim_start().strip_prefix("@st") {
                     pending_st = notation::st_offsets(items).map(|o| (labels, o));
+                    continue;
+                }
+                if hist_series.contains(&labels) {
                     continue;
                 }
                 let Some(vals) = values(rest) else { continue };
@@ -209,6 +226,7 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
                 rest,
                 exp,
                 unsupported_segment,
+                &hist_series,
                 opts,
             );
         } else {
@@ -216,6 +234,49 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
         }
     }
     report
+}
+
+/// True when a selector of `expr` could match one of `series` (or when
+/// that cannot be told: the query does not parse, a matcher is refused),
+/// so an answer could depend on samples the runner did not load.
+/// `info()` without a second argument selects `target_info` implicitly.
+fn may_select(expr: &str, series: &[Labels]) -> bool {
+    let ctx = super::durexpr::DurCtx {
+        step_ms: 60_000,
+        range_ms: 60_000,
+    };
+    let Ok(q) = super::durexpr::rewrite(expr, ctx) else {
+        return true;
+    };
+    let Ok(root) = promql_parser::parser::parse(&q) else {
+        return true;
+    };
+    let info = Matcher::equal(METRIC_NAME, "target_info");
+    let mut stack = vec![&root];
+    while let Some(e) = stack.pop() {
+        let vs = match e {
+            Expr::VectorSelector(vs) => Some(vs),
+            Expr::MatrixSelector(ms) => Some(&ms.vs),
+            _ => None,
+        };
+        if let Some(vs) = vs {
+            match super::prepass::matchers(vs) {
+                Ok(m) if !series.iter().any(|l| Matcher::all_match(&m, l)) => {}
+                _ => return true,
+            }
+        }
+        if let Expr::Call(c) = e
+            && c.func.name == "info"
+            && c.args.args.len() < 2
+            && series
+                .iter()
+                .any(|l| Matcher::all_match(std::slice::from_ref(&info), l))
+        {
+            return true;
+        }
+        stack.extend(super::prepass::children(e));
+    }
+    false
 }
 
 /// Reads one body line into `exp`; true when it was a scalar (ends the body).
@@ -323,6 +384,7 @@ fn run_eval(
     rest: &str,
     mut exp: Expect,
     unsupported: Option<&'static str>,
+    hist_series: &[Labels],
     opts: Options,
 ) {
     let Some((kind, expr)) = parse_header(cmd, rest) else {
@@ -339,7 +401,7 @@ fn run_eval(
     if let Some(why) = unsupported {
         return report.skip(line, &expr, why);
     }
-    if exp.hist {
+    if exp.hist || (!hist_series.is_empty() && may_select(&expr, hist_series)) {
         return report.skip(line, &expr, "native histograms");
     }
     if exp.infos {
