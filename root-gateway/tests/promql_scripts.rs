@@ -55,9 +55,10 @@ fn series_per_selector_limit_is_a_clear_error() {
     assert!(ok.is_ok(), "{ok:?}");
 }
 
-/// A segment that loads native histograms runs every eval whose selectors
-/// cannot match a histogram series (and really checks it: a wrong
-/// expectation fails), and skips those that could.
+/// A segment that loads native histograms (or builds them with
+/// `load_with_nhcb`) runs every eval whose selectors cannot match a
+/// histogram series (and really checks it: a wrong expectation fails), and
+/// skips those that could.
 #[test]
 fn evals_beside_native_histograms_run_unless_they_could_select_them() {
     let script = r#"
@@ -87,11 +88,26 @@ load 1m
 
 eval instant at 2m count({__name__=~".+"})
 	{} 1
+
+clear
+
+load_with_nhcb 1m
+	lat_bucket{le="1"} 0+1x4
+	lat_bucket{le="+Inf"} 0+2x4
+
+eval instant at 2m histogram_quantile(0.5, lat_bucket)
+	{} 1
+
+eval instant at 2m histogram_count(lat)
+	{} 4
+
+eval instant at 2m count({__name__=~"lat.*"})
+	{} 2
 "#;
     let r = canopy_gateway::promql::testscript::run_script(script);
     assert_eq!(
         (r.passed, r.failed, r.skipped),
-        (2, 1, 3),
+        (3, 1, 5),
         "{:#?}",
         r.failures
     );

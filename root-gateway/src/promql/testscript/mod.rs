@@ -153,9 +153,7 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
             hist_series.clear();
             i = start + 1;
         } else if cmd_l.starts_with("load") {
-            if cmd_l == "load_with_nhcb" {
-                unsupported_segment = Some("native histograms");
-            }
+            let nhcb = cmd_l == "load_with_nhcb";
             let interval = duration_ms(rest).unwrap_or(0);
             type Offsets = Vec<Option<i64>>;
             let mut batch: Vec<(Labels, Vec<Item>, Offsets)> = Vec::new();
@@ -196,6 +194,13 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
                 }
             }
             for (labels, vals, st) in batch {
+                if nhcb && let Some(h) = nhcb_series(&labels) {
+                    // The float series load as usual; the native histogram
+                    // built from its group is not held, like any other.
+                    if !hist_series.contains(&h) {
+                        hist_series.push(h);
+                    }
+                }
                 for (k, v) in vals.iter().enumerate() {
                     if let Item::Float(f) = v {
                         let ts = k as i64 * interval;
@@ -234,6 +239,21 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
         }
     }
     report
+}
+
+/// The native histogram series `load_with_nhcb` builds from the classic
+/// histogram series `l` belongs to (`X_bucket{…, le}`, `X_count{…}` and
+/// `X_sum{…}` group into `X{…}` without `le`), or `None` for another series.
+fn nhcb_series(l: &Labels) -> Option<Labels> {
+    let name = l.name();
+    let base = ["_bucket", "_count", "_sum"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))?;
+    Some(Labels::from_pairs(
+        l.iter()
+            .filter(|(n, _)| *n != "le" && *n != METRIC_NAME)
+            .chain([(METRIC_NAME, base)]),
+    ))
 }
 
 /// True when a selector of `expr` could match one of `series` (or when
