@@ -92,7 +92,8 @@ impl<'a> Evaluator<'a> {
     /// subquery): the result of such an evaluation is ordered by labels, so
     /// the call's ordering is lost. Positioned at the call's name.
     fn warn_sorts(&mut self, root: &Expr, ranged: bool) {
-        let at = call_positions(self.text, &SORTS);
+        // The text is scanned only for a query that has such a call.
+        let mut at: Option<Vec<usize>> = None;
         // Pre-order in source order: the k-th `sort*` call met is the k-th
         // written in the text.
         let mut k = 0usize;
@@ -101,6 +102,7 @@ impl<'a> Evaluator<'a> {
             if let Expr::Call(c) = e
                 && SORTS.contains(&c.func.name)
             {
+                let at = at.get_or_insert_with(|| call_positions(self.text, &SORTS));
                 if r && let Some(&pos) = at.get(k) {
                     let before = &self.text[..pos];
                     let line = before.matches('\n').count() + 1;
