@@ -221,19 +221,52 @@ async fn run_blocking<T: Send + 'static>(
 async fn query(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
     let q = required(&p, "query")?.to_string();
     let t = time_param(&p, "time", (st.now_ms)())?;
-    let v = run_blocking(&st, &p, move |qr, e, c| e.instant_with_cancel(qr, &q, t, c)).await?;
+    let (v, notes) =
+        run_blocking(&st, &p, move |qr, e, c| e.instant_annotated(qr, &q, t, c)).await?;
     Ok(match &v {
         Value::Vector(vec) => {
             let mut out = Vec::with_capacity(64 + vec.len() * 160);
             write_vector_body(vec, &mut out);
+            append_annotations(&mut out, &notes);
             (
                 [(header::CONTENT_TYPE, "application/json")],
                 axum::body::Bytes::from(out),
             )
                 .into_response()
         }
-        _ => success(value_json(&v)).into_response(),
+        _ => {
+            let mut out =
+                serde_json::to_vec(&json!({ "status": "success", "data": value_json(&v) }))
+                    .unwrap_or_default();
+            append_annotations(&mut out, &notes);
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                axum::body::Bytes::from(out),
+            )
+                .into_response()
+        }
     })
+}
+
+/// Adds a query's annotations to a success body that ends with `}`, as
+/// Prometheus 3 returns them: `"infos"` for those worded `PromQL info:`,
+/// `"warnings"` for the rest (Grafana shows both); nothing when there are
+/// none.
+fn append_annotations(out: &mut Vec<u8>, notes: &[String]) {
+    if notes.is_empty() || out.last() != Some(&b'}') {
+        return;
+    }
+    out.pop();
+    let (infos, warnings): (Vec<&String>, Vec<&String>) =
+        notes.iter().partition(|n| n.starts_with("PromQL info:"));
+    for (key, list) in [("infos", infos), ("warnings", warnings)] {
+        if list.is_empty() {
+            continue;
+        }
+        out.extend_from_slice(format!(",\"{key}\":").as_bytes());
+        out.extend_from_slice(&serde_json::to_vec(&list).unwrap_or_else(|_| b"[]".to_vec()));
+    }
+    out.push(b'}');
 }
 
 async fn query_range(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
@@ -247,22 +280,23 @@ async fn query_range(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError
     let step = parse_duration(required(&p, "step")?).ok_or_else(|| {
         ApiError::BadData("invalid parameter \"step\": cannot parse to a valid duration".into())
     })?;
-    let m = run_blocking(&st, &p, move |qr, e, c| {
-        e.range_with_cancel(qr, &q, start, end, step, c)
+    let (m, notes) = run_blocking(&st, &p, move |qr, e, c| {
+        e.range_annotated(qr, &q, (start, end, step), c)
     })
     .await?;
-    Ok(matrix_response(&m))
+    Ok(matrix_response(&m, &notes))
 }
 
-/// The success body of a range query, written straight to bytes: a
+/// The success body of a range query (with its annotations), written straight to bytes: a
 /// dashboard's matrix holds tens of thousands of points, and building a
 /// `serde_json::Value` per point cost more than evaluating the query. The
 /// bytes are what `success(json!({"resultType": "matrix", ...}))` would
 /// give (serde_json's compact form, object keys in order).
-fn matrix_response(m: &Matrix) -> Response {
+fn matrix_response(m: &Matrix, notes: &[String]) -> Response {
     let points: usize = m.iter().map(|s| s.points.len()).sum();
     let mut out = Vec::with_capacity(64 + m.len() * 128 + points * 32);
     write_matrix_body(m, &mut out);
+    append_annotations(&mut out, notes);
     (
         [(header::CONTENT_TYPE, "application/json")],
         axum::body::Bytes::from(out),

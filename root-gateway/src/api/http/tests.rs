@@ -115,6 +115,40 @@ async fn range_query_matrix() {
     );
 }
 
+/// Warnings reach the response as Prometheus 3 returns them (`"warnings"`
+/// beside `"data"`), on the range, vector and scalar paths alike, and a
+/// query without any has no such key.
+#[tokio::test]
+async fn query_warnings_reach_the_response() {
+    let sorted = "PromQL warning: sort is ineffective for range queries since results are always ordered by labels (1:1)";
+    let (st, j) = get("/api/v1/query_range?query=sort(temp)&start=0&end=60&step=15s").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(j["status"], "success");
+    assert_eq!(j["warnings"], serde_json::json!([sorted]));
+    assert!(j.get("infos").is_none(), "{j}");
+    assert_eq!(
+        j["data"]["result"][0]["values"].as_array().map(Vec::len),
+        Some(5)
+    );
+
+    let (_, j) = get("/api/v1/query?query=sort(temp)&time=300").await;
+    assert!(j.get("warnings").is_none(), "{j}");
+    assert_eq!(j["data"]["result"][0]["value"][1], "1.5");
+
+    let (_, j) = get("/api/v1/query?query=quantile(2,temp)&time=300").await;
+    assert_eq!(
+        j["warnings"],
+        serde_json::json!([
+            "PromQL warning: quantile value should be between 0 and 1, got 2 (1:10)"
+        ])
+    );
+    assert_eq!(j["data"]["result"][0]["value"][1], "+Inf");
+
+    let (_, j) = get("/api/v1/query?query=scalar(quantile(-1,temp))&time=300").await;
+    assert_eq!(j["data"]["resultType"], "scalar");
+    assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j}");
+}
+
 #[tokio::test]
 async fn scalar_and_special_values() {
     let (_, j) = get("/api/v1/query?query=1%2F0&time=1").await;
