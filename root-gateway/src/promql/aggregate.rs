@@ -291,20 +291,35 @@ pub(crate) fn almost_equal(a: f64, b: f64, eps: f64) -> bool {
     diff / (a.abs() + b.abs()).min(f64::MAX) < eps
 }
 
-/// The q-quantile of classic cumulative buckets `(upper bound, count)`.
-pub(crate) fn bucket_quantile(q: f64, mut b: Vec<(f64, f64)>) -> f64 {
+/// Where [`bucket_quantile`] had to raise bucket counts to make them
+/// monotonic (Prometheus reports it as an info annotation): the lowest and
+/// highest upper bound raised and the largest raise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ForcedMonotonic {
+    /// Lowest upper bound of a raised bucket.
+    pub(crate) min_bucket: f64,
+    /// Highest upper bound of a raised bucket.
+    pub(crate) max_bucket: f64,
+    /// Largest amount a bucket's count was raised by.
+    pub(crate) max_diff: f64,
+}
+
+/// The q-quantile of classic cumulative buckets `(upper bound, count)`,
+/// and whether (and where) counts had to be forced monotonic beyond float
+/// precision errors.
+pub(crate) fn bucket_quantile(q: f64, mut b: Vec<(f64, f64)>) -> (f64, Option<ForcedMonotonic>) {
     if q.is_nan() {
-        return f64::NAN;
+        return (f64::NAN, None);
     }
     if q < 0.0 {
-        return f64::NEG_INFINITY;
+        return (f64::NEG_INFINITY, None);
     }
     if q > 1.0 {
-        return f64::INFINITY;
+        return (f64::INFINITY, None);
     }
     b.sort_by(|x, y| x.0.total_cmp(&y.0));
     if b.last().is_none_or(|l| l.0 != f64::INFINITY) {
-        return f64::NAN;
+        return (f64::NAN, None);
     }
     let mut c: Vec<(f64, f64)> = Vec::with_capacity(b.len());
     for (ub, n) in b {
@@ -314,30 +329,44 @@ pub(crate) fn bucket_quantile(q: f64, mut b: Vec<(f64, f64)>) -> f64 {
         }
     }
     let mut prev = c[0].1;
+    let mut forced: Option<ForcedMonotonic> = None;
     for x in c.iter_mut().skip(1) {
         if x.1 == prev {
             continue;
         }
-        if almost_equal(prev, x.1, 1e-12) || x.1 < prev {
+        if almost_equal(prev, x.1, 1e-12) {
+            // A float precision error: corrected, not reported.
+            x.1 = prev;
+            continue;
+        }
+        if x.1 < prev {
+            let f = forced.get_or_insert(ForcedMonotonic {
+                min_bucket: x.0,
+                max_bucket: x.0,
+                max_diff: 0.0,
+            });
+            f.min_bucket = f.min_bucket.min(x.0);
+            f.max_bucket = f.max_bucket.max(x.0);
+            f.max_diff = f.max_diff.max(prev - x.1);
             x.1 = prev;
             continue;
         }
         prev = x.1;
     }
     if c.len() < 2 {
-        return f64::NAN;
+        return (f64::NAN, None);
     }
     let obs = c[c.len() - 1].1;
     if obs == 0.0 || obs.is_nan() {
-        return f64::NAN;
+        return (f64::NAN, None);
     }
     let mut rank = q * obs;
     let i = c[..c.len() - 1].partition_point(|x| x.1 < rank);
     if i == c.len() - 1 {
-        return c[c.len() - 2].0;
+        return (c[c.len() - 2].0, forced);
     }
     if i == 0 && c[0].0 <= 0.0 {
-        return c[0].0;
+        return (c[0].0, forced);
     }
     let (mut start, end, mut count) = (0.0, c[i].0, c[i].1);
     if i > 0 {
@@ -345,7 +374,7 @@ pub(crate) fn bucket_quantile(q: f64, mut b: Vec<(f64, f64)>) -> f64 {
         count -= c[i - 1].1;
         rank -= c[i - 1].1;
     }
-    start + (end - start) * (rank / count)
+    (start + (end - start) * (rank / count), forced)
 }
 
 /// `histogram_quantile(q, v)` over classic `le` buckets.
@@ -363,15 +392,18 @@ pub(crate) fn histogram_quantile(
     ev.check_quantile(q, "histogram_quantile", qa);
     let v = ev.eval_vector(va, t)?;
     let groups = super::functions::classic_groups(ev, v, "histogram_quantile", va);
-    Ok(Value::Vector(
-        groups
-            .into_iter()
-            .map(|(labels, b)| VectorSample {
-                labels,
-                t,
-                v: bucket_quantile(q, b),
-                drop_name: true,
-            })
-            .collect(),
-    ))
+    let mut out = Vec::with_capacity(groups.len());
+    for (labels, b) in groups {
+        let (v, forced) = bucket_quantile(q, b);
+        if let Some(f) = forced {
+            ev.info_monotonicity(labels.name(), "histogram_quantile", va, t, f);
+        }
+        out.push(VectorSample {
+            labels,
+            t,
+            v,
+            drop_name: true,
+        });
+    }
+    Ok(Value::Vector(out))
 }

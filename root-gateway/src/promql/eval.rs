@@ -40,6 +40,24 @@ pub(crate) struct Evaluator<'a> {
     pub(crate) text: &'a str,
     /// Warnings raised so far, as the HTTP API words them (deduplicated).
     pub(crate) warnings: Vec<String>,
+    /// Forced-monotonicity infos of `histogram_quantile` so far, merged
+    /// per metric name and position over the query's steps, worded by
+    /// [`Evaluator::annotations`].
+    monotonicity: Vec<MonotonicityInfo>,
+}
+
+/// One `histogram_quantile` monotonicity info, merged over evaluations as
+/// Prometheus merges it: lowest and highest bucket, largest raise, how
+/// many evaluations needed it and their first and last time.
+#[derive(Debug)]
+struct MonotonicityInfo {
+    metric: String,
+    line: usize,
+    col: usize,
+    fix: aggregate::ForcedMonotonic,
+    samples: usize,
+    first_t: i64,
+    last_t: i64,
 }
 
 impl<'a> Evaluator<'a> {
@@ -67,12 +85,13 @@ impl<'a> Evaluator<'a> {
             step_ms: 0,
             text: "",
             warnings: Vec::new(),
+            monotonicity: Vec::new(),
         }
     }
 
-    /// Records a warning about the sub-expression `arg` of a call to `func`,
-    /// positioned (line:column) where `arg` is written after `func(`.
-    pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {
+    /// Where (line, column) the sub-expression `arg` of a call to `func` is
+    /// written after `func(`.
+    fn arg_position(&self, func: &str, arg: &Expr) -> (usize, usize) {
         let call = self.text.find(&format!("{func}(")).unwrap_or(0);
         let shown = arg.to_string();
         let at = self.text[call..]
@@ -81,6 +100,73 @@ impl<'a> Evaluator<'a> {
         let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
         let col = before.len() - before.rfind('\n').map_or(0, |k| k + 1) + 1;
+        (line, col)
+    }
+
+    /// Records that `func` (`histogram_quantile` or `histogram_quantiles`)
+    /// forced the buckets of `metric`, its argument `arg`, monotonic at
+    /// `t`: one info per metric and position, merged over steps.
+    pub(crate) fn info_monotonicity(
+        &mut self,
+        metric: &str,
+        func: &str,
+        arg: &Expr,
+        t: i64,
+        fix: aggregate::ForcedMonotonic,
+    ) {
+        let (line, col) = self.arg_position(func, arg);
+        let held = self
+            .monotonicity
+            .iter_mut()
+            .find(|m| m.metric == metric && m.line == line && m.col == col);
+        match held {
+            Some(m) => {
+                m.fix.min_bucket = m.fix.min_bucket.min(fix.min_bucket);
+                m.fix.max_bucket = m.fix.max_bucket.max(fix.max_bucket);
+                m.fix.max_diff = m.fix.max_diff.max(fix.max_diff);
+                m.samples += 1;
+                m.first_t = m.first_t.min(t);
+                m.last_t = m.last_t.max(t);
+            }
+            None => self.monotonicity.push(MonotonicityInfo {
+                metric: metric.to_string(),
+                line,
+                col,
+                fix,
+                samples: 1,
+                first_t: t,
+                last_t: t,
+            }),
+        }
+    }
+
+    /// The query's annotations as the HTTP API words them: the warnings,
+    /// then the infos (`PromQL info: ...`).
+    pub(crate) fn annotations(mut self) -> Vec<String> {
+        for m in &self.monotonicity {
+            self.warnings.push(format!(
+                "PromQL info: input to histogram_quantile needed to be fixed for monotonicity \
+                 (see https://prometheus.io/docs/prometheus/latest/querying/functions/#histogram_quantile) \
+                 for metric name {:?}, from buckets {} to {}, with a max diff of {}, \
+                 over {} samples from {} to {} ({}:{})",
+                m.metric,
+                super::format_value(m.fix.min_bucket),
+                super::format_value(m.fix.max_bucket),
+                super::format_value(m.fix.max_diff),
+                m.samples,
+                rfc3339(m.first_t),
+                rfc3339(m.last_t),
+                m.line,
+                m.col
+            ));
+        }
+        self.warnings
+    }
+
+    /// Records a warning about the sub-expression `arg` of a call to `func`,
+    /// positioned (line:column) where `arg` is written after `func(`.
+    pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {
+        let (line, col) = self.arg_position(func, arg);
         let w = format!("PromQL warning: {msg} ({line}:{col})");
         if !self.warnings.contains(&w) {
             self.warnings.push(w);
@@ -642,10 +728,24 @@ pub(crate) fn instant(
     if opts.one_pass_ranges
         && let Some(v) = super::sweep::instant(&mut ev, expr, ts)?
     {
-        return Ok((finish(v, ts)?, ev.warnings));
+        return Ok((finish(v, ts)?, ev.annotations()));
     }
     let v = ev.eval(expr, ts)?;
-    Ok((finish(v, ts)?, ev.warnings))
+    Ok((finish(v, ts)?, ev.annotations()))
+}
+
+/// `t` (ms since the epoch) as RFC 3339 in UTC to the second, as Go's
+/// `time.RFC3339` writes it (`2023-12-25T00:00:00Z`).
+fn rfc3339(t: i64) -> String {
+    let secs = t.div_euclid(1000);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = functions::time::civil(secs.div_euclid(86_400));
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The functions whose ordering a result ordered by labels discards.
@@ -723,7 +823,7 @@ pub(crate) fn range(
     if opts.one_pass_ranges
         && let Some(m) = super::sweep::range(&mut ev, expr, (start, end, step))?
     {
-        return Ok((m, ev.warnings));
+        return Ok((m, ev.annotations()));
     }
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut out: Matrix = Vec::new();
@@ -770,7 +870,7 @@ pub(crate) fn range(
         };
     }
     out.sort_by(|a, b| a.labels.cmp(&b.labels));
-    Ok((out, ev.warnings))
+    Ok((out, ev.annotations()))
 }
 
 #[cfg(test)]

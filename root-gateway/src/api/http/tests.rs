@@ -7,7 +7,7 @@ use axum::http::{Request, StatusCode};
 use serde_json::Value as J;
 use tower::ServiceExt;
 
-use super::{ApiState, router};
+use super::{ApiState, append_annotations, router};
 use crate::promql::{Engine, EngineOpts};
 use crate::store::{Appender, Labels, LiveStore, LiveStoreConfig, SharedStore};
 
@@ -147,6 +147,33 @@ async fn query_warnings_reach_the_response() {
     let (_, j) = get("/api/v1/query?query=scalar(quantile(-1,temp))&time=300").await;
     assert_eq!(j["data"]["resultType"], "scalar");
     assert_eq!(j["warnings"].as_array().map(Vec::len), Some(1), "{j}");
+}
+
+/// Infos and warnings go to their own keys; no annotation leaves the body
+/// as it was.
+#[test]
+fn annotations_split_into_infos_and_warnings() {
+    let body = br#"{"data":{},"status":"success"}"#.to_vec();
+    let mut out = body.clone();
+    append_annotations(&mut out, &[]);
+    assert_eq!(out, body);
+    append_annotations(
+        &mut out,
+        &[
+            "PromQL warning: w (1:1)".into(),
+            "PromQL info: i \"x\" (1:2)".into(),
+        ],
+    );
+    let j: J = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        j["warnings"],
+        serde_json::json!(["PromQL warning: w (1:1)"])
+    );
+    assert_eq!(
+        j["infos"],
+        serde_json::json!(["PromQL info: i \"x\" (1:2)"])
+    );
+    assert_eq!(j["status"], "success");
 }
 
 #[tokio::test]

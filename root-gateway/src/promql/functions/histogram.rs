@@ -147,10 +147,14 @@ pub(super) fn histogram_quantiles(
         for q in &qs {
             let mut l = labels.clone();
             l.set(&label, &quantile_label(*q));
+            let (v, forced) = bucket_quantile(*q, b.clone());
+            if let Some(f) = forced {
+                ev.info_monotonicity(labels.name(), "histogram_quantiles", arg(c, 0)?, t, f);
+            }
             out.push(VectorSample {
                 labels: l,
                 t,
-                v: bucket_quantile(*q, b.clone()),
+                v,
                 drop_name: true,
             });
         }

@@ -14,7 +14,7 @@ mod info;
 mod label;
 mod math;
 mod range;
-mod time;
+pub(crate) mod time;
 
 pub(crate) use histogram::classic_groups;
 pub(crate) use label::valid_label_name;

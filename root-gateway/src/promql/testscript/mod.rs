@@ -73,11 +73,12 @@ struct Expect {
     fail_msg: Option<String>,
     fail_regex: Option<String>,
     ordered: bool,
-    /// `expect info` lines or `eval_info` (infos are not produced yet).
-    infos: bool,
+    /// `expect info` lines or `eval_info`, as `warns`.
+    infos: Vec<Option<(bool, String)>>,
     /// `expect warn` lines: exact message, regex, or anything (`None`).
     warns: Vec<Option<(bool, String)>>,
     no_warn: bool,
+    no_info: bool,
     range_vector: Option<(i64, i64, i64)>,
     string: Option<String>,
     scalar: Option<f64>,
@@ -299,6 +300,18 @@ fn may_select(expr: &str, series: &[Labels]) -> bool {
     false
 }
 
+/// What an `expect warn` / `expect info` line asks for: an exact message
+/// (`msg:`), a regex (`regex:`), or any annotation of that kind (`None`).
+fn annotation_pattern(tail: &str) -> Option<(bool, String)> {
+    let t = tail.trim();
+    if let Some(m) = t.strip_prefix("msg:") {
+        Some((false, m.trim().to_string()))
+    } else {
+        t.strip_prefix("regex:")
+            .map(|r| (true, r.trim().to_string()))
+    }
+}
+
 /// Reads one body line into `exp`; true when it was a scalar (ends the body).
 fn parse_expect_line(l: &str, exp: &mut Expect) -> bool {
     let (w, rest) = word(l);
@@ -315,18 +328,10 @@ fn parse_expect_line(l: &str, exp: &mut Expect) -> bool {
                 }
             }
             "ordered" => exp.ordered = true,
-            "info" => exp.infos = true,
-            "warn" => {
-                let t = tail.trim();
-                exp.warns.push(if let Some(m) = t.strip_prefix("msg:") {
-                    Some((false, m.trim().to_string()))
-                } else {
-                    t.strip_prefix("regex:")
-                        .map(|r| (true, r.trim().to_string()))
-                });
-            }
+            "info" => exp.infos.push(annotation_pattern(tail)),
+            "warn" => exp.warns.push(annotation_pattern(tail)),
             "no_warn" => exp.no_warn = true,
-            "no_info" => {}
+            "no_info" => exp.no_info = true,
             "range" => {
                 let parts: Vec<&str> = tail.split_whitespace().collect();
                 match parts.as_slice() {
@@ -415,7 +420,7 @@ fn run_eval(
         "eval_fail" => exp.fail = true,
         "eval_ordered" => exp.ordered = true,
         "eval_warn" => exp.warns.push(None),
-        "eval_info" => exp.infos = true,
+        "eval_info" => exp.infos.push(None),
         _ => {}
     }
     if let Some(why) = unsupported {
@@ -423,9 +428,6 @@ fn run_eval(
     }
     if exp.hist || (!hist_series.is_empty() && may_select(&expr, hist_series)) {
         return report.skip(line, &expr, "native histograms");
-    }
-    if exp.infos {
-        return report.skip(line, &expr, "info annotations");
     }
     if let Some(b) = exp.bad_line {
         return report.fail(line, &expr, format!("cannot parse expectation line {b:?}"));
@@ -660,10 +662,27 @@ fn range_mode(
 
 /// Warnings against `expect warn` / `expect no_warn` (§6.2 of the format).
 fn check_warnings(exp: &Expect, got: &[String]) -> Result<(), String> {
-    if exp.no_warn && !got.is_empty() {
-        return Err(format!("expected no warnings, got {got:?}"));
+    let (infos, warnings): (Vec<String>, Vec<String>) = got
+        .iter()
+        .cloned()
+        .partition(|a| a.starts_with("PromQL info:"));
+    check_kind("warning", exp.no_warn, &exp.warns, &warnings)?;
+    check_kind("info", exp.no_info, &exp.infos, &infos)
+}
+
+/// The upstream runner's rules for one kind of annotation: none at all
+/// under `no_*`; every expected line matches one; with any expected line,
+/// every annotation matches one.
+fn check_kind(
+    kind: &str,
+    none: bool,
+    want: &[Option<(bool, String)>],
+    got: &[String],
+) -> Result<(), String> {
+    if none && !got.is_empty() {
+        return Err(format!("expected no {kind}s, got {got:?}"));
     }
-    if exp.warns.is_empty() {
+    if want.is_empty() {
         return Ok(());
     }
     let matches = |want: &Option<(bool, String)>, w: &str| match want {
@@ -673,16 +692,13 @@ fn check_warnings(exp: &Expect, got: &[String]) -> Result<(), String> {
             .map(|m| m.is_match(w))
             .unwrap_or(false),
     };
-    for want in &exp.warns {
-        if !got.iter().any(|w| matches(want, w)) {
-            return Err(format!("expected warning {want:?}, got {got:?}"));
+    for w in want {
+        if !got.iter().any(|g| matches(w, g)) {
+            return Err(format!("expected {kind} {w:?}, got {got:?}"));
         }
     }
-    if let Some(extra) = got
-        .iter()
-        .find(|w| !exp.warns.iter().any(|x| matches(x, w)))
-    {
-        return Err(format!("unexpected warning {extra:?}"));
+    if let Some(extra) = got.iter().find(|g| !want.iter().any(|x| matches(x, g))) {
+        return Err(format!("unexpected {kind} {extra:?}"));
     }
     Ok(())
 }
