@@ -163,6 +163,27 @@ impl<'a> Evaluator<'a> {
         self.warnings
     }
 
+    /// Records Prometheus's info that `rate` or `increase` (`func`) ran over
+    /// `metric`, whose name does not end in `_total`, `_sum`, `_count` or
+    /// `_bucket`, so it might not be a counter; positioned at the range
+    /// argument `arg`. Call it for a series that gave the function a value.
+    pub(crate) fn info_non_counter(&mut self, metric: &str, func: &str, arg: &Expr) {
+        if metric.is_empty()
+            || ["_total", "_sum", "_count", "_bucket"]
+                .iter()
+                .any(|s| metric.ends_with(s))
+        {
+            return;
+        }
+        let (line, col) = self.arg_position(func, arg);
+        let w = format!(
+            "PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: {metric:?} ({line}:{col})"
+        );
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
+        }
+    }
+
     /// Records a warning about the sub-expression `arg` of a call to `func`,
     /// positioned (line:column) where `arg` is written after `func(`.
     pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {

@@ -123,11 +123,50 @@ pub(crate) fn range(
     e: &Expr,
     window: (i64, i64, i64),
 ) -> Result<Option<Matrix>, PromqlError> {
+    let Some((_, call, ms)) = shape(e) else {
+        return Ok(None);
+    };
+    let Some(name) = counter_name(call, ms) else {
+        return Ok(None);
+    };
     let Some(mut m) = sweep(ev, e, window, false)? else {
         return Ok(None);
     };
+    if m.iter().any(|s| !s.points.is_empty()) {
+        note_counter(ev, call, name.as_deref());
+    }
     m.sort_by(|a, b| a.labels.cmp(&b.labels));
     Ok(Some(m))
+}
+
+/// For `rate` and `increase`, whose "might not be a counter" info names
+/// each metric that gave a value: `Some(Some(name))` when the selector
+/// fixes the metric name (`foo[5m]`, `{__name__="foo"}[5m]`), `None` when
+/// it does not (the sweep, which does not keep names, leaves such a query
+/// to the step-by-step evaluator); `Some(None)` for other functions.
+fn counter_name(call: &Call, ms: &MatrixSelector) -> Option<Option<String>> {
+    if !matches!(call.func.name, "rate" | "increase") {
+        return Some(None);
+    }
+    let vs = &ms.vs;
+    vs.name
+        .clone()
+        .or_else(|| {
+            vs.matchers
+                .matchers
+                .iter()
+                .find(|m| m.name == METRIC_NAME && m.op == promql_parser::label::MatchOp::Equal)
+                .map(|m| m.value.clone())
+        })
+        .map(Some)
+}
+
+/// Raises the non-counter info for a sweep of `call` that gave a value
+/// (every series it read carries the name the selector fixes).
+fn note_counter(ev: &mut Evaluator<'_>, call: &Call, name: Option<&str>) {
+    if let (Some(name), Some(arg)) = (name, call.args.args.first()) {
+        ev.info_non_counter(name, call.func.name, arg);
+    }
 }
 
 /// Evaluates the instant query `e` at `t` as a one-step sweep when its
@@ -148,25 +187,44 @@ pub(crate) fn instant(
             let Some((None, call, ms)) = shape(&a.expr) else {
                 return Ok(None);
             };
+            let Some(name) = counter_name(call, ms) else {
+                return Ok(None);
+            };
             // A plain k (no grouping, a whole number from 1 on, as
             // `select_k` takes it): the k best are found streaming.
             if a.modifier.is_none() && k.val >= 1.0 && k.val <= 1e6 && k.val.fract() == 0.0 {
                 let top = op == "topk";
-                return Ok(select_top(ev, call, ms, t, k.val as usize, top)?.map(Value::Vector));
+                let v = select_top(ev, call, ms, t, k.val as usize, top)?;
+                if v.as_ref().is_some_and(|v| !v.is_empty()) {
+                    note_counter(ev, call, name.as_deref());
+                }
+                return Ok(v.map(Value::Vector));
             }
             let Some(m) = sweep(ev, &a.expr, (t, t, 1), true)? else {
                 return Ok(None);
             };
+            if m.iter().any(|s| !s.points.is_empty()) {
+                note_counter(ev, call, name.as_deref());
+            }
             let v = to_vector(m, t, drops_name(call));
             let v = aggregate::select_k(&op, k.val, v, &a.modifier)?;
             return Ok(Some(Value::Vector(v)));
         }
     }
-    let Some((agg, call, _)) = shape(e) else {
+    let Some((agg, call, ms)) = shape(e) else {
+        return Ok(None);
+    };
+    let Some(name) = counter_name(call, ms) else {
         return Ok(None);
     };
     let drop_name = agg.is_none() && drops_name(call);
-    Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
+    let Some(m) = sweep(ev, e, (t, t, 1), true)? else {
+        return Ok(None);
+    };
+    if m.iter().any(|s| !s.points.is_empty()) {
+        note_counter(ev, call, name.as_deref());
+    }
+    Ok(Some(Value::Vector(to_vector(m, t, drop_name))))
 }
 
 /// Orders candidates as `select_k` does: by value (best first, NaN last),

@@ -224,6 +224,9 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
         if overlap {
             overlaps.push(labels.name().to_string());
         }
+        if r.is_some() && matches!(name, "rate" | "increase") {
+            ev.info_non_counter(labels.name(), name, marg);
+        }
         if let Some(v) = r {
             let keep = matches!(name, "last_over_time" | "first_over_time");
             out.push(VectorSample {
