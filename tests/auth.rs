@@ -189,14 +189,21 @@ async fn a_user_token_reads_only_its_own_jobs_on_every_path() {
         "/federate?match[]=up",
         "/metrics",
         "/api/v1/status/buildinfo",
+        "/api/v1/rules",
     ] {
         let (st, body) = get_as(port, path, None);
         assert_denied(st, &body, 401, "unauthorized", path);
         let (st, body) = get_as(port, path, Some("canopy_not_a_token"));
         assert_denied(st, &body, 401, "unauthorized", path);
     }
-    for path in ["/", "/assets/app.js", "/assets/api.js"] {
-        assert_eq!(get_as(port, path, None).0, 200, "{path} is static and open");
+    for path in [
+        "/",
+        "/assets/app.js",
+        "/assets/api.js",
+        "/-/healthy",
+        "/-/ready",
+    ] {
+        assert_eq!(get_as(port, path, None).0, 200, "{path} is open");
     }
 
     // --- Instant queries: every widening trick ends at my own series.

@@ -68,8 +68,9 @@ impl ApiState {
     }
 }
 
-/// The router: `/api/v1/*`, `/federate` and `/metrics`, every route behind
-/// the access-control [`guard`].
+/// The router: `/api/v1/*`, `/federate`, `/metrics` and the `/-/healthy`
+/// and `/-/ready` probes, every route behind the access-control [`guard`]
+/// (which lets the probes through without a token).
 pub fn router(state: ApiState) -> Router {
     let limit = state.max_body_bytes;
     let m = Arc::clone(&state.api_metrics);
@@ -91,6 +92,10 @@ pub fn router(state: ApiState) -> Router {
             get(thresholds).post(thresholds),
         )
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))
+        .route("/api/v1/rules", get(rules).post(rules))
+        .route("/api/v1/alerts", get(alerts).post(alerts))
+        .route("/-/healthy", get(healthy).head(healthy))
+        .route("/-/ready", get(ready).head(ready))
         .route("/federate", get(federate).post(federate))
         .route("/metrics", get(self_metrics))
         .layer(DefaultBodyLimit::max(limit))
@@ -550,6 +555,31 @@ async fn exemplars(State(_st): State<ApiState>, p: Params) -> Result<Json<Json_>
 /// shape of its config file.
 async fn thresholds(State(st): State<ApiState>) -> Json<Json_> {
     success(serde_json::to_value(&*st.thresholds).unwrap_or(Json_::Null))
+}
+
+/// `/api/v1/rules`: Canopy evaluates no recording or alerting rules, so
+/// the answer is Prometheus's for a server without any (Grafana's rule
+/// and alert views ask it of every Prometheus data source).
+async fn rules() -> Json<Json_> {
+    success(json!({ "groups": [] }))
+}
+
+/// `/api/v1/alerts`: none (no alerting rules), in Prometheus's shape.
+async fn alerts() -> Json<Json_> {
+    success(json!({ "alerts": [] }))
+}
+
+/// `/-/healthy`: the process answers (a liveness probe).
+async fn healthy() -> &'static str {
+    "Canopy gateway is Healthy.\n"
+}
+
+/// `/-/ready`: ready to serve queries. The listener opens only once the
+/// store is recovered from its snapshot and write-ahead log, so answering
+/// at all means ready, as Prometheus's `/-/ready` does after its TSDB
+/// loaded.
+async fn ready() -> &'static str {
+    "Canopy gateway is Ready.\n"
 }
 
 async fn buildinfo() -> Json<Json_> {

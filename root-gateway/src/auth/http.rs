@@ -30,6 +30,9 @@ pub enum Need {
 pub fn need(method: &Method, path: &str) -> Need {
     match path {
         "/" | "/favicon.ico" => Need::Open,
+        // Liveness and readiness probes (load balancers, Kubernetes) carry
+        // no token and learn nothing but that the gateway answers.
+        "/-/healthy" | "/-/ready" => Need::Open,
         p if p.starts_with("/assets/") => Need::Open,
         "/metrics" => Need::Role(Role::Admin),
         "/api/v1/write" if method == Method::POST => Need::Role(Role::Admin),

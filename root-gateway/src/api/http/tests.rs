@@ -176,6 +176,27 @@ fn annotations_split_into_infos_and_warnings() {
     assert_eq!(j["status"], "success");
 }
 
+/// The probes answer 200 with a plain line; rules and alerts answer
+/// Prometheus's empty shapes.
+#[tokio::test]
+async fn probes_rules_and_alerts() {
+    let (st, body) = text("/-/healthy").await;
+    assert_eq!(
+        (st, body.as_str()),
+        (StatusCode::OK, "Canopy gateway is Healthy.\n")
+    );
+    let (st, body) = text("/-/ready").await;
+    assert_eq!(
+        (st, body.as_str()),
+        (StatusCode::OK, "Canopy gateway is Ready.\n")
+    );
+    let (st, j) = get("/api/v1/rules").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(j["data"]["groups"], serde_json::json!([]));
+    let (_, j) = get("/api/v1/alerts").await;
+    assert_eq!(j["data"]["alerts"], serde_json::json!([]));
+}
+
 #[tokio::test]
 async fn scalar_and_special_values() {
     let (_, j) = get("/api/v1/query?query=1%2F0&time=1").await;
