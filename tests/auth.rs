@@ -346,11 +346,13 @@ async fn a_user_token_reads_only_its_own_jobs_on_every_path() {
     }
 
     // --- Roles: /metrics and remote_write in are admin only.
-    for (t, code) in [(&tok, 403), (&sched, 403)] {
-        let (st, body) = get_as(port, "/metrics", Some(t));
-        assert_denied(st, &body, code, "forbidden", "/metrics");
+    for path in ["/metrics", "/api/v1/status/tsdb"] {
+        for (t, code) in [(&tok, 403), (&sched, 403)] {
+            let (st, body) = get_as(port, path, Some(t));
+            assert_denied(st, &body, code, "forbidden", path);
+        }
+        assert_eq!(get_as(port, path, Some(&admin)).0, 200, "{path}");
     }
-    assert_eq!(get_as(port, "/metrics", Some(&admin)).0, 200);
     // An empty remote_write 1.0 request: snappy of zero bytes is one 0x00.
     let write = |t: Option<&str>| {
         let h = t.map(|t| format!("Bearer {t}"));

@@ -92,6 +92,7 @@ pub fn router(state: ApiState) -> Router {
             get(thresholds).post(thresholds),
         )
         .route("/api/v1/query_exemplars", get(exemplars).post(exemplars))
+        .route("/api/v1/status/tsdb", get(tsdb_status).post(tsdb_status))
         .route("/api/v1/rules", get(rules).post(rules))
         .route("/api/v1/alerts", get(alerts).post(alerts))
         .route("/-/healthy", get(healthy).head(healthy))
@@ -555,6 +556,49 @@ async fn exemplars(State(_st): State<ApiState>, p: Params) -> Result<Json<Json_>
 /// shape of its config file.
 async fn thresholds(State(st): State<ApiState>) -> Json<Json_> {
     success(serde_json::to_value(&*st.thresholds).unwrap_or(Json_::Null))
+}
+
+/// `/api/v1/status/tsdb?limit=N` (admin): the live store's cardinality in
+/// Prometheus's shape (`headStats` and the four top-N lists, N 10 by
+/// default, at most 10,000): which metric names, labels and pairs hold the
+/// most series.
+async fn tsdb_status(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
+    let limit = match p.get("limit").filter(|l| !l.is_empty()) {
+        None => 10,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadData(format!(
+                    "invalid parameter \"limit\": {l:?} is not a number from 1 to 10000"
+                ))
+            })?,
+    };
+    let q = Arc::clone(&st.querier);
+    let c = tokio::task::spawn_blocking(move || q.cardinality(limit))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .ok_or_else(|| ApiError::Internal("this store keeps no cardinality statistics".into()))?;
+    let list = |v: &[(String, usize)]| {
+        v.iter()
+            .map(|(name, value)| json!({ "name": name, "value": value }))
+            .collect::<Vec<_>>()
+    };
+    let (min, max) = c.time_range.unwrap_or((i64::MAX, i64::MIN));
+    Ok(success(json!({
+        "headStats": {
+            "numSeries": c.num_series,
+            "numLabelPairs": c.num_label_pairs,
+            "chunkCount": c.chunk_count,
+            "minTime": min,
+            "maxTime": max,
+        },
+        "seriesCountByMetricName": list(&c.series_by_metric),
+        "labelValueCountByLabelName": list(&c.values_by_label),
+        "memoryInBytesByLabelName": list(&c.bytes_by_label),
+        "seriesCountByLabelValuePair": list(&c.series_by_pair),
+    })))
 }
 
 /// `/api/v1/rules`: Canopy evaluates no recording or alerting rules, so

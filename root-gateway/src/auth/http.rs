@@ -34,7 +34,8 @@ pub fn need(method: &Method, path: &str) -> Need {
         // no token and learn nothing but that the gateway answers.
         "/-/healthy" | "/-/ready" => Need::Open,
         p if p.starts_with("/assets/") => Need::Open,
-        "/metrics" => Need::Role(Role::Admin),
+        // The whole store's cardinality (every user's metrics and labels).
+        "/metrics" | "/api/v1/status/tsdb" => Need::Role(Role::Admin),
         "/api/v1/write" if method == Method::POST => Need::Role(Role::Admin),
         _ => Need::Role(Role::User),
     }

@@ -129,6 +129,13 @@ impl SeriesIndex {
         n
     }
 
+    /// Every posting as (name id, value id, number of series).
+    pub(crate) fn posting_counts(&self) -> impl Iterator<Item = (u32, u32, usize)> + '_ {
+        self.postings
+            .iter()
+            .map(|(&k, ids)| ((k >> 32) as u32, k as u32, ids.len()))
+    }
+
     /// The key of label set `labels`: one seeded hash over its names and
     /// values in order (see [`Self::hash_pairs`]).
     pub(crate) fn hash(&self, labels: &Labels) -> u64 {

@@ -17,8 +17,11 @@ mod mem;
 mod op;
 mod shared;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+
+use canopy_proto::model::METRIC_NAME;
 
 pub use canopy_proto::model::{Labels, Sample};
 pub use live::{LiveStore, LiveStoreConfig, MemoryBreakdown, SeriesHint, SnapshotCut, StoreStats};
@@ -234,6 +237,12 @@ pub trait Querier {
         Ok(())
     }
 
+    /// Cardinality statistics of the held series, each list cut to its
+    /// `limit` largest entries; `None` from a store that keeps none.
+    fn cardinality(&self, _limit: usize) -> Option<Cardinality> {
+        None
+    }
+
     /// Label sets of series matching `matchers` that have data in `[mint, maxt]`.
     fn series(
         &self,
@@ -247,6 +256,74 @@ pub trait Querier {
             .into_iter()
             .map(|s| s.labels)
             .collect())
+    }
+}
+
+/// The store's cardinality, as Prometheus's `/api/v1/status/tsdb` reports
+/// its head block: what an admin reads to find the metric or label that
+/// floods series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cardinality {
+    /// Series held.
+    pub num_series: usize,
+    /// Distinct label name=value pairs.
+    pub num_label_pairs: usize,
+    /// Chunks held, open ones included.
+    pub chunk_count: usize,
+    /// Oldest and newest sample held, ms (`None` when there is none).
+    pub time_range: Option<(i64, i64)>,
+    /// Series per metric name, largest first.
+    pub series_by_metric: Vec<(String, usize)>,
+    /// Distinct values per label name, largest first.
+    pub values_by_label: Vec<(String, usize)>,
+    /// Bytes of values per label name (each value's length times the series
+    /// carrying it), largest first.
+    pub bytes_by_label: Vec<(String, usize)>,
+    /// Series per label `name=value` pair, largest first.
+    pub series_by_pair: Vec<(String, usize)>,
+}
+
+impl Cardinality {
+    /// The statistics of postings `(name, value, series)`, each list cut to
+    /// its `limit` largest (ties by name), with the series-level figures
+    /// left to the caller.
+    pub fn from_postings<'a>(
+        postings: impl Iterator<Item = (&'a str, &'a str, usize)>,
+        limit: usize,
+    ) -> Self {
+        let mut by_metric = Vec::new();
+        let mut values: HashMap<&str, (usize, usize)> = HashMap::new();
+        let mut pairs = Vec::new();
+        let mut n_pairs = 0;
+        for (name, value, n) in postings {
+            n_pairs += 1;
+            if name == METRIC_NAME {
+                by_metric.push((value.to_string(), n));
+            }
+            let e = values.entry(name).or_default();
+            e.0 += 1;
+            e.1 += value.len() * n;
+            pairs.push((name, value, n));
+        }
+        let top = |mut v: Vec<(String, usize)>| {
+            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            v.truncate(limit);
+            v
+        };
+        // Only the pairs kept are formatted.
+        pairs.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (a.0, a.1).cmp(&(b.0, b.1))));
+        pairs.truncate(limit);
+        Cardinality {
+            num_label_pairs: n_pairs,
+            series_by_metric: top(by_metric),
+            values_by_label: top(values.iter().map(|(k, v)| (k.to_string(), v.0)).collect()),
+            bytes_by_label: top(values.iter().map(|(k, v)| (k.to_string(), v.1)).collect()),
+            series_by_pair: pairs
+                .into_iter()
+                .map(|(n, v, c)| (format!("{n}={v}"), c))
+                .collect(),
+            ..Cardinality::default()
+        }
     }
 }
 

@@ -237,4 +237,8 @@ impl Querier for SharedStore {
     ) -> Result<(), StoreError> {
         self.read(|s| s.select_each(matchers, mint, maxt, limit, keep, f, done))
     }
+
+    fn cardinality(&self, limit: usize) -> Option<super::Cardinality> {
+        self.read(|s| s.cardinality(limit))
+    }
 }

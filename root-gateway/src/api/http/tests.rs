@@ -176,6 +176,70 @@ fn annotations_split_into_infos_and_warnings() {
     assert_eq!(j["status"], "success");
 }
 
+/// The store's cardinality in Prometheus's `/api/v1/status/tsdb` shape,
+/// the lists cut to `limit` and ordered by count, then name.
+#[tokio::test]
+async fn tsdb_status_reports_cardinality() {
+    let (st, j) = get("/api/v1/status/tsdb").await;
+    assert_eq!(st, StatusCode::OK);
+    let d = &j["data"];
+    assert_eq!(
+        d["headStats"],
+        serde_json::json!({"numSeries": 2, "numLabelPairs": 4, "chunkCount": 2,
+                           "minTime": 0, "maxTime": 600_000})
+    );
+    assert_eq!(
+        d["seriesCountByMetricName"],
+        serde_json::json!([{"name": "req_total", "value": 1}, {"name": "temp", "value": 1}])
+    );
+    assert_eq!(
+        d["memoryInBytesByLabelName"],
+        serde_json::json!([{"name": "__name__", "value": 13}, {"name": "job", "value": 2}])
+    );
+    assert_eq!(
+        d["seriesCountByLabelValuePair"][3],
+        serde_json::json!({"name": "job=b", "value": 1})
+    );
+    let (_, j) = get("/api/v1/status/tsdb?limit=1").await;
+    assert_eq!(
+        j["data"]["labelValueCountByLabelName"],
+        serde_json::json!([{"name": "__name__", "value": 2}])
+    );
+    let (st, j) = get("/api/v1/status/tsdb?limit=0").await;
+    assert_eq!(
+        (st, &j["errorType"]),
+        (StatusCode::BAD_REQUEST, &serde_json::json!("bad_data"))
+    );
+}
+
+/// Larger counts come first; ties go by name.
+#[test]
+fn cardinality_lists_are_ordered_by_count() {
+    let postings = [
+        ("__name__", "a", 1),
+        ("__name__", "b", 5),
+        ("job", "x", 5),
+        ("job", "y", 1),
+        ("job", "z", 1),
+        ("node", "n1", 3),
+    ];
+    let c = crate::store::Cardinality::from_postings(postings.iter().copied(), 2);
+    assert_eq!(c.num_label_pairs, 6);
+    assert_eq!(
+        c.series_by_metric,
+        vec![("b".to_string(), 5), ("a".to_string(), 1)]
+    );
+    assert_eq!(
+        c.values_by_label,
+        vec![("job".to_string(), 3), ("__name__".to_string(), 2)]
+    );
+    assert_eq!(
+        c.series_by_pair,
+        vec![("__name__=b".to_string(), 5), ("job=x".to_string(), 5)]
+    );
+    assert_eq!(c.bytes_by_label[0], ("job".to_string(), 7));
+}
+
 /// The probes answer 200 with a plain line; rules and alerts answer
 /// Prometheus's empty shapes.
 #[tokio::test]

@@ -32,6 +32,29 @@ impl Querier for LiveStore {
         self.select_labels(matchers, (mint, maxt), limit, Some(keep))
     }
 
+    fn cardinality(&self, limit: usize) -> Option<crate::store::Cardinality> {
+        let postings = self
+            .index
+            .posting_counts()
+            .map(|(n, v, c)| (self.strings.get(n), self.strings.get(v), c));
+        let mut out = crate::store::Cardinality::from_postings(postings, limit);
+        out.num_series = self.live;
+        for e in self.entries.iter().flatten() {
+            out.chunk_count += e.sealed.len() + usize::from(e.head.len() > 0);
+            let first = if e.sealed.is_empty() {
+                (e.head.len() > 0).then(|| e.head.first_ts())
+            } else {
+                Some(e.sealed.first_ts(0))
+            };
+            if let (Some(a), Some((b, _))) = (first, e.last()) {
+                let (lo, hi) = out.time_range.get_or_insert((a, b));
+                *lo = (*lo).min(a);
+                *hi = (*hi).max(b);
+            }
+        }
+        Some(out)
+    }
+
     fn select_each(
         &self,
         matchers: &[Matcher],
