@@ -115,17 +115,21 @@ fn every_dashboard_query_parses_and_evaluates() {
             !expr.contains('$'),
             "{name}: instant queries take no placeholder"
         );
-        let v = engine
-            .instant(&store, expr, END)
+        let (v, notes) = engine
+            .instant_annotated(&store, expr, END, &|| false)
             .unwrap_or_else(|e| panic!("instant {name}: {expr}: {e}"));
         assert!(!vector(v).is_empty(), "instant {name} is empty: {expr}");
+        // A panel whose query draws a warning or info (a rate over a
+        // non-counter, a sort in a range) would show it in Grafana too.
+        assert!(notes.is_empty(), "instant {name}: {expr}: {notes:?}");
     }
     for (name, expr) in range {
         let expr = bind(expr.as_str().expect("string"), "202", "n1");
-        let m = engine
-            .range(&store, &expr, END - 15 * 60_000, END, 5_000)
+        let (m, notes) = engine
+            .range_annotated(&store, &expr, (END - 15 * 60_000, END, 5_000), &|| false)
             .unwrap_or_else(|e| panic!("range {name}: {expr}: {e}"));
         assert!(!m.is_empty(), "range {name} is empty: {expr}");
+        assert!(notes.is_empty(), "range {name}: {expr}: {notes:?}");
         assert!(
             m.iter().all(|s| s.points.len() == 181),
             "range {name}: one point per step"
@@ -236,17 +240,21 @@ fn every_grafana_expr_parses_and_evaluates() {
             let expr = grafana_bind(raw);
             assert!(!expr.contains('$'), "{title}: unbound variable in {raw}");
             let instant = t["instant"].as_bool().unwrap_or(false);
-            if instant {
-                let v = engine
-                    .instant(&store, &expr, END)
+            let notes = if instant {
+                let (v, notes) = engine
+                    .instant_annotated(&store, &expr, END, &|| false)
                     .unwrap_or_else(|e| panic!("{title}: {expr}: {e}"));
                 assert!(!vector(v).is_empty(), "{title}: empty: {expr}");
+                notes
             } else {
-                let m = engine
-                    .range(&store, &expr, END - 15 * 60_000, END, 15_000)
+                let (m, notes) = engine
+                    .range_annotated(&store, &expr, (END - 15 * 60_000, END, 15_000), &|| false)
                     .unwrap_or_else(|e| panic!("{title}: {expr}: {e}"));
                 assert!(!m.is_empty(), "{title}: empty: {expr}");
-            }
+                notes
+            };
+            // Grafana would show a warning or info on the panel.
+            assert!(notes.is_empty(), "{title}: {expr}: {notes:?}");
             n += 1;
         }
     }
