@@ -11,6 +11,7 @@
 //! query length and nesting depth.
 
 mod aggregate;
+mod annotate;
 mod binary;
 pub(crate) mod duration;
 mod durexpr;

@@ -5,18 +5,21 @@
 //! histograms, start timestamps, annotations, syntax the parser does not
 //! know) are counted as skipped, each with its reason.
 
+mod annotations;
+mod histograms;
 mod notation;
 mod variants;
 
 use std::collections::BTreeMap;
 
-use canopy_proto::model::{METRIC_NAME, is_stale_nan};
+use annotations::{annotation_pattern, check_warnings};
+use canopy_proto::model::is_stale_nan;
+use histograms::{may_select, nhcb_series};
 use notation::{Item, duration_ms, go_number, metric, values, word};
-use promql_parser::parser::Expr;
 
 use super::aggregate::almost_equal;
 use super::{Engine, EngineOpts, PromqlError, RangeSeries, Value};
-use crate::store::{Labels, Matcher, MemStore};
+use crate::store::{Labels, MemStore};
 
 /// One failed eval.
 #[derive(Clone, Debug)]
@@ -240,76 +243,6 @@ pub fn run_script_with(text: &str, opts: Options) -> Report {
         }
     }
     report
-}
-
-/// The native histogram series `load_with_nhcb` builds from the classic
-/// histogram series `l` belongs to (`X_bucket{…, le}`, `X_count{…}` and
-/// `X_sum{…}` group into `X{…}` without `le`), or `None` for another series.
-fn nhcb_series(l: &Labels) -> Option<Labels> {
-    let name = l.name();
-    let base = ["_bucket", "_count", "_sum"]
-        .iter()
-        .find_map(|s| name.strip_suffix(s))?;
-    Some(Labels::from_pairs(
-        l.iter()
-            .filter(|(n, _)| *n != "le" && *n != METRIC_NAME)
-            .chain([(METRIC_NAME, base)]),
-    ))
-}
-
-/// True when a selector of `expr` could match one of `series` (or when
-/// that cannot be told: the query does not parse, a matcher is refused),
-/// so an answer could depend on samples the runner did not load.
-/// `info()` without a second argument selects `target_info` implicitly.
-fn may_select(expr: &str, series: &[Labels]) -> bool {
-    let ctx = super::durexpr::DurCtx {
-        step_ms: 60_000,
-        range_ms: 60_000,
-    };
-    let Ok(q) = super::durexpr::rewrite(expr, ctx) else {
-        return true;
-    };
-    let Ok(root) = promql_parser::parser::parse(&q) else {
-        return true;
-    };
-    let info = Matcher::equal(METRIC_NAME, "target_info");
-    let mut stack = vec![&root];
-    while let Some(e) = stack.pop() {
-        let vs = match e {
-            Expr::VectorSelector(vs) => Some(vs),
-            Expr::MatrixSelector(ms) => Some(&ms.vs),
-            _ => None,
-        };
-        if let Some(vs) = vs {
-            match super::prepass::matchers(vs) {
-                Ok(m) if !series.iter().any(|l| Matcher::all_match(&m, l)) => {}
-                _ => return true,
-            }
-        }
-        if let Expr::Call(c) = e
-            && c.func.name == "info"
-            && c.args.args.len() < 2
-            && series
-                .iter()
-                .any(|l| Matcher::all_match(std::slice::from_ref(&info), l))
-        {
-            return true;
-        }
-        stack.extend(super::prepass::children(e));
-    }
-    false
-}
-
-/// What an `expect warn` / `expect info` line asks for: an exact message
-/// (`msg:`), a regex (`regex:`), or any annotation of that kind (`None`).
-fn annotation_pattern(tail: &str) -> Option<(bool, String)> {
-    let t = tail.trim();
-    if let Some(m) = t.strip_prefix("msg:") {
-        Some((false, m.trim().to_string()))
-    } else {
-        t.strip_prefix("regex:")
-            .map(|r| (true, r.trim().to_string()))
-    }
 }
 
 /// Reads one body line into `exp`; true when it was a scalar (ends the body).
@@ -658,49 +591,6 @@ fn range_mode(
         )
     };
     compare_instant(&value, exp).map_err(|e| format!("range mode: {e}"))
-}
-
-/// Warnings against `expect warn` / `expect no_warn` (§6.2 of the format).
-fn check_warnings(exp: &Expect, got: &[String]) -> Result<(), String> {
-    let (infos, warnings): (Vec<String>, Vec<String>) = got
-        .iter()
-        .cloned()
-        .partition(|a| a.starts_with("PromQL info:"));
-    check_kind("warning", exp.no_warn, &exp.warns, &warnings)?;
-    check_kind("info", exp.no_info, &exp.infos, &infos)
-}
-
-/// The upstream runner's rules for one kind of annotation: none at all
-/// under `no_*`; every expected line matches one; with any expected line,
-/// every annotation matches one.
-fn check_kind(
-    kind: &str,
-    none: bool,
-    want: &[Option<(bool, String)>],
-    got: &[String],
-) -> Result<(), String> {
-    if none && !got.is_empty() {
-        return Err(format!("expected no {kind}s, got {got:?}"));
-    }
-    if want.is_empty() {
-        return Ok(());
-    }
-    let matches = |want: &Option<(bool, String)>, w: &str| match want {
-        None => true,
-        Some((false, m)) => w.trim() == m,
-        Some((true, r)) => super::prepass::regex_matcher(&format!(".*(?:{r}).*"))
-            .map(|m| m.is_match(w))
-            .unwrap_or(false),
-    };
-    for w in want {
-        if !got.iter().any(|g| matches(w, g)) {
-            return Err(format!("expected {kind} {w:?}, got {got:?}"));
-        }
-    }
-    if let Some(extra) = got.iter().find(|g| !want.iter().any(|x| matches(x, g))) {
-        return Err(format!("unexpected {kind} {extra:?}"));
-    }
-    Ok(())
 }
 
 fn feq(a: f64, b: f64) -> bool {
