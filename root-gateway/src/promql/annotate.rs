@@ -32,10 +32,15 @@ impl Evaluator<'_> {
         let at = self.text[call..]
             .find(shown.as_str())
             .map_or(call, |k| call + k);
-        let before = &self.text[..at];
-        let line = before.matches('\n').count() + 1;
-        let col = before.len() - before.rfind('\n').map_or(0, |k| k + 1) + 1;
-        (line, col)
+        line_col(self.text, at)
+    }
+
+    /// Adds annotation `a` unless it is already there (a query's
+    /// annotations are a set; steps and series repeat them).
+    fn note(&mut self, a: String) {
+        if !self.warnings.contains(&a) {
+            self.warnings.push(a);
+        }
     }
 
     /// Records that `func` (`histogram_quantile` or `histogram_quantiles`)
@@ -111,22 +116,16 @@ impl Evaluator<'_> {
             return;
         }
         let (line, col) = self.arg_position(func, arg);
-        let w = format!(
+        self.note(format!(
             "PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: {metric:?} ({line}:{col})"
-        );
-        if !self.warnings.contains(&w) {
-            self.warnings.push(w);
-        }
+        ));
     }
 
     /// Records a warning about the sub-expression `arg` of a call to `func`,
     /// positioned (line:column) where `arg` is written after `func(`.
     pub(crate) fn warn(&mut self, msg: &str, func: &str, arg: &Expr) {
         let (line, col) = self.arg_position(func, arg);
-        let w = format!("PromQL warning: {msg} ({line}:{col})");
-        if !self.warnings.contains(&w) {
-            self.warnings.push(w);
-        }
+        self.note(format!("PromQL warning: {msg} ({line}:{col})"));
     }
 
     /// Warns, as Prometheus 3 does, about each `sort*` call evaluated over
@@ -146,15 +145,10 @@ impl Evaluator<'_> {
             {
                 let at = at.get_or_insert_with(|| call_positions(self.text, &SORTS));
                 if r && let Some(&pos) = at.get(k) {
-                    let before = &self.text[..pos];
-                    let line = before.matches('\n').count() + 1;
-                    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                    let w = format!(
+                    let (line, col) = line_col(self.text, pos);
+                    self.note(format!(
                         "PromQL warning: sort is ineffective for range queries since results are always ordered by labels ({line}:{col})"
-                    );
-                    if !self.warnings.contains(&w) {
-                        self.warnings.push(w);
-                    }
+                    ));
                 }
                 k += 1;
             }
@@ -176,6 +170,15 @@ impl Evaluator<'_> {
             self.warn(&msg, func, arg);
         }
     }
+}
+
+/// The 1-based (line, column) of byte `at` of `text`, as annotations
+/// give positions.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |k| k + 1) + 1;
+    (line, col)
 }
 
 /// `t` (ms since the epoch) as RFC 3339 in UTC to the second, as Go's

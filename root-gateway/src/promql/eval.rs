@@ -39,7 +39,8 @@ pub(crate) struct Evaluator<'a> {
     pub(crate) step_ms: i64,
     /// The query text (after the pre-pass), for annotation positions.
     pub(crate) text: &'a str,
-    /// Warnings raised so far, as the HTTP API words them (deduplicated).
+    /// Annotations raised so far (warnings and infos), as the HTTP API
+    /// words them (deduplicated).
     pub(crate) warnings: Vec<String>,
     /// Forced-monotonicity infos of `histogram_quantile` so far, merged
     /// per metric name and position over the query's steps, worded by

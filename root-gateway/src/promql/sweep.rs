@@ -124,18 +124,9 @@ pub(crate) fn range(
     e: &Expr,
     window: (i64, i64, i64),
 ) -> Result<Option<Matrix>, PromqlError> {
-    let Some((_, call, ms)) = shape(e) else {
-        return Ok(None);
-    };
-    let Some(name) = counter_name(call, ms) else {
-        return Ok(None);
-    };
     let Some(mut m) = sweep(ev, e, window, false)? else {
         return Ok(None);
     };
-    if m.iter().any(|s| !s.points.is_empty()) {
-        note_counter(ev, call, name.as_deref());
-    }
     m.sort_by(|a, b| a.labels.cmp(&b.labels));
     Ok(Some(m))
 }
@@ -163,7 +154,8 @@ fn counter_name(call: &Call, ms: &MatrixSelector) -> Option<Option<String>> {
 }
 
 /// Raises the non-counter info for a sweep of `call` that gave a value
-/// (every series it read carries the name the selector fixes).
+/// (every series it read carries the name the selector fixes; a sweep
+/// keeps only the series and groups that did).
 fn note_counter(ev: &mut Evaluator<'_>, call: &Call, name: Option<&str>) {
     if let (Some(name), Some(arg)) = (name, call.args.args.first()) {
         ev.info_non_counter(name, call.func.name, arg);
@@ -188,12 +180,12 @@ pub(crate) fn instant(
             let Some((None, call, ms)) = shape(&a.expr) else {
                 return Ok(None);
             };
-            let Some(name) = counter_name(call, ms) else {
-                return Ok(None);
-            };
             // A plain k (no grouping, a whole number from 1 on, as
             // `select_k` takes it): the k best are found streaming.
             if a.modifier.is_none() && k.val >= 1.0 && k.val <= 1e6 && k.val.fract() == 0.0 {
+                let Some(name) = counter_name(call, ms) else {
+                    return Ok(None);
+                };
                 let top = op == "topk";
                 let v = select_top(ev, call, ms, t, k.val as usize, top)?;
                 if v.as_ref().is_some_and(|v| !v.is_empty()) {
@@ -204,28 +196,16 @@ pub(crate) fn instant(
             let Some(m) = sweep(ev, &a.expr, (t, t, 1), true)? else {
                 return Ok(None);
             };
-            if m.iter().any(|s| !s.points.is_empty()) {
-                note_counter(ev, call, name.as_deref());
-            }
             let v = to_vector(m, t, drops_name(call));
             let v = aggregate::select_k(&op, k.val, v, &a.modifier)?;
             return Ok(Some(Value::Vector(v)));
         }
     }
-    let Some((agg, call, ms)) = shape(e) else {
-        return Ok(None);
-    };
-    let Some(name) = counter_name(call, ms) else {
+    let Some((agg, call, _)) = shape(e) else {
         return Ok(None);
     };
     let drop_name = agg.is_none() && drops_name(call);
-    let Some(m) = sweep(ev, e, (t, t, 1), true)? else {
-        return Ok(None);
-    };
-    if m.iter().any(|s| !s.points.is_empty()) {
-        note_counter(ev, call, name.as_deref());
-    }
-    Ok(Some(Value::Vector(to_vector(m, t, drop_name))))
+    Ok(sweep(ev, e, (t, t, 1), true)?.map(|m| Value::Vector(to_vector(m, t, drop_name))))
 }
 
 /// True when [`aggregate::group_pairs`] under `modifier` takes the label
@@ -541,6 +521,9 @@ fn sweep(
     let Some((agg, call, ms)) = shape(e) else {
         return Ok(None);
     };
+    let Some(counter) = counter_name(call, ms) else {
+        return Ok(None);
+    };
     if step <= 0 || end < start {
         return Ok(None);
     }
@@ -703,15 +686,18 @@ fn sweep(
             limit: ev.opts.max_samples,
         });
     }
-    Ok(Some(
-        outs.into_iter()
-            .filter(|o| !o.points.is_empty())
-            .map(|o| RangeSeries {
-                labels: o.labels,
-                points: o.points,
-                drop_name: false,
-                start_ms: Vec::new(),
-            })
-            .collect(),
-    ))
+    let m: Matrix = outs
+        .into_iter()
+        .filter(|o| !o.points.is_empty())
+        .map(|o| RangeSeries {
+            labels: o.labels,
+            points: o.points,
+            drop_name: false,
+            start_ms: Vec::new(),
+        })
+        .collect();
+    if !m.is_empty() {
+        note_counter(ev, call, counter.as_deref());
+    }
+    Ok(Some(m))
 }
