@@ -563,17 +563,14 @@ async fn thresholds(State(st): State<ApiState>) -> Json<Json_> {
 /// default, at most 10,000): which metric names, labels and pairs hold the
 /// most series.
 async fn tsdb_status(Scoped(st): Scoped, p: Params) -> Result<Json<Json_>, ApiError> {
-    let limit = match p.get("limit").filter(|l| !l.is_empty()) {
-        None => 10,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=10_000).contains(n))
-            .ok_or_else(|| {
-                ApiError::BadData(format!(
-                    "invalid parameter \"limit\": {l:?} is not a number from 1 to 10000"
-                ))
-            })?,
+    let limit = match limit_param(&p)? {
+        0 if p.get("limit").is_none_or(str::is_empty) => 10,
+        n @ 1..=10_000 => n,
+        n => {
+            return Err(ApiError::BadData(format!(
+                "invalid parameter \"limit\": {n} is not a number from 1 to 10000"
+            )));
+        }
     };
     let q = Arc::clone(&st.querier);
     let c = tokio::task::spawn_blocking(move || q.cardinality(limit))
