@@ -306,13 +306,15 @@ impl Cardinality {
             pairs.push((name, value, n));
         }
         let top = |mut v: Vec<(String, usize)>| {
-            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            v.truncate(limit);
+            largest(&mut v, limit, |a, b| {
+                b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0))
+            });
             v
         };
         // Only the pairs kept are formatted.
-        pairs.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (a.0, a.1).cmp(&(b.0, b.1))));
-        pairs.truncate(limit);
+        largest(&mut pairs, limit, |a, b| {
+            b.2.cmp(&a.2).then_with(|| (a.0, a.1).cmp(&(b.0, b.1)))
+        });
         Cardinality {
             num_label_pairs: n_pairs,
             series_by_metric: top(by_metric),
@@ -325,6 +327,21 @@ impl Cardinality {
             ..Cardinality::default()
         }
     }
+}
+
+/// Cuts `v` to its first `n` items in the order `cmp` gives, sorted: a
+/// linear selection first, so a store with millions of label pairs sorts
+/// only the `n` it reports (the walk holds the store's read lock).
+fn largest<T>(v: &mut Vec<T>, n: usize, mut cmp: impl FnMut(&T, &T) -> std::cmp::Ordering) {
+    if n == 0 {
+        v.clear();
+        return;
+    }
+    if v.len() > n {
+        v.select_nth_unstable_by(n - 1, &mut cmp);
+        v.truncate(n);
+    }
+    v.sort_by(cmp);
 }
 
 /// What [`Querier::select_each`] hands, once its stream ended, a builder
