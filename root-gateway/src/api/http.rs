@@ -241,9 +241,8 @@ async fn query(Scoped(st): Scoped, p: Params) -> Result<Response, ApiError> {
                 .into_response()
         }
         _ => {
-            let mut out =
-                serde_json::to_vec(&json!({ "status": "success", "data": value_json(&v) }))
-                    .unwrap_or_default();
+            let Json(body) = success(value_json(&v));
+            let mut out = serde_json::to_vec(&body).unwrap_or_default();
             append_annotations(&mut out, &notes);
             (
                 [(header::CONTENT_TYPE, "application/json")],

@@ -108,11 +108,7 @@ impl Evaluator<'_> {
     /// `_bucket`, so it might not be a counter; positioned at the range
     /// argument `arg`. Call it for a series that gave the function a value.
     pub(crate) fn info_non_counter(&mut self, metric: &str, func: &str, arg: &Expr) {
-        if metric.is_empty()
-            || ["_total", "_sum", "_count", "_bucket"]
-                .iter()
-                .any(|s| metric.ends_with(s))
-        {
+        if !might_not_be_counter(metric) {
             return;
         }
         let (line, col) = self.arg_position(func, arg);
@@ -170,6 +166,16 @@ impl Evaluator<'_> {
             self.warn(&msg, func, arg);
         }
     }
+}
+
+/// True for a metric name without `_total`, `_sum`, `_count` or `_bucket`
+/// at its end: `rate` and `increase` over it raise Prometheus's "might not
+/// be a counter" info.
+pub(crate) fn might_not_be_counter(metric: &str) -> bool {
+    !metric.is_empty()
+        && !["_total", "_sum", "_count", "_bucket"]
+            .iter()
+            .any(|s| metric.ends_with(s))
 }
 
 /// The 1-based (line, column) of byte `at` of `text`, as annotations

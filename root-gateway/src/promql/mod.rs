@@ -279,14 +279,22 @@ impl Engine {
 /// `step()` and `range()` as one minute); an error of the pre-pass itself
 /// (a zero range, division by zero) is left for evaluation to report.
 pub fn parses(query: &str) -> bool {
+    parse_outside_a_query(query).is_none_or(|e| e.is_ok())
+}
+
+/// `query` through the pre-pass (taking `step()` and `range()` as one
+/// minute) and the parser, for looking at a query outside an evaluation:
+/// `None` when the pre-pass itself refuses it (a zero range, division by
+/// zero), else the parser's answer.
+pub(crate) fn parse_outside_a_query(
+    query: &str,
+) -> Option<Result<promql_parser::parser::Expr, String>> {
     let ctx = durexpr::DurCtx {
         step_ms: 60_000,
         range_ms: 60_000,
     };
-    match durexpr::rewrite(query, ctx) {
-        Ok(q) => promql_parser::parser::parse(&q).is_ok(),
-        Err(_) => true,
-    }
+    let q = durexpr::rewrite(query, ctx).ok()?;
+    Some(promql_parser::parser::parse(&q))
 }
 
 /// Parses a series selector (as in `match[]`) into store matchers.

@@ -204,6 +204,9 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
     }
     let mut out = Vec::with_capacity(m.len());
     let mut overlaps: Vec<String> = Vec::new();
+    // Metrics that gave `rate`/`increase` a value under a name that might
+    // not be a counter's (one info each, raised after the series).
+    let mut non_counters: Vec<String> = Vec::new();
     for RangeSeries {
         labels,
         points: p,
@@ -224,8 +227,12 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
         if overlap {
             overlaps.push(labels.name().to_string());
         }
-        if r.is_some() && matches!(name, "rate" | "increase") {
-            ev.info_non_counter(labels.name(), name, marg);
+        if r.is_some()
+            && matches!(name, "rate" | "increase")
+            && super::super::annotate::might_not_be_counter(labels.name())
+            && !non_counters.iter().any(|m| m == labels.name())
+        {
+            non_counters.push(labels.name().to_string());
         }
         if let Some(v) = r {
             let keep = matches!(name, "last_over_time" | "first_over_time");
@@ -236,6 +243,9 @@ pub(super) fn range_fn(ev: &mut Evaluator<'_>, c: &Call, t: i64) -> Result<Value
                 drop_name: if keep { drop_name } else { true },
             });
         }
+    }
+    for metric in non_counters {
+        ev.info_non_counter(&metric, name, marg);
     }
     for metric in overlaps {
         let msg = format!(

@@ -28,14 +28,7 @@ pub(super) fn nhcb_series(l: &Labels) -> Option<Labels> {
 /// so an answer could depend on samples the runner did not load.
 /// `info()` without a second argument selects `target_info` implicitly.
 pub(super) fn may_select(expr: &str, series: &[Labels]) -> bool {
-    let ctx = super::super::durexpr::DurCtx {
-        step_ms: 60_000,
-        range_ms: 60_000,
-    };
-    let Ok(q) = super::super::durexpr::rewrite(expr, ctx) else {
-        return true;
-    };
-    let Ok(root) = promql_parser::parser::parse(&q) else {
+    let Some(Ok(root)) = super::super::parse_outside_a_query(expr) else {
         return true;
     };
     let info = Matcher::equal(METRIC_NAME, "target_info");

@@ -43,7 +43,6 @@ impl Entry {
     }
 
     /// Number of chunks, the open one included when it holds samples.
-    #[cfg(test)]
     pub(super) fn chunk_count(&self) -> usize {
         self.sealed.len() + usize::from(self.head.len() > 0)
     }

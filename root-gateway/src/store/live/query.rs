@@ -40,12 +40,8 @@ impl Querier for LiveStore {
         let mut out = crate::store::Cardinality::from_postings(postings, limit);
         out.num_series = self.live;
         for e in self.entries.iter().flatten() {
-            out.chunk_count += e.sealed.len() + usize::from(e.head.len() > 0);
-            let first = if e.sealed.is_empty() {
-                (e.head.len() > 0).then(|| e.head.first_ts())
-            } else {
-                Some(e.sealed.first_ts(0))
-            };
+            out.chunk_count += e.chunk_count();
+            let first = e.chunks().next().map(|c| c.first_ts());
             if let (Some(a), Some((b, _))) = (first, e.last()) {
                 let (lo, hi) = out.time_range.get_or_insert((a, b));
                 *lo = (*lo).min(a);
