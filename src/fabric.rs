@@ -252,6 +252,8 @@ pub struct GatewayArgs {
     pub retention: Option<String>,
     /// fsync policy: always, tick, never.
     pub fsync: Option<String>,
+    /// Keep sealed chunks in memory, not in the data directory's cold tier.
+    pub no_cold_tier: bool,
     /// remote_write endpoints (replace the config's when given).
     pub remote_write: Vec<EndpointConfig>,
     /// Tokens file (overrides the config's `tokens`).
@@ -367,6 +369,9 @@ pub async fn gateway(path: Option<&Path>, args: GatewayArgs) -> Result<()> {
                 .parse()
                 .map_err(anyhow::Error::msg)
                 .context("fsync")?;
+            if args.no_cold_tier {
+                w.cold_file_bytes = None;
+            }
             Some(w)
         }
         None => None,

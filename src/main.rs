@@ -141,6 +141,10 @@ enum Cmd {
         /// When the log is fsynced: always, tick (default), never.
         #[arg(long)]
         fsync: Option<String>,
+        /// With --data-dir, keep sealed chunks in memory instead of the
+        /// cold tier's files under DATA_DIR/cold.
+        #[arg(long)]
+        no_cold_tier: bool,
         /// Send every series to this Prometheus remote_write endpoint
         /// (`http://host:port/api/v1/write`); repeatable;
         /// replaces the config's `remote_write` list.
@@ -379,6 +383,7 @@ fn main() -> Result<()> {
             data_dir,
             retention,
             fsync,
+            no_cold_tier,
             remote_write,
             remote_write_bearer_file,
             remote_write_ca,
@@ -395,6 +400,7 @@ fn main() -> Result<()> {
                 data_dir,
                 retention,
                 fsync,
+                no_cold_tier,
                 remote_write: config::gateway::cli_endpoints(
                     &remote_write,
                     remote_write_bearer_file.as_deref(),

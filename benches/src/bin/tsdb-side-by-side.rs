@@ -567,6 +567,7 @@ fn one_run(
     }
     procs.check_alive()?;
     for (i, s) in servers.iter().enumerate() {
+        out[i].rss_queried = procfs::read_status_bytes(s.pid, "VmRSS")? as f64;
         out[i].latency = ms[i].iter().map(|x| Latency::of(x)).collect();
         let l: Vec<String> = out[i]
             .latency

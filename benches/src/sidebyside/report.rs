@@ -65,6 +65,9 @@ pub struct Measured {
     pub rss: f64,
     /// RssAnon after the ingest, bytes.
     pub rss_anon: f64,
+    /// VmRSS after every query ran (a cold tier's pages read by then
+    /// count, as Prometheus's mapped chunks do), bytes.
+    pub rss_queried: f64,
     /// Go heap in use after the ingest (Prometheus only), bytes.
     pub go_heap: Option<f64>,
     /// Series the server reports holding.
@@ -85,6 +88,7 @@ pub fn median_of(runs: &[Measured]) -> Measured {
         rss_empty: m(&|r| r.rss_empty),
         rss: m(&|r| r.rss),
         rss_anon: m(&|r| r.rss_anon),
+        rss_queried: m(&|r| r.rss_queried),
         go_heap: runs
             .iter()
             .all(|r| r.go_heap.is_some())
@@ -191,6 +195,17 @@ pub fn table(canopy: &Measured, wal: &Measured, prom: &Measured, queries: &[Stri
         "RSS growth per series (after ingest − empty)",
         &|m| format!("{:.0} B", grown(m)),
         Some((grown(canopy) / grown(prom), grown(wal) / grown(prom))),
+        "(context)",
+    );
+    let queried = |m: &Measured| m.rss_queried / m.series.max(1.0);
+    row(
+        &mut t,
+        "RSS per series after the queries",
+        &|m| format!("{:.0} B", queried(m)),
+        Some((
+            queried(canopy) / queried(prom),
+            queried(wal) / queried(prom),
+        )),
         "(context)",
     );
     row(

@@ -660,7 +660,7 @@ pub use view::ChunkView;
 use view::next;
 
 mod sealed;
-pub use sealed::{Runs, Sealed};
+pub use sealed::{ColdRefs, Runs, Sealed};
 
 #[cfg(test)]
 mod tests;

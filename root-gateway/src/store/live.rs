@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use canopy_proto::model::{is_stale_nan, stale_nan};
 
+use super::chunk::ChunkView;
+use super::cold::{ColdFiles, ColdMaps, ColdStats};
 use super::index::SeriesIndex;
 use super::intern::{Interner, LabelArena, Syms};
 use super::{Appender, Labels, Sample, StoreError};
@@ -182,6 +184,25 @@ pub struct LiveStore {
     series_epoch: u64,
     /// Recent selections, in label order (see [`query::Selections`]).
     selections: std::sync::Mutex<query::Selections>,
+    /// The cold tier sealed chunks go to (none: all stay in memory).
+    cold: Option<ColdFiles>,
+}
+
+/// The cold tier of a store without one.
+static NO_COLD: ColdMaps = ColdMaps::empty();
+
+/// Seals `view` (its successor begins at `succeeded_at`) into `e`: into
+/// the cold tier when there is one and `e` keeps no sealed chunk in memory
+/// (cold chunks are all older than those), else into memory.
+fn seal(cold: Option<&mut ColdFiles>, e: &mut Entry, view: ChunkView<'_>, succeeded_at: i64) {
+    if e.sealed.is_empty()
+        && let Some(c) = cold
+        && let Some(r) = c.append(&view, e.cold, succeeded_at)
+    {
+        e.cold = r;
+        return;
+    }
+    e.sealed.push(view);
 }
 
 impl LiveStore {
@@ -190,6 +211,26 @@ impl LiveStore {
         LiveStore {
             cfg,
             ..Default::default()
+        }
+    }
+
+    /// Sends sealed chunks to `cold` from now on (call before adding data:
+    /// with a data directory, the shell opens the tier in it).
+    pub fn attach_cold(&mut self, cold: ColdFiles) {
+        self.cold = Some(cold);
+    }
+
+    /// The cold tier's counters, if there is one.
+    pub fn cold_stats(&self) -> Option<ColdStats> {
+        self.cold.as_ref().map(ColdFiles::stats)
+    }
+
+    /// What a read of cold chunks needs now.
+    #[inline]
+    fn cold_read(&self) -> entry::ColdRead<'_> {
+        entry::ColdRead {
+            maps: self.cold.as_ref().map_or(&NO_COLD, ColdFiles::maps),
+            cutoff: self.now_ms.saturating_sub(self.cfg.retention_ms),
         }
     }
 
@@ -203,17 +244,27 @@ impl LiveStore {
         &self.cfg
     }
 
-    /// The store's counters.
+    /// The store's counters. Chunks in the cold tier are counted by the
+    /// files held (those past retention too, until their file goes): a
+    /// walk of every cold chunk would read them all back.
     pub fn stats(&self) -> StoreStats {
         let mut s = self.stats;
         s.series = self.live;
         s.change_points = 0;
         s.chunk_bytes = 0;
+        let none = entry::ColdRead {
+            maps: &NO_COLD,
+            cutoff: i64::MIN,
+        };
         for e in self.entries.iter().flatten() {
-            for c in e.chunks() {
+            for c in e.chunks(none) {
                 s.change_points += c.len();
                 s.chunk_bytes += c.byte_len();
             }
+        }
+        if let Some(c) = self.cold_stats() {
+            s.change_points += c.samples_held as usize;
+            s.chunk_bytes += c.bytes_held as usize;
         }
         s
     }
@@ -283,6 +334,9 @@ impl LiveStore {
         let step = |t: i64| t.div_euclid(RETENTION_STEP_MS);
         if step(before - self.cfg.retention_ms) == step(cutoff) && before != 0 {
             return;
+        }
+        if let Some(c) = &mut self.cold {
+            c.expire(cutoff);
         }
         for src in &mut self.sources {
             let keep_from = src.alive.partition_point(|a| a.end < cutoff);
@@ -506,7 +560,7 @@ impl LiveStore {
             // join the series' sealed buffer, the entry starts a new open
             // chunk.
             let next = std::mem::take(&mut e.head);
-            e.sealed.push(next.view());
+            seal(self.cold.as_mut(), e, next.view(), ts);
         }
         e.head.push(ts, v);
         Ok(())
@@ -695,6 +749,8 @@ mod read;
 mod snapshot;
 pub use snapshot::SnapshotCut;
 
+#[cfg(test)]
+mod cold_tests;
 #[cfg(test)]
 mod find_tests;
 #[cfg(test)]

@@ -9,6 +9,7 @@
 mod bits;
 mod chunk;
 pub mod codec;
+pub mod cold;
 mod index;
 mod intern;
 mod live;

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::store::codec::{CodecError, crc32c, read_frame};
+use crate::store::cold::ColdFiles;
 use crate::store::mapped::MappedWriter;
 use crate::store::{
     Journal, LiveStore, LiveStoreConfig, Op, PendingCheckpoint, SeriesHint, SnapshotCut, StoreError,
@@ -101,6 +102,9 @@ pub struct WalConfig {
     pub checkpoint_bytes: u64,
     /// ...or when this much time passed, ms (default 15 min).
     pub checkpoint_interval_ms: i64,
+    /// Sealed chunks go to a cold tier of files this size in `DIR/cold`
+    /// (default 128 MiB); `None` keeps them in memory.
+    pub cold_file_bytes: Option<u32>,
 }
 
 impl WalConfig {
@@ -112,6 +116,7 @@ impl WalConfig {
             segment_bytes: 64 << 20,
             checkpoint_bytes: 256 << 20,
             checkpoint_interval_ms: 15 * 60 * 1000,
+            cold_file_bytes: Some(crate::store::cold::DEFAULT_FILE_BYTES),
         }
     }
 }
@@ -279,19 +284,32 @@ impl Wal {
                 let _ = fs::remove_file(e.path());
             }
         }
+        let cold = match cfg.cold_file_bytes {
+            Some(bytes) => {
+                let p = dir.join("cold");
+                Some(ColdFiles::open(&p, bytes).map_err(io_err("opening the cold tier in", &p))?)
+            }
+            None => None,
+        };
         let mut rec = Recovery::default();
         let snaps = list(&dir, "snapshot-")?;
         let (mut store, base) = match snaps.last() {
             Some(&n) => {
                 let p = snap_path(&dir, n);
                 let f = File::open(&p).map_err(io_err("opening", &p))?;
-                let s =
-                    LiveStore::read_snapshot(store_cfg, &mut BufReader::with_capacity(1 << 20, f))
-                        .map_err(|source| WalError::Snapshot { path: p, source })?;
+                let mut r = BufReader::with_capacity(1 << 20, f);
+                let s = LiveStore::read_snapshot_with(store_cfg, cold, &mut r)
+                    .map_err(|source| WalError::Snapshot { path: p, source })?;
                 rec.snapshot = Some(n);
                 (s, n)
             }
-            None => (LiveStore::new(store_cfg), 0),
+            None => {
+                let mut s = LiveStore::new(store_cfg);
+                if let Some(c) = cold {
+                    s.attach_cold(c);
+                }
+                (s, 0)
+            }
         };
         let segs = list(&dir, "wal-")?;
         let mut on_disk = 0;

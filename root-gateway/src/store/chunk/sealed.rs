@@ -27,9 +27,15 @@
 //! series entry holds one 8-byte pointer where `Arc<[u8]>` took 16
 //! (issue 5: RSS per series; the entry 96 -> 88 bytes).
 
+use smallvec::SmallVec;
 use triomphe::ThinArc;
 
 use super::{ChunkView, MAX_CHUNK_SAMPLES};
+use crate::store::cold::ColdMaps;
+
+/// References of cold chunks a read walks, oldest first (most reads need
+/// none or one or two: a short window at the open chunk's start).
+pub type ColdRefs = SmallVec<[u64; 4]>;
 
 /// Bytes of the chunk count.
 const COUNT: usize = 4;
@@ -132,6 +138,9 @@ impl Sealed {
                 .map(|i| Self::entry(b, i).3.div_ceil(8) as usize)
                 .sum::<usize>();
         Runs {
+            cold: None,
+            refs: ColdRefs::new(),
+            ci: 0,
             b,
             i: from.min(n),
             n,
@@ -216,6 +225,12 @@ fn span_of(v: &ChunkView<'_>) -> u32 {
 /// see [`Sealed::iter_from`].
 #[derive(Clone, Debug)]
 pub struct Runs<'a> {
+    /// The cold tier's files, when `refs` names chunks in them.
+    cold: Option<&'a ColdMaps>,
+    /// Cold chunks read before the sealed buffer's, oldest first.
+    refs: ColdRefs,
+    /// The next of `refs`.
+    ci: usize,
     b: &'a [u8],
     i: usize,
     n: usize,
@@ -225,9 +240,22 @@ pub struct Runs<'a> {
 }
 
 impl<'a> Runs<'a> {
+    /// These runs after the cold chunks `refs` (oldest first) of `cold`.
+    pub fn after_cold(self, cold: &'a ColdMaps, refs: ColdRefs) -> Self {
+        Runs {
+            cold: Some(cold),
+            refs,
+            ci: 0,
+            ..self
+        }
+    }
+
     /// Just the open chunk `head` (a window that starts inside it).
     pub fn head_only(head: Option<ChunkView<'a>>) -> Self {
         Runs {
+            cold: None,
+            refs: ColdRefs::new(),
+            ci: 0,
             b: &[],
             i: 0,
             n: 0,
@@ -242,6 +270,14 @@ impl<'a> Iterator for Runs<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<ChunkView<'a>> {
+        if let Some(cold) = self.cold {
+            while let Some(&r) = self.refs.get(self.ci) {
+                self.ci += 1;
+                if let Some(c) = cold.get(r) {
+                    return Some(c.view);
+                }
+            }
+        }
         if self.i >= self.n {
             return self.head.take();
         }

@@ -41,12 +41,15 @@ impl Querier for LiveStore {
         out.num_series = self.live;
         for e in self.entries.iter().flatten() {
             out.chunk_count += e.chunk_count();
-            let first = e.chunks().next().map(|c| c.first_ts());
+            let first = e.chunks(self.cold_read()).next().map(|c| c.first_ts());
             if let (Some(a), Some((b, _))) = (first, e.last()) {
                 let (lo, hi) = out.time_range.get_or_insert((a, b));
                 *lo = (*lo).min(a);
                 *hi = (*hi).max(b);
             }
+        }
+        if let Some(c) = self.cold_stats() {
+            out.chunk_count += c.chunks_held as usize;
         }
         Some(out)
     }
@@ -344,7 +347,10 @@ impl LiveStore {
             }
         }
         for e in entries {
-            for c in e.window_chunks(mint).take_while(|c| c.first_ts() <= maxt) {
+            for c in e
+                .window_chunks(mint, self.cold_read())
+                .take_while(|c| c.first_ts() <= maxt)
+            {
                 acc ^= usize::from(c.touch());
             }
         }

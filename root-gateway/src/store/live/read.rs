@@ -19,7 +19,7 @@ impl LiveStore {
         let src = e.source().and_then(|s| self.sources.get(s as usize));
         let Some(src) = src else {
             // Explicit samples only: decode just the window.
-            let chunks = e.chunks_in(mint);
+            let chunks = e.chunks_in(mint, self.cold_read());
             let est: usize = chunks
                 .clone()
                 .take_while(|c| c.first_ts() <= maxt)
@@ -37,7 +37,7 @@ impl LiveStore {
             return;
         };
         let mut cps = Vec::new();
-        for c in e.chunks_at(mint) {
+        for c in e.chunks_at(mint, self.cold_read()) {
             if c.first_ts() > maxt || c.decode_window(i64::MIN, maxt, &mut cps) {
                 break;
             }

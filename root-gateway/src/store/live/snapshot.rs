@@ -21,10 +21,11 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source, StoreStats};
-use crate::store::chunk::{Chunk, ChunkView, Sealed};
+use crate::store::chunk::{Chunk, ChunkView, ColdRefs, Sealed};
 use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
+use crate::store::cold::{ColdFiles, ColdMaps};
 use crate::store::mapped::MappedBuf;
 
 /// v6: sealed chunks as bare runs with their last timestamps, the open
@@ -84,8 +85,13 @@ pub struct SnapshotCut {
     stats: StoreStats,
     sources: Vec<Source>,
     strings: Vec<Arc<str>>,
-    /// Each series' sealed chunks (shared with the store), in series order.
-    series: Vec<Sealed>,
+    /// Each series' newest cold chunk (0: none reached) and sealed chunks
+    /// in memory (shared with the store), in series order.
+    series: Vec<(u64, Sealed)>,
+    /// The cold tier's files the cut reads (kept mapped while it lives).
+    cold: Arc<ColdMaps>,
+    /// The retention cutoff: no cold walk goes past it.
+    cutoff: i64,
     /// Each series': source + 1 (0 none), its number of label ids, the
     /// ids; every field a little-endian u32.
     labels: MappedBuf,
@@ -98,6 +104,7 @@ pub struct SnapshotCut {
 #[derive(Clone, Copy, Debug)]
 struct CutSeries<'a> {
     source: Option<u32>,
+    cold: u64,
     sealed: &'a Sealed,
     /// Label ids, little-endian u32s.
     ids: &'a [u8],
@@ -155,13 +162,14 @@ impl SnapshotCut {
     /// The series in order, read from the flat buffers.
     fn iter(&self) -> impl Iterator<Item = CutSeries<'_>> {
         let (mut l, mut o) = (0, 0);
-        self.series.iter().map(move |sealed| {
+        self.series.iter().map(move |(cold, sealed)| {
             let source = u32::try_from(take_u32(&self.labels, &mut l)).unwrap_or(0);
             let n = take_u32(&self.labels, &mut l);
             let ids = take(&self.labels, &mut l, 4 * n);
             let len = take_u32(&self.open, &mut o);
             CutSeries {
                 source: source.checked_sub(1),
+                cold: *cold,
                 sealed,
                 ids,
                 open: take(&self.open, &mut o, len),
@@ -212,8 +220,19 @@ impl SnapshotCut {
                 put_str(&mut p, str_of(id));
             }
             put_uvarint(&mut p, s.source.map_or(0, |s| u64::from(s) + 1));
-            put_uvarint(&mut p, s.sealed.len() as u64);
-            for c in s.sealed.iter_from(0, None) {
+            // The cold chunks back to the cutoff, then those in memory.
+            let mut refs = ColdRefs::new();
+            let mut r = s.cold;
+            while let Some(c) = self.cold.get(r) {
+                refs.push(r);
+                if c.view.first_ts() <= self.cutoff {
+                    break;
+                }
+                r = c.prev;
+            }
+            refs.reverse();
+            put_uvarint(&mut p, (refs.len() + s.sealed.len()) as u64);
+            for c in s.sealed.iter_from(0, None).after_cold(&self.cold, refs) {
                 put_varint(&mut p, c.first_ts());
                 if spans {
                     put_uvarint(&mut p, c.last_ts().abs_diff(c.first_ts()));
@@ -235,7 +254,36 @@ impl SnapshotCut {
     }
 }
 
+/// First timestamp of an open chunk (`i64::MAX` when empty).
+fn head_first(head: &Chunk) -> i64 {
+    if head.len() > 0 {
+        head.first_ts()
+    } else {
+        i64::MAX
+    }
+}
+
 impl LiveStore {
+    /// A loaded series' sealed chunks `views` (oldest first; the open
+    /// chunk begins at `head_first`): its newest cold chunk and those kept
+    /// in memory (all of them without a cold tier).
+    fn sealed_from<'a>(
+        &mut self,
+        views: impl Iterator<Item = ChunkView<'a>> + Clone,
+        head_first: i64,
+    ) -> (u64, Sealed) {
+        let Some(cold) = self.cold.as_mut() else {
+            return (0, Sealed::from_views(views));
+        };
+        let mut e = Entry::new(0, None);
+        let mut views = views.peekable();
+        while let Some(v) = views.next() {
+            let next = views.peek().map_or(head_first, |n| n.first_ts());
+            super::seal(Some(&mut *cold), &mut e, v, next);
+        }
+        (e.cold, e.sealed)
+    }
+
     /// Takes a [`SnapshotCut`] of the current state (call with the store
     /// locked; write the cut after releasing the lock).
     pub fn snapshot_cut(&self) -> SnapshotCut {
@@ -263,6 +311,8 @@ impl LiveStore {
             sources: self.sources.clone(),
             strings: self.strings.table(),
             series: Vec::with_capacity(self.live),
+            cold: self.cold.as_ref().map(ColdFiles::share).unwrap_or_default(),
+            cutoff: self.now_ms.saturating_sub(self.cfg.retention_ms),
             labels: MappedBuf::with_capacity(labels_bound),
             open: MappedBuf::with_capacity(open_bound),
         };
@@ -288,7 +338,13 @@ impl LiveStore {
                 head.copy_from_slice(&len.to_le_bytes());
             }
             cut.open.extend_from_slice(&rec);
-            cut.series.push(e.sealed.clone());
+            // A link the store would not follow is not kept either.
+            let cold = if e.first_warm_ts() <= cut.cutoff {
+                0
+            } else {
+                e.cold
+            };
+            cut.series.push((cold, e.sealed.clone()));
         }
         cut
     }
@@ -301,6 +357,17 @@ impl LiveStore {
     /// Rebuilds a store from a snapshot stream, with settings `cfg` (the
     /// current ones, e.g. a changed retention, apply from the next tick).
     pub fn read_snapshot(cfg: LiveStoreConfig, r: &mut impl Read) -> Result<LiveStore, CodecError> {
+        Self::read_snapshot_with(cfg, None, r)
+    }
+
+    /// [`LiveStore::read_snapshot`] into a store with the cold tier `cold`:
+    /// the sealed chunks read go to it as they are read, so a load holds
+    /// no more of them in memory than the store would.
+    pub fn read_snapshot_with(
+        cfg: LiveStoreConfig,
+        cold: Option<ColdFiles>,
+        r: &mut impl Read,
+    ) -> Result<LiveStore, CodecError> {
         let mut buf = Vec::new();
         let mut next = |buf: &mut Vec<u8>| -> Result<(), CodecError> {
             if read_frame(r, buf, MAX_RECORD)? {
@@ -321,6 +388,7 @@ impl LiveStore {
             return Err(CodecError::Malformed("snapshot header missing"));
         }
         let mut s = LiveStore::new(cfg);
+        s.cold = cold;
         s.now_ms = c.varint()?;
         s.stats.rejected_series = c.uvarint()?;
         s.stats.out_of_order = c.uvarint()?;
@@ -379,7 +447,8 @@ impl LiveStore {
                     }
                 }
                 let head = chunks.pop().unwrap_or_default();
-                (Sealed::from_views(chunks.iter().map(Chunk::view)), head)
+                let first = head_first(&head);
+                (s.sealed_from(chunks.iter().map(Chunk::view), first), head)
             } else {
                 let mut runs = Vec::with_capacity(n);
                 // v4's runs, converted to today's chunk format.
@@ -444,10 +513,9 @@ impl LiveStore {
                 if first_open.len() > 0 && first_open.first_ts() < prev {
                     return Err(CodecError::Malformed("open chunk before a sealed one"));
                 }
-                (
-                    Sealed::from_views(runs.iter().copied().chain(open.iter().map(Chunk::view))),
-                    head,
-                )
+                let first = head_first(&head);
+                let views = runs.iter().copied().chain(open.iter().map(Chunk::view));
+                (s.sealed_from(views, first), head)
             };
             let id =
                 u32::try_from(id).map_err(|_| CodecError::Malformed("more series than ids"))?;
@@ -463,7 +531,7 @@ impl LiveStore {
             s.live += 1;
             s.series_epoch += 1;
             let mut e = Entry::new(syms, source);
-            (e.sealed, e.head) = (sealed, head);
+            ((e.cold, e.sealed), e.head) = (sealed, head);
             s.entries.push(Some(e));
         }
         next(&mut buf)?;

@@ -198,7 +198,7 @@ fn assert_series(s: &LiveStore, want: &[V1Series]) {
             "{name}"
         );
         let mut got = Vec::new();
-        for c in e.chunks() {
+        for c in e.chunks(s.cold_read()) {
             c.decode(&mut got);
         }
         let got: Vec<_> = got.iter().map(|p| (p.ts_ms, p.value.to_bits())).collect();
