@@ -326,6 +326,14 @@ fn remote_write_acknowledged_before_kill_9_is_there_after_restart() {
         .expect("answered");
         assert_eq!(st, 204, "steps {from}..{to}: {msg}");
     }
+    // 3,308 samples a series sealed 27 chunks each into the cold tier.
+    let cold = |what: &str| {
+        let body = get_text(http, "/metrics").expect("metrics");
+        metric_value(&body, &format!("canopy_gateway_cold_{what}"))
+    };
+    assert!(cold("chunks_written_total") >= 20.0 * 27.0);
+    assert_eq!(cold("write_errors_total"), 0.0);
+    assert!(cold("bytes") > 0.0 && cold("files") >= 1.0);
     procs.kill9(gw);
     procs.spawn(&args);
     let at = t0 + 3308 * 1000;
@@ -335,10 +343,24 @@ fn remote_write_acknowledged_before_kill_9_is_there_after_restart() {
         || durable_counts(http, at).filter(|m| !m.is_empty()),
     );
     assert_eq!(after.len(), 20, "{after:?}");
+    // The restart wrote the loaded chunks to a fresh cold tier.
+    assert!(cold("chunks_written_total") >= 20.0 * 27.0);
+    let files = std::fs::read_dir(data.join("cold"))
+        .expect("cold dir")
+        .count();
+    assert_eq!(files as f64, cold("files"));
     for (i, (node, (count, sum))) in after.iter().enumerate() {
         let want_sum: i64 = (0..3308).map(|k| i as i64 * 100_000 + k).sum();
         assert_eq!(node, &format!("n{i:02}"));
         assert_eq!(count, "3308", "{node}");
         assert_eq!(sum.parse::<f64>().ok(), Some(want_sum as f64), "{node}");
     }
+}
+
+/// The value of the unlabelled sample `name` in Prometheus text `body`.
+fn metric_value(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
 }

@@ -448,7 +448,7 @@ fn self_metrics(
             (s.accepted(), s.rejected())
         });
         let m = relay.with_merger(|m| m.stats().clone());
-        let st = store.read(|s| s.stats());
+        let (st, cold) = store.read(|s| (s.stats(), s.cold_stats()));
         // (name, is_counter, help, value)
         let mut rows: Vec<(&str, bool, &str, u64)> = vec![
             (
@@ -518,6 +518,35 @@ fn self_metrics(
                 st.sources_died,
             ),
         ];
+        if let Some(c) = cold {
+            rows.extend([
+                (
+                    "cold_chunks_written_total",
+                    true,
+                    "Sealed chunks written to the cold tier.",
+                    c.chunks_written,
+                ),
+                (
+                    "cold_bytes",
+                    false,
+                    "Bytes of the cold tier's files held (records written).",
+                    c.bytes_held,
+                ),
+                ("cold_files", false, "Files of the cold tier held.", c.files),
+                (
+                    "cold_files_deleted_total",
+                    true,
+                    "Cold files deleted past retention.",
+                    c.files_deleted,
+                ),
+                (
+                    "cold_write_errors_total",
+                    true,
+                    "Sealed chunks the cold tier could not write (kept in memory).",
+                    c.write_errors,
+                ),
+            ]);
+        }
         if let Some(l) = &listener {
             rows.push((
                 "peers_not_in_plan_total",

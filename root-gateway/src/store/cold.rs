@@ -64,7 +64,16 @@ pub(crate) struct ColdChunk<'a> {
 pub struct ColdMaps {
     /// Number of the first file in `maps`.
     first: u32,
-    maps: Vec<Arc<Mmap>>,
+    maps: Vec<Arc<Mapped>>,
+}
+
+/// One file: its read-only map for queries, and the file for reads that
+/// must not map its pages into the process (a checkpoint reads every
+/// chunk; through the map they would all stay resident).
+#[derive(Debug)]
+struct Mapped {
+    map: Mmap,
+    file: File,
 }
 
 impl ColdMaps {
@@ -79,31 +88,81 @@ impl ColdMaps {
     /// The chunk at reference `r`, `None` when it is not one (a file
     /// already deleted, or damage).
     pub(crate) fn get(&self, r: u64) -> Option<ColdChunk<'_>> {
+        let (m, at) = self.file_of(r)?;
+        parse(m.map.get(at..)?)
+    }
+
+    /// The file of reference `r` and the offset in it.
+    fn file_of(&self, r: u64) -> Option<(&Mapped, usize)> {
         let file = u32::try_from(r >> 32).ok()?;
         let at = (r & u64::from(u32::MAX)) as usize;
-        let map = self.maps.get(file.checked_sub(self.first)? as usize)?;
-        let h = map.get(at..at.checked_add(RECORD_HEAD)?)?;
-        let le8 = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
-        let first_ts = i64::from_le_bytes(le8(&h[..8])?);
-        let span = u32::from_le_bytes(<[u8; 4]>::try_from(&h[8..12]).ok()?);
-        let count = usize::from(h[12]);
-        let bit_len = u32::from(u16::from_le_bytes([h[13], h[14]]));
-        let prev = u64::from_le_bytes(le8(&h[15..23])?);
-        let start = at + RECORD_HEAD;
-        let bytes = map.get(start..start + bit_len.div_ceil(8) as usize)?;
-        let last_ts = if span == UNKNOWN_SPAN {
+        Some((self.maps.get(file.checked_sub(self.first)? as usize)?, at))
+    }
+
+    /// Reads the record at `r` with `pread`, not through the map (its
+    /// pages are not mapped into the process), appending it to `out`;
+    /// returns where it starts in `out` (parse it with [`parse`]).
+    pub(crate) fn read_into(&self, r: u64, out: &mut Vec<u8>) -> Option<usize> {
+        let (m, at) = self.file_of(r)?;
+        let start = out.len();
+        // Most records are a few hundred bytes: one read.
+        const GUESS: usize = 512;
+        out.resize(start + GUESS, 0);
+        let n = read_some(&m.file, &mut out[start..], at as u64)?;
+        if n < RECORD_HEAD {
+            out.truncate(start);
             return None;
-        } else {
-            first_ts.checked_add(i64::from(span))?
-        };
-        let view = ChunkView::sealed(bytes, bit_len, count, first_ts, last_ts)?;
-        Some(ColdChunk { view, prev })
+        }
+        let bit_len = u16::from_le_bytes([out[start + 13], out[start + 14]]);
+        let len = RECORD_HEAD + usize::from(bit_len).div_ceil(8);
+        if len > n {
+            out.resize(start + len, 0);
+            m.file
+                .read_exact_at(&mut out[start + n..start + len], (at + n) as u64)
+                .ok()?;
+        }
+        out.truncate(start + len);
+        Some(start)
     }
 
     /// Number of files mapped.
     pub fn files(&self) -> usize {
         self.maps.len()
     }
+}
+
+/// Reads into `buf` at `at` until it is full or the file ends; returns
+/// how many bytes.
+fn read_some(f: &File, buf: &mut [u8], at: u64) -> Option<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], at + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(n)
+}
+
+/// The record at the start of `b` (a map from its offset on, or a record
+/// read by [`ColdMaps::read_into`]), `None` when it is not one.
+pub(crate) fn parse(b: &[u8]) -> Option<ColdChunk<'_>> {
+    let h = b.get(..RECORD_HEAD)?;
+    let le8 = |b: &[u8]| <[u8; 8]>::try_from(b).ok();
+    let first_ts = i64::from_le_bytes(le8(&h[..8])?);
+    let span = u32::from_le_bytes(<[u8; 4]>::try_from(&h[8..12]).ok()?);
+    let count = usize::from(h[12]);
+    let bit_len = u32::from(u16::from_le_bytes([h[13], h[14]]));
+    let prev = u64::from_le_bytes(le8(&h[15..23])?);
+    let bytes = b.get(RECORD_HEAD..RECORD_HEAD + bit_len.div_ceil(8) as usize)?;
+    if span == UNKNOWN_SPAN {
+        return None;
+    }
+    let last_ts = first_ts.checked_add(i64::from(span))?;
+    let view = ChunkView::sealed(bytes, bit_len, count, first_ts, last_ts)?;
+    Some(ColdChunk { view, prev })
 }
 
 /// What a file holds, beside its map.
@@ -218,11 +277,12 @@ impl ColdFiles {
         f.set_len(u64::from(self.file_bytes))?;
         f.write_all_at(MAGIC, 0)?;
         let map = map_file(&f)?;
+        let file = f.try_clone()?;
         let maps = Arc::make_mut(&mut self.maps);
         if maps.maps.is_empty() {
             maps.first = n;
         }
-        maps.maps.push(Arc::new(map));
+        maps.maps.push(Arc::new(Mapped { map, file }));
         self.meta.push(FileMeta {
             len: HEAD as u32,
             until: i64::MIN,
@@ -407,6 +467,36 @@ mod tests {
         for r in [0, 1, u64::MAX, refs[5] + 1, (9999u64 << 32) | 16] {
             assert!(c.maps().get(r).is_none(), "{r:x}");
         }
+    }
+
+    #[test]
+    fn reads_without_the_map_match_reads_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ColdFiles::open(dir.path(), 1 << 20).unwrap();
+        // A short chunk and one of noisy floats (over 512 bytes: two reads).
+        let mut noisy = Chunk::default();
+        for k in 0..120 {
+            noisy.push(k * 1000, (k as f64 * 0.731).sin() * 1e9);
+        }
+        assert!(noisy.view().byte_len() > 600, "{}", noisy.view().byte_len());
+        let a = c.append(&chunk(0, 7).view(), 0, 7_000).unwrap();
+        let b = c.append(&noisy.view(), a, 200_000).unwrap();
+        let mut out = vec![1, 2, 3];
+        for r in [a, b] {
+            let at = c.maps().read_into(r, &mut out).unwrap();
+            let (x, y) = (parse(&out[at..]).unwrap(), c.maps().get(r).unwrap());
+            let (mut p, mut q) = (Vec::new(), Vec::new());
+            x.view.decode(&mut p);
+            y.view.decode(&mut q);
+            assert_eq!((p, x.prev), (q, y.prev));
+            assert_eq!(out.len(), at + RECORD_HEAD + x.view.byte_len());
+        }
+        assert_eq!(&out[..3], &[1, 2, 3]);
+        assert!(
+            c.maps()
+                .read_into(b + 8, &mut out)
+                .is_none_or(|at| parse(&out[at..]).is_none())
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use super::{Alive, Entry, LiveStore, LiveStoreConfig, Source, StoreStats};
-use crate::store::chunk::{Chunk, ChunkView, ColdRefs, Sealed};
+use crate::store::chunk::{Chunk, ChunkView, Sealed};
 use crate::store::codec::{
     CodecError, Cursor, put_str, put_uvarint, put_varint, read_frame, write_frame,
 };
@@ -212,6 +212,8 @@ impl SnapshotCut {
             }
             n += write_frame(w, &p)? as u64;
         }
+        // One series' cold records, and where each starts.
+        let (mut cold, mut starts) = (Vec::new(), Vec::new());
         for s in self.iter() {
             p.clear();
             p.push(0x03);
@@ -220,19 +222,29 @@ impl SnapshotCut {
                 put_str(&mut p, str_of(id));
             }
             put_uvarint(&mut p, s.source.map_or(0, |s| u64::from(s) + 1));
-            // The cold chunks back to the cutoff, then those in memory.
-            let mut refs = ColdRefs::new();
+            // The cold chunks back to the cutoff, read without mapping
+            // their pages (a checkpoint reads them all), then those in
+            // memory.
+            cold.clear();
+            starts.clear();
             let mut r = s.cold;
-            while let Some(c) = self.cold.get(r) {
-                refs.push(r);
+            while let Some(at) = self.cold.read_into(r, &mut cold) {
+                let Some(c) = cold.get(at..).and_then(crate::store::cold::parse) else {
+                    break;
+                };
+                starts.push(at);
                 if c.view.first_ts() <= self.cutoff {
                     break;
                 }
                 r = c.prev;
             }
-            refs.reverse();
-            put_uvarint(&mut p, (refs.len() + s.sealed.len()) as u64);
-            for c in s.sealed.iter_from(0, None).after_cold(&self.cold, refs) {
+            let cold_views = starts
+                .iter()
+                .rev()
+                .filter_map(|&at| cold.get(at..).and_then(crate::store::cold::parse))
+                .map(|c| c.view);
+            put_uvarint(&mut p, (starts.len() + s.sealed.len()) as u64);
+            for c in cold_views.chain(s.sealed.iter_from(0, None)) {
                 put_varint(&mut p, c.first_ts());
                 if spans {
                     put_uvarint(&mut p, c.last_ts().abs_diff(c.first_ts()));
