@@ -64,7 +64,9 @@ pub(crate) struct ColdChunk<'a> {
 pub struct ColdMaps {
     /// Number of the first file in `maps`.
     first: u32,
-    maps: Vec<Arc<Mapped>>,
+    /// From file `first` on; `None` for one deleted while an older one
+    /// stays.
+    maps: Vec<Option<Arc<Mapped>>>,
 }
 
 /// One file: its read-only map for queries, and the file for reads that
@@ -96,7 +98,8 @@ impl ColdMaps {
     fn file_of(&self, r: u64) -> Option<(&Mapped, usize)> {
         let file = u32::try_from(r >> 32).ok()?;
         let at = (r & u64::from(u32::MAX)) as usize;
-        Some((self.maps.get(file.checked_sub(self.first)? as usize)?, at))
+        let m = self.maps.get(file.checked_sub(self.first)? as usize)?;
+        Some((m.as_deref()?, at))
     }
 
     /// Reads the record at `r` with `pread`, not through the map (its
@@ -127,7 +130,7 @@ impl ColdMaps {
 
     /// Number of files mapped.
     pub fn files(&self) -> usize {
-        self.maps.len()
+        self.maps.iter().flatten().count()
     }
 }
 
@@ -168,6 +171,8 @@ pub(crate) fn parse(b: &[u8]) -> Option<ColdChunk<'_>> {
 /// What a file holds, beside its map.
 #[derive(Clone, Copy, Debug, Default)]
 struct FileMeta {
+    /// Deleted (kept in place while an older file stays).
+    gone: bool,
     /// Bytes written (the next record's offset).
     len: u32,
     /// The newest timestamp at which one of its chunks was succeeded:
@@ -254,10 +259,11 @@ impl ColdFiles {
     /// The tier's counters.
     pub fn stats(&self) -> ColdStats {
         let mut s = self.stats;
-        s.files = self.meta.len() as u64;
-        s.bytes_held = self.meta.iter().map(|m| u64::from(m.len)).sum();
-        s.chunks_held = self.meta.iter().map(|m| m.chunks).sum();
-        s.samples_held = self.meta.iter().map(|m| m.samples).sum();
+        let held = || self.meta.iter().filter(|m| !m.gone);
+        s.files = held().count() as u64;
+        s.bytes_held = held().map(|m| u64::from(m.len)).sum();
+        s.chunks_held = held().map(|m| m.chunks).sum();
+        s.samples_held = held().map(|m| m.samples).sum();
         s
     }
 
@@ -282,8 +288,9 @@ impl ColdFiles {
         if maps.maps.is_empty() {
             maps.first = n;
         }
-        maps.maps.push(Arc::new(Mapped { map, file }));
+        maps.maps.push(Some(Arc::new(Mapped { map, file })));
         self.meta.push(FileMeta {
+            gone: false,
             len: HEAD as u32,
             until: i64::MIN,
             chunks: 0,
@@ -378,20 +385,36 @@ impl ColdFiles {
         Ok(file << 32 | u64::from(at))
     }
 
-    /// Deletes the oldest files whose every chunk was succeeded before
-    /// `cutoff` (never the one appended to).
+    /// Deletes the files whose every chunk was succeeded before `cutoff`
+    /// (never the one appended to). Any file, not only the oldest: a chunk
+    /// succeeded far in the future (a remote_write client's clock) holds
+    /// its own file, not every file after it.
     pub fn expire(&mut self, cutoff: i64) {
-        while self.meta.len() > 1 && self.meta.first().is_some_and(|m| m.until < cutoff) {
-            self.meta.remove(0);
+        let last = self.meta.len().saturating_sub(1);
+        for i in 0..last {
+            let Some(m) = self.meta.get_mut(i) else { break };
+            if m.gone || m.until >= cutoff {
+                continue;
+            }
+            m.gone = true;
             let maps = Arc::make_mut(&mut self.maps);
-            maps.maps.remove(0);
-            let n = maps.first;
-            maps.first += 1;
+            if let Some(slot) = maps.maps.get_mut(i) {
+                *slot = None;
+            }
+            let n = maps.first + i as u32;
             self.stats.files_deleted += 1;
             let p = self.path(n);
             if let Err(e) = fs::remove_file(&p) {
                 tracing::warn!(path = %p.display(), error = %e, "cold tier: cannot delete an expired file");
             }
+        }
+        // Deleted files at the front go from the lists.
+        let k = self.meta.iter().take(last).take_while(|m| m.gone).count();
+        if k > 0 {
+            self.meta.drain(..k);
+            let maps = Arc::make_mut(&mut self.maps);
+            maps.maps.drain(..k);
+            maps.first += k as u32;
         }
     }
 }
@@ -467,6 +490,38 @@ mod tests {
         for r in [0, 1, u64::MAX, refs[5] + 1, (9999u64 << 32) | 16] {
             assert!(c.maps().get(r).is_none(), "{r:x}");
         }
+    }
+
+    #[test]
+    fn a_chunk_succeeded_in_the_future_holds_only_its_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ColdFiles::open(dir.path(), 1024).unwrap();
+        // File 0 holds a chunk succeeded at a far future time; each
+        // later file holds chunks succeeded within the hour.
+        let far = c.append(&chunk(0, 60).view(), 0, i64::MAX / 2).unwrap();
+        let mut refs = Vec::new();
+        for i in 0..40 {
+            refs.push(
+                c.append(&chunk(i * 60, 60).view(), 0, (i + 1) * 60_000)
+                    .unwrap(),
+            );
+        }
+        let files = c.stats().files;
+        assert!(files > 5, "{files}");
+        c.expire(3_600_000);
+        let s = c.stats();
+        assert_eq!(s.files, 2, "{s:?}");
+        assert_eq!(s.files_deleted, files - 2);
+        assert!(c.maps().get(far).is_some());
+        let (far_file, last_file) = (far >> 32, refs[39] >> 32);
+        for &r in &refs {
+            let kept = r >> 32 == far_file || r >> 32 == last_file;
+            assert_eq!(c.maps().get(r).is_some(), kept, "{r:x}");
+        }
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+        // New chunks keep going to new files.
+        let r = c.append(&chunk(9_000, 60).view(), 0, 9_999_999).unwrap();
+        assert!(c.maps().get(r).is_some());
     }
 
     #[test]

@@ -182,3 +182,26 @@ fn a_failing_tier_keeps_chunks_in_memory_in_order() {
     assert!(cold.memory_breakdown().chunk_headers > 0);
     assert!(same_answers(&hot, &cold, &names, 8) > 1_000);
 }
+
+#[test]
+fn a_loaded_series_without_an_open_chunk_keeps_its_newest_in_memory() {
+    let mut hot = LiveStore::new(cfg());
+    let names = feed(&mut [&mut hot], 31, 0, 400);
+    // Every series' open chunk just sealed (as between a seal and the
+    // next sample): nothing succeeds its newest sealed chunk yet.
+    for e in hot.entries.iter_mut().flatten() {
+        let h = std::mem::take(&mut e.head);
+        e.sealed.push(h.view());
+    }
+    let mut bytes = Vec::new();
+    hot.write_snapshot(&mut bytes).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tier = ColdFiles::open(dir.path(), FILE).unwrap();
+    let cold = LiveStore::read_snapshot_with(cfg(), Some(tier), &mut &bytes[..]).unwrap();
+    for e in cold.entries.iter().flatten() {
+        assert_eq!(e.sealed.len(), 1);
+        assert_eq!(e.head.len(), 0);
+    }
+    assert!(cold.cold_stats().unwrap().chunks_written > 0);
+    assert!(same_answers(&hot, &cold, &names, 9) > 1_000);
+}

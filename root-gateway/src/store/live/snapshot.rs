@@ -290,8 +290,13 @@ impl LiveStore {
         let mut e = Entry::new(0, None);
         let mut views = views.peekable();
         while let Some(v) = views.next() {
-            let next = views.peek().map_or(head_first, |n| n.first_ts());
-            super::seal(Some(&mut *cold), &mut e, v, next);
+            match views.peek().map_or(head_first, |n| n.first_ts()) {
+                // The newest chunk of a series with no open one: nothing
+                // succeeds it yet, so it stays in memory (its file could
+                // never be let go).
+                i64::MAX => e.sealed.push(v),
+                next => super::seal(Some(&mut *cold), &mut e, v, next),
+            }
         }
         (e.cold, e.sealed)
     }
