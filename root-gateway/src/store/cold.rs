@@ -204,7 +204,7 @@ pub struct ColdStats {
     pub write_errors: u64,
 }
 
-/// The cold tier's files: appends to the newest, deletes the oldest past
+/// The cold tier's files: appends to the newest, deletes those past
 /// retention (see the module docs).
 #[derive(Debug)]
 pub struct ColdFiles {
@@ -215,8 +215,8 @@ pub struct ColdFiles {
     /// The file appended to (the last of `maps`).
     active: Option<File>,
     stats: ColdStats,
-    /// When the last write error was logged (chunks written since), to
-    /// rate-limit the log line.
+    /// A write error was logged since the last write that worked: one
+    /// line per run of failures.
     logged_error: bool,
 }
 
@@ -280,10 +280,19 @@ impl ColdFiles {
             .write(true)
             .create_new(true)
             .open(&p)?;
-        f.set_len(u64::from(self.file_bytes))?;
-        f.write_all_at(MAGIC, 0)?;
-        let map = map_file(&f)?;
-        let file = f.try_clone()?;
+        let made = (|| {
+            f.set_len(u64::from(self.file_bytes))?;
+            f.write_all_at(MAGIC, 0)?;
+            Ok::<_, io::Error>((map_file(&f)?, f.try_clone()?))
+        })();
+        let (map, file) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                // Gone, so the next try can make it again.
+                let _ = fs::remove_file(&p);
+                return Err(e);
+            }
+        };
         let maps = Arc::make_mut(&mut self.maps);
         if maps.maps.is_empty() {
             maps.first = n;
