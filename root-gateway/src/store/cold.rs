@@ -57,6 +57,17 @@ pub(crate) struct ColdChunk<'a> {
     pub(crate) prev: u64,
 }
 
+impl ColdChunk<'_> {
+    /// Where a walk back to `from` goes after this chunk: its predecessor,
+    /// or `None` when this one begins at or before `from`. Every walk stops
+    /// there: with `from` at or past the retention cutoff, what lies older
+    /// may be in a file already deleted.
+    #[inline]
+    pub(crate) fn next_back(&self, from: i64) -> Option<u64> {
+        (self.view.first_ts() > from).then_some(self.prev)
+    }
+}
+
 /// The mapped files, oldest first: what a read needs, shared with a
 /// snapshot cut (which keeps the files it may read mapped while the store
 /// moves on; a deleted file's pages go when its last map does).

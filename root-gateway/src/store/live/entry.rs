@@ -106,11 +106,11 @@ impl Entry {
         let mut oldest_last = i64::MAX;
         while let Some(c) = cold.maps.get(r) {
             refs.push(r);
-            if c.view.first_ts() <= from {
+            let Some(prev) = c.next_back(from) else {
                 oldest_last = c.view.last_ts();
                 break;
-            }
-            r = c.prev;
+            };
+            r = prev;
         }
         if explicit && oldest_last < mint {
             refs.pop();

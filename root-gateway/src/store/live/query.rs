@@ -389,7 +389,7 @@ impl LiveStore {
                 *r = match cold.maps.get(*r) {
                     Some(c) => {
                         acc ^= usize::from(c.view.touch());
-                        if c.view.first_ts() > from { c.prev } else { 0 }
+                        c.next_back(from).unwrap_or(0)
                     }
                     None => 0,
                 };

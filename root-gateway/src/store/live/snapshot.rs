@@ -233,10 +233,10 @@ impl SnapshotCut {
                     break;
                 };
                 starts.push(at);
-                if c.view.first_ts() <= self.cutoff {
+                let Some(prev) = c.next_back(self.cutoff) else {
                     break;
-                }
-                r = c.prev;
+                };
+                r = prev;
             }
             let cold_views = starts
                 .iter()
